@@ -1,0 +1,52 @@
+#include "engine/base/cpu_features.h"
+
+#include <cpuid.h>
+
+#include <cstdlib>
+
+namespace quill::engine {
+namespace {
+
+CpuFeatures Detect() {
+  CpuFeatures f;
+  unsigned eax, ebx, ecx, edx;
+  if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return f;
+  f.fma = (ecx >> 12) & 1;
+  const bool osxsave = (ecx >> 27) & 1;
+  if (!osxsave) return f;
+  // The OS must save the vector state (XCR0) for the wide registers to be usable.
+  unsigned xcr0_lo, xcr0_hi;
+  __asm__("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
+  const bool ymm_ok = (xcr0_lo & 0x6) == 0x6;
+  const bool zmm_ok = (xcr0_lo & 0xe6) == 0xe6;
+  if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return f;
+  f.avx2 = ymm_ok && ((ebx >> 5) & 1);
+  f.fma = f.fma && ymm_ok;
+  f.avx512f = zmm_ok && ((ebx >> 16) & 1);
+  f.avx512bw = zmm_ok && ((ebx >> 30) & 1);
+  f.avx512vl = zmm_ok && ((ebx >> 31) & 1);
+  f.avx512_vnni = zmm_ok && ((ecx >> 11) & 1);
+  if (__get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx)) {
+    f.avx512_bf16 = zmm_ok && ((eax >> 5) & 1);
+  }
+  // QUILL_DISABLE_AVX512=1 lets tests exercise the portable paths on this machine.
+  const char* disable = std::getenv("QUILL_DISABLE_AVX512");
+  if (disable != nullptr && disable[0] == '1') {
+    f.avx512f = f.avx512bw = f.avx512vl = f.avx512_bf16 = f.avx512_vnni = false;
+  }
+  return f;
+}
+
+}  // namespace
+
+const CpuFeatures& GetCpuFeatures() {
+  static const CpuFeatures features = Detect();
+  return features;
+}
+
+bool HasAvx512Bf16() {
+  const CpuFeatures& f = GetCpuFeatures();
+  return f.avx512f && f.avx512bw && f.avx512vl && f.avx512_bf16 && f.avx512_vnni;
+}
+
+}  // namespace quill::engine

@@ -1,0 +1,37 @@
+#pragma once
+
+#include <cstdint>
+
+#include "absl/types/span.h"
+
+namespace quill::engine::kernels {
+
+// Layout of one layer's paged K or V arena: [num_blocks][block_size][num_kv_heads][head_dim]
+// f32. A sequence's block table maps its logical block i (positions
+// [i*block_size, (i+1)*block_size)) to a physical block id.
+struct KvLayout {
+  int block_size = 16;
+  int num_kv_heads = 0;
+  int head_dim = 0;
+};
+
+// One sequence's slice of the step's batch.
+struct AttentionSequence {
+  const int32_t* block_table = nullptr;  // physical block ids covering [0, first_pos + num_q)
+  int32_t q_begin = 0;    // first row of q/out belonging to this sequence
+  int32_t num_q = 0;      // its new tokens this step (a prefill chunk, or 1 for decode)
+  int32_t first_pos = 0;  // absolute position of its first new token
+};
+
+// Causal grouped-query attention over the paged cache. The K/V of the new tokens must
+// already be in the cache. Query row (q_begin + j) at position p = first_pos + j attends
+// to positions [0, p]; query head h reads KV head h / (n_heads / num_kv_heads).
+// q, out: rows x n_heads x head_dim f32. A tiled online softmax: never materializes the
+// T x T score matrix, allocates nothing, and each output depends only on its own query
+// and the cache (fixed tile boundaries at absolute positions), so it is batch-invariant.
+// Parallel over (sequence, head, query tile) on the OpenMP pool.
+void PagedAttention(const float* q, const float* k_cache, const float* v_cache,
+                    const KvLayout& layout, absl::Span<const AttentionSequence> sequences,
+                    int n_heads, float scale, float* out);
+
+}  // namespace quill::engine::kernels

@@ -1,0 +1,66 @@
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+
+namespace quill::engine::kernels {
+
+// How a model computes.
+//   kExact: f32 activations and f32 accumulation, weights widened exactly (F16/BF16
+//           exactly, Q8_0 as scale x int8). Every output row depends only on its own
+//           input row with a fixed summation order, so results are bit-for-bit the same
+//           whatever else is in the batch (batch invariance) and from run to run.
+//   kFast:  F32 weights in f32 (oneDNN); F16/BF16 weights in bf16 on CPUs with
+//           AVX512-BF16 (f32 otherwise); Q8_0 through an int8 or bf16 path.
+enum class Precision { kExact, kFast };
+
+// Weight element encodings the kernels accept (same encodings as GGUF).
+enum class WeightType { kF32, kF16, kBF16, kQ8_0 };
+
+// A weight matrix as stored in GGUF: `rows` output features, each a contiguous run of
+// `cols` input features (GGUF dims = {cols, rows}). Q8_0 rows are blocks of 32
+// (fp16 scale + 32 int8), so cols % 32 == 0.
+struct WeightView {
+  WeightType type = WeightType::kF32;
+  const void* data = nullptr;
+  int64_t rows = 0;
+  int64_t cols = 0;
+};
+
+// y[m x N] = x[m x K] * W^T for a weight packed once at load.
+// Several weights with the same `cols` and type may be fused into one Linear whose
+// output is their outputs side by side (e.g. Q|K|V, or gate|up), so one matmul serves them.
+class Linear {
+ public:
+  // INVALID_ARGUMENT for mismatched parts, a bad shape or type; INTERNAL for oneDNN
+  // failures. `max_tokens` bounds m in Run(); scratch is allocated here, not per call.
+  static absl::StatusOr<std::unique_ptr<Linear>> Create(absl::Span<const WeightView> parts,
+                                                        Precision precision, int max_tokens);
+  virtual ~Linear() = default;
+
+  // x: m rows of in_features() f32; y: m rows of out_features() f32; 1 <= m <= max_tokens.
+  // Not thread-safe (uses its scratch); call it from one thread at a time. Uses the
+  // process's OpenMP thread pool internally. Never allocates.
+  virtual void Run(const float* x, int m, float* y) = 0;
+
+  virtual int64_t in_features() const = 0;
+  virtual int64_t out_features() const = 0;
+  virtual int64_t packed_bytes() const = 0;   // memory held by packed weights
+  virtual std::string kernel_name() const = 0;  // e.g. "onednn-bf16+gemv-bf16-avx512"
+};
+
+// Widens one row of `cols` elements of `w` (row `row`) to f32, exactly. Used for the
+// embedding lookup and by tests.
+void DequantizeRow(const WeightView& w, int64_t row, float* out);
+
+// Conversions used across the kernels (round-to-nearest-even for f32 -> bf16).
+float Fp16ToFloat(uint16_t h);
+uint16_t FloatToFp16(float f);
+float Bf16ToFloat(uint16_t b);
+uint16_t FloatToBf16(float f);
+
+}  // namespace quill::engine::kernels

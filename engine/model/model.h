@@ -1,0 +1,66 @@
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "engine/gguf/gguf_file.h"
+#include "engine/kernels/linear.h"
+#include "engine/kv_cache/kv_cache.h"
+#include "engine/model/model_config.h"
+#include "engine/tokenizer/tokenizer.h"
+
+namespace quill::engine {
+
+struct ModelOptions {
+  std::string path;
+  kernels::Precision precision = kernels::Precision::kFast;
+  int max_batch_tokens = 512;  // most tokens one Forward() may carry (sizes all scratch)
+};
+
+// One sequence's part of a forward step: a chunk of its prompt (prefill) or its one new
+// token (decode).
+struct BatchEntry {
+  KvCache::SeqId seq = 0;
+  absl::Span<const TokenId> tokens;
+  int32_t first_pos = 0;     // absolute position of tokens[0]
+  bool want_logits = false;  // produce logits for the last of `tokens`
+};
+
+// A loaded Llama-family model: config, tokenizer and weights packed once for the chosen
+// precision, plus the scratch for one forward step. Forward() is called from one thread
+// (the engine thread, or quill-run's main thread); accessors are const and thread-safe.
+class Model {
+ public:
+  // NOT_FOUND / INVALID_ARGUMENT / DATA_LOSS with the loader's message for a bad file;
+  // INVALID_ARGUMENT for an unsupported architecture, tensor type or inconsistent shapes.
+  static absl::StatusOr<std::unique_ptr<Model>> Load(const ModelOptions& options);
+  ~Model();
+
+  const ModelConfig& config() const;
+  const Tokenizer& tokenizer() const;
+  const ModelOptions& options() const;
+  int64_t weight_bytes() const;      // bytes of packed weights held in memory
+  std::string weight_type_name() const;  // e.g. "BF16", "Q8_0", "F32" (of the matmul weights)
+  std::string kernel_summary() const;    // which matmul kernels were chosen
+
+  // KV cache options matching this model's shape for a byte budget.
+  KvCacheOptions MakeKvCacheOptions(int64_t budget_bytes, int block_size_tokens) const;
+
+  // Runs one step over all tokens of `batch` (sum of token counts <= max_batch_tokens):
+  // every linear layer is one matmul over all of them. Writes K/V for every token into
+  // `cache` (each seq must already have capacity >= first_pos + tokens.size()), and the
+  // logits of each entry with want_logits to consecutive rows of `logits`
+  // (vocab_size floats each, in entry order). Never allocates.
+  absl::Status Forward(absl::Span<const BatchEntry> batch, KvCache& cache, float* logits);
+
+ private:
+  struct Impl;
+  explicit Model(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace quill::engine

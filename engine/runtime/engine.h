@@ -1,0 +1,64 @@
+#pragma once
+
+#include <memory>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "engine/model/model.h"
+#include "engine/runtime/engine_observer.h"
+#include "engine/runtime/request.h"
+#include "engine/runtime/token_sink.h"
+
+namespace quill::engine {
+
+struct EngineOptions {
+  int max_batch_tokens = 512;       // tokens per step, prefill + decode (<= model's max)
+  int prefill_chunk_tokens = 256;   // a prompt is prefilled in chunks of at most this
+  int max_running = 64;             // sequences in the running set at once
+  int max_queue = 256;              // waiting requests; one more -> RESOURCE_EXHAUSTED
+  int64_t kv_cache_bytes = int64_t{256} << 20;
+  int block_size_tokens = 16;
+  int max_tokens_limit = 0;         // largest max_tokens accepted; 0 = the context length
+};
+
+// The engine: one thread that owns the model, the KV cache and every sequence, and runs
+// continuous batching (each step: one decode token per running sequence plus prefill
+// chunks of sequences being admitted, within max_batch_tokens). Other threads talk to it
+// only through Submit()/Cancel() (a command inbox) and the TokenSink they pass in.
+class Engine {
+ public:
+  // Takes the model, sizes the KV pool, and starts the engine thread. `observer` may be
+  // null; if not, it must outlive the engine.
+  static absl::StatusOr<std::unique_ptr<Engine>> Create(std::unique_ptr<Model> model,
+                                                        const EngineOptions& options,
+                                                        EngineObserver* observer);
+  ~Engine();  // Shutdown(zero) if not done yet.
+
+  // Thread-safe; never blocks on the engine thread. Returns:
+  //   INVALID_ARGUMENT   the request can never be served (names the field: empty prompt,
+  //                      ids out of vocab, prompt + max_tokens beyond the context, bad
+  //                      max_tokens or sampling, prompt larger than the whole KV pool);
+  //   RESOURCE_EXHAUSTED the waiting queue is full (retry later);
+  //   ALREADY_EXISTS     a live request has the same id;
+  //   UNAVAILABLE        the engine is draining or stopped.
+  // On OK the engine owns the request and `sink` gets chunks and exactly one OnFinish.
+  // On error `sink` is never called.
+  absl::Status Submit(GenerationRequest request, std::shared_ptr<TokenSink> sink);
+
+  // Thread-safe, never blocks; the request ends (kCancelled) within one step. No-op for
+  // unknown or finished ids.
+  void Cancel(absl::string_view request_id);
+
+  // Stops admitting (Submit -> UNAVAILABLE), lets accepted requests finish until
+  // `drain_timeout`, ends the rest with kShutdown (UNAVAILABLE), then joins the thread.
+  // Blocking; idempotent; never call it from a TokenSink.
+  void Shutdown(absl::Duration drain_timeout);
+
+  // Immutable parts (config, tokenizer) are safe to read from any thread.
+  const Model& model() const;
+  const EngineOptions& options() const;
+  EngineGauges gauges() const;  // thread-safe snapshot
+};
+
+}  // namespace quill::engine

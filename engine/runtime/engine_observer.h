@@ -1,0 +1,45 @@
+#pragma once
+
+#include <string>
+
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "engine/runtime/request.h"
+
+namespace quill::engine {
+
+enum class StepPhase { kPrefill, kDecode, kMixed };
+absl::string_view StepPhaseName(StepPhase phase);  // "prefill", "decode", "mixed"
+
+struct StepStats {
+  StepPhase phase = StepPhase::kDecode;
+  int prefill_tokens = 0;   // prompt tokens processed this step
+  int decode_tokens = 0;    // sequences that decoded one token this step
+  int num_sequences = 0;
+  absl::Duration duration;  // whole step: plan + forward + sample + emit
+  // Gaps between each emitted token and the previous token of the same request
+  // (inter-token latency), one per decode token emitted this step.
+  absl::Span<const absl::Duration> inter_token_latencies;
+};
+
+struct EngineGauges {
+  int requests_running = 0;
+  int requests_waiting = 0;
+  int kv_blocks_total = 0;
+  int kv_blocks_used = 0;
+  int64_t kv_bytes_used = 0;
+  int64_t kv_bytes_total = 0;
+};
+
+// Engine -> metrics. Called on the engine thread; implementations only do cheap atomic
+// updates. Every method has a no-op default so tests can pass a bare observer.
+class EngineObserver {
+ public:
+  virtual ~EngineObserver() = default;
+  virtual void OnStep(const StepStats& stats, const EngineGauges& gauges) {}
+  // Once per request that was accepted by Submit(), when it ends (any reason).
+  virtual void OnRequestFinished(const FinishInfo& info) {}
+  virtual void OnPreemption() {}
+};
+
+}  // namespace quill::engine

@@ -1,0 +1,66 @@
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "engine/sampler/sampler.h"
+#include "engine/tokenizer/tokenizer.h"
+
+namespace quill::engine {
+
+// Plain structs that cross the engine boundary. The server converts protos to and from
+// these; the engine never sees a proto.
+
+enum class FinishReason { kLength, kStop, kEos, kCancelled, kDeadline, kError, kShutdown };
+
+// "length", "stop", "eos", "cancelled", "deadline", "error", "shutdown".
+absl::string_view FinishReasonName(FinishReason reason);
+
+struct GenerationRequest {
+  std::string request_id;            // unique among live requests
+  std::vector<TokenId> prompt_ids;   // already tokenized (BOS included where the vocab wants it)
+  int max_tokens = 16;
+  SamplingParams sampling;
+  std::vector<std::string> stop;     // stop strings, matched on the generated text
+  std::vector<TokenId> stop_token_ids;
+  bool ignore_eos = false;
+  int logprobs = 0;                  // top alternatives per token (0 = none)
+  absl::Time deadline = absl::InfiniteFuture();
+};
+
+struct GeneratedToken {
+  TokenId id = 0;
+  float logprob = 0.0f;                    // of the chosen token (raw-logit log-softmax)
+  std::vector<TokenLogprob> top_logprobs;  // `logprobs` alternatives, empty when 0
+};
+
+// What one engine step produced for one request.
+struct TokenChunk {
+  std::vector<GeneratedToken> tokens;
+  // The text these tokens complete: valid UTF-8, never half a character; text held back
+  // because it might begin a stop string comes in a later chunk (or never, if it stops).
+  std::string text;
+};
+
+struct RequestTimings {
+  absl::Duration queue_wait;           // submitted -> admitted to the running set
+  absl::Duration prefill;              // admitted -> prompt fully processed
+  absl::Duration time_to_first_token;  // submitted -> first token emitted
+  absl::Duration decode;               // first token -> finish
+  absl::Duration total;                // submitted -> finish
+};
+
+struct FinishInfo {
+  FinishReason reason = FinishReason::kLength;
+  // OK for length/stop/eos; CANCELLED, DEADLINE_EXCEEDED, UNAVAILABLE (shutdown) or
+  // INTERNAL otherwise, with a message.
+  absl::Status status;
+  int prompt_tokens = 0;
+  int completion_tokens = 0;
+  RequestTimings timings;
+};
+
+}  // namespace quill::engine

@@ -1,0 +1,57 @@
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+
+namespace quill::engine {
+
+using TokenId = int32_t;
+
+struct SamplingParams {
+  float temperature = 1.0f;        // 0 = greedy; must be finite and >= 0
+  int top_k = 0;                   // 0 = off; must be >= 0
+  float top_p = 1.0f;              // in (0, 1]
+  float min_p = 0.0f;              // in [0, 1]
+  float repetition_penalty = 1.0f; // > 0; 1 = off (llama.cpp rule over prompt + output)
+  uint64_t seed = 0;
+};
+
+// INVALID_ARGUMENT naming the field ("sampling.temperature must be ...") for any value
+// outside the ranges above, NaN or Inf.
+absl::Status ValidateSamplingParams(const SamplingParams& params);
+
+struct TokenLogprob {
+  TokenId id = 0;
+  float logprob = 0.0f;
+};
+
+// Per-sequence sampler: penalties -> temperature -> top-k -> top-p -> min-p -> draw, with
+// its own std::mt19937_64 seeded from params.seed, so the same seed and request give the
+// same tokens whatever else is in the batch. Scratch is allocated at construction.
+class Sampler {
+ public:
+  Sampler(const SamplingParams& params, int vocab_size);
+
+  // `logits` is not modified. `history` holds the prompt and the tokens generated so far
+  // (for the repetition penalty). Greedy ties go to the lowest id.
+  TokenId Sample(absl::Span<const float> logits, absl::Span<const TokenId> history);
+
+  const SamplingParams& params() const { return params_; }
+
+ private:
+  SamplingParams params_;
+  std::mt19937_64 rng_;
+  std::vector<float> scratch_;
+  std::vector<TokenId> candidates_;
+};
+
+// log-softmax of the raw logits: the chosen token's logprob, and the `top_n` most likely
+// tokens (descending, ties by id) in `top`. `top` is resized to top_n.
+float ComputeLogprobs(absl::Span<const float> logits, TokenId chosen, int top_n,
+                      std::vector<TokenLogprob>* top);
+
+}  // namespace quill::engine

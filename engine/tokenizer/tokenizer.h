@@ -1,0 +1,74 @@
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "engine/gguf/gguf_file.h"
+
+namespace quill::engine {
+
+using TokenId = int32_t;
+
+// A tokenizer built from GGUF metadata (tokenizer.ggml.*): "llama" (SentencePiece BPE by
+// score with byte fallback) or "gpt2" (byte-level BPE over merges with the GPT-2
+// pre-tokenizer). Immutable; Encode/Decode are const and thread-safe.
+class Tokenizer {
+ public:
+  // INVALID_ARGUMENT for a missing/unsupported tokenizer model or inconsistent arrays.
+  static absl::StatusOr<std::unique_ptr<Tokenizer>> FromGguf(const GgufFile& file);
+  virtual ~Tokenizer() = default;
+
+  // Text -> ids. With add_special, BOS is prepended when the vocabulary says
+  // add_bos_token (and EOS appended when it says add_eos_token). Special/control token
+  // strings inside `text` are plain text. INVALID_ARGUMENT if `text` is not valid UTF-8.
+  virtual absl::StatusOr<std::vector<TokenId>> Encode(absl::string_view text,
+                                                      bool add_special) const = 0;
+
+  // The bytes a token stands for (byte-fallback pieces give their byte, "▁" gives a
+  // space, GPT-2 byte-level symbols their bytes); control tokens give "". May be a
+  // fragment of a UTF-8 character.
+  virtual std::string TokenBytes(TokenId id) const = 0;
+
+  // ids -> text: the concatenated TokenBytes, with the SentencePiece leading space
+  // removed when `ids` starts right after BOS (`strip_leading_space`). Invalid UTF-8 is
+  // replaced with U+FFFD.
+  std::string Decode(absl::Span<const TokenId> ids, bool strip_leading_space = false) const;
+
+  virtual int vocab_size() const = 0;
+  virtual TokenId bos_id() const = 0;   // -1 if none
+  virtual TokenId eos_id() const = 0;   // -1 if none
+  virtual bool add_bos() const = 0;
+  // True for tokens that end generation (EOS, EOT, ...).
+  virtual bool IsEndOfGeneration(TokenId id) const = 0;
+  virtual bool IsControl(TokenId id) const = 0;
+  virtual std::string model_name() const = 0;  // "llama" or "gpt2"
+};
+
+// Per-sequence streaming decoder: turns tokens into text as they arrive and never emits
+// half a UTF-8 character. Holds a reference to the tokenizer, which must outlive it.
+class IncrementalDetokenizer {
+ public:
+  // With strip_leading_space, a leading SentencePiece space of the very first emitted
+  // text is dropped (use it when the first token follows BOS directly).
+  explicit IncrementalDetokenizer(const Tokenizer& tokenizer, bool strip_leading_space = false);
+  // Appends one token; returns the text that is now complete (possibly empty).
+  std::string Push(TokenId id);
+  // End of stream: returns any held-back bytes, invalid ones as U+FFFD.
+  std::string Flush();
+
+ private:
+  const Tokenizer& tokenizer_;
+  bool strip_leading_space_;
+  bool emitted_any_ = false;
+  std::string pending_;  // bytes of an incomplete UTF-8 character
+};
+
+// True if `text` is well-formed UTF-8 (no overlongs, surrogates or values > U+10FFFF).
+bool IsValidUtf8(absl::string_view text);
+
+}  // namespace quill::engine
