@@ -1,0 +1,25 @@
+#pragma once
+
+#include <cstdint>
+
+#include "absl/types/span.h"
+#include "engine/kernels/attention.h"
+#include "engine/kernels/linear.h"
+
+// Plain scalar ground truth for every optimized kernel. Written for clarity, not speed;
+// tests compare the fast kernels against these. Accumulation is in double where it helps
+// the reference be the more accurate side.
+namespace quill::engine::kernels::reference {
+
+// y[m x N] = x[m x K] * W^T with W widened exactly to f32.
+void Linear(const WeightView& w, const float* x, int m, float* y);
+void RmsNorm(const float* x, const float* weight, int rows, int dim, float eps, float* out);
+void Rope(float* x, const int32_t* positions, int rows, int n_heads, int head_dim,
+          int rope_dim, float freq_base);
+void SwiGlu(const float* gate_up, int rows, int ffn, float* out);
+// Causal GQA attention by materializing scores per query (what the tiled kernel must match).
+void PagedAttention(const float* q, const float* k_cache, const float* v_cache,
+                    const KvLayout& layout, absl::Span<const AttentionSequence> sequences,
+                    int n_heads, float scale, float* out);
+
+}  // namespace quill::engine::kernels::reference
