@@ -6,6 +6,7 @@
 #include "engine/kernels/attention.h"
 #include "engine/kernels/linear.h"
 
+// Implemented in reference/linear_reference.cc (Linear) and reference/ops_reference.cc (the rest).
 // Plain scalar ground truth for every optimized kernel. Written for clarity, not speed;
 // tests compare the fast kernels against these. Accumulation is in double where it helps
 // the reference be the more accurate side.
