@@ -11,6 +11,7 @@
 #include "engine/kernels/linear.h"
 #include "engine/kv_cache/kv_cache.h"
 #include "engine/model/model_config.h"
+#include "engine/model/model_profile.h"
 #include "engine/tokenizer/tokenizer.h"
 
 namespace quill::engine {
@@ -56,6 +57,11 @@ class Model {
   // logits of each entry with want_logits to consecutive rows of `logits`
   // (vocab_size floats each, in entry order). Never allocates.
   absl::Status Forward(absl::Span<const BatchEntry> batch, KvCache& cache, float* logits);
+
+  // Per-phase timing of Forward() (for quill-bench --profile). Off by default; turning it
+  // on or off clears the totals. Same threading rule as Forward().
+  void SetProfiling(bool on);
+  const ModelProfile& profile() const;
 
  private:
   struct Impl;
