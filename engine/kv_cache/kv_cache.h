@@ -62,7 +62,32 @@ class KvCache {
   // (row of num_kv_heads * head_dim floats). `pos` must be < capacity_tokens(seq).
   int64_t SlotOffset(SeqId seq, int64_t pos) const;
 
-  // ... private state chosen by the implementation (free list, tables, arenas)
+  ~KvCache();
+  KvCache(const KvCache&) = delete;
+  KvCache& operator=(const KvCache&) = delete;
+
+ private:
+  // Frees a 64-byte-aligned arena.
+  struct ArenaDeleter {
+    void operator()(float* p) const;
+  };
+  using Arena = std::unique_ptr<float[], ArenaDeleter>;
+
+  KvCache(const KvCacheOptions& options, int num_blocks);
+  // Allocates and zero-fills the arenas; RESOURCE_EXHAUSTED if memory runs out.
+  absl::Status AllocateArenas();
+  // An empty table with generous capacity, recycled from released sequences when possible.
+  std::vector<int32_t> TakeTable();
+
+  KvCacheOptions options_;
+  kernels::KvLayout layout_;
+  int num_blocks_ = 0;
+  int64_t arena_floats_ = 0;        // per layer, K or V
+  std::vector<Arena> k_arenas_;     // one per layer
+  std::vector<Arena> v_arenas_;     // one per layer
+  std::vector<int32_t> free_blocks_;  // LIFO stack of free physical block ids
+  absl::flat_hash_map<SeqId, std::vector<int32_t>> tables_;
+  std::vector<std::vector<int32_t>> spare_tables_;  // cleared tables kept for reuse
 };
 
 }  // namespace quill::engine
