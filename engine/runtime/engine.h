@@ -3,11 +3,14 @@
 #include <memory>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "engine/model/model.h"
+#include "engine/runtime/clock.h"
 #include "engine/runtime/engine_observer.h"
 #include "engine/runtime/request.h"
+#include "engine/runtime/step_model.h"
 #include "engine/runtime/token_sink.h"
 
 namespace quill::engine {
@@ -59,6 +62,21 @@ class Engine {
   const Model& model() const;
   const EngineOptions& options() const;
   EngineGauges gauges() const;  // thread-safe snapshot
+
+  // Like Create(), over any StepModel (tests use a scripted fake) and with an injected
+  // clock (null = real time; it must outlive the engine). model() may only be called
+  // when `step_model` wraps a Model.
+  static absl::StatusOr<std::unique_ptr<Engine>> CreateWithStepModel(
+      std::unique_ptr<StepModel> step_model, const EngineOptions& options,
+      EngineObserver* observer, const Clock* clock = nullptr);
+
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+ private:
+  class Impl;
+  explicit Engine(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
 };
 
 }  // namespace quill::engine

@@ -1,0 +1,62 @@
+#include "engine/runtime/batch_planner.h"
+
+#include <algorithm>
+
+namespace quill::engine {
+namespace {
+
+// Appends a prefill chunk for a sequence with `remaining` prompt tokens starting at
+// `first`; returns the tokens used.
+int AddPrefillChunk(int sequence, int first, int remaining, int budget,
+                    const PlannerOptions& options, StepPlan* plan) {
+  const int n = std::min({remaining, options.prefill_chunk_tokens, budget});
+  if (n <= 0) return 0;
+  PlannedEntry entry;
+  entry.sequence = sequence;
+  entry.decode = false;
+  entry.first_token = first;
+  entry.num_tokens = n;
+  entry.want_logits = (n == remaining);
+  plan->entries.push_back(entry);
+  plan->prefill_tokens += n;
+  return n;
+}
+
+}  // namespace
+
+void PlanStep(const PlanInput& input, const PlannerOptions& options, StepPlan* plan) {
+  plan->Clear();
+  const int num_running = static_cast<int>(input.running.size());
+
+  for (int i = 0; i < num_running; ++i) {
+    if (input.running[i].state != SequenceState::kDecode) continue;
+    PlannedEntry entry;
+    entry.sequence = i;
+    entry.decode = true;
+    entry.num_tokens = 1;
+    entry.want_logits = true;
+    plan->entries.push_back(entry);
+    ++plan->decode_tokens;
+  }
+  int budget = options.max_batch_tokens - plan->decode_tokens;
+
+  for (int i = 0; i < num_running && budget > 0; ++i) {
+    const RunningView& seq = input.running[i];
+    if (seq.state != SequenceState::kPrefill) continue;
+    budget -= AddPrefillChunk(i, seq.prefilled_tokens, seq.prompt_tokens - seq.prefilled_tokens,
+                              budget, options, plan);
+  }
+
+  int free_blocks = input.free_kv_blocks;
+  for (const WaitingView& waiting : input.waiting) {
+    if (budget <= 0) break;
+    if (num_running + plan->num_admitted >= options.max_running) break;
+    if (waiting.kv_blocks_needed > free_blocks) break;
+    free_blocks -= waiting.kv_blocks_needed;
+    const int index = num_running + plan->num_admitted;
+    ++plan->num_admitted;
+    budget -= AddPrefillChunk(index, 0, waiting.prompt_tokens, budget, options, plan);
+  }
+}
+
+}  // namespace quill::engine

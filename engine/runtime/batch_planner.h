@@ -1,0 +1,68 @@
+#pragma once
+
+#include <vector>
+
+#include "absl/types/span.h"
+#include "engine/runtime/sequence_state.h"
+
+namespace quill::engine {
+
+struct PlannerOptions {
+  int max_batch_tokens = 512;      // tokens in one step, decode + prefill
+  int prefill_chunk_tokens = 256;  // most prompt tokens of one sequence per step
+  int max_running = 64;            // running set size (must be <= max_batch_tokens)
+};
+
+// What the planner needs to know about a running sequence (kPrefill or kDecode).
+struct RunningView {
+  SequenceState state = SequenceState::kPrefill;
+  int prompt_tokens = 0;
+  int prefilled_tokens = 0;  // prompt tokens already in the KV cache
+};
+
+// A waiting request, in FIFO order.
+struct WaitingView {
+  int prompt_tokens = 0;
+  int kv_blocks_needed = 0;  // reserved in full at admission (prompt + max_tokens)
+};
+
+struct PlanInput {
+  absl::Span<const RunningView> running;  // in admission order
+  absl::Span<const WaitingView> waiting;  // FIFO
+  int free_kv_blocks = 0;
+};
+
+// One forward entry. `sequence` indexes running ++ the admitted head of waiting.
+struct PlannedEntry {
+  int sequence = 0;
+  bool decode = false;       // one new token (otherwise a prompt chunk)
+  int first_token = 0;       // prompt offset of the chunk (decode: unused)
+  int num_tokens = 0;
+  bool want_logits = false;  // decode, or the chunk that completes the prompt
+};
+
+struct StepPlan {
+  int num_admitted = 0;               // the first num_admitted waiting requests join
+  std::vector<PlannedEntry> entries;  // decode entries first, then prefill chunks
+  int decode_tokens = 0;
+  int prefill_tokens = 0;
+
+  void Clear() {
+    num_admitted = 0;
+    entries.clear();
+    decode_tokens = 0;
+    prefill_tokens = 0;
+  }
+};
+
+// Plans one engine step; a pure function of its inputs (no clock, no model, no cache).
+//  1. Every kDecode sequence gets its one token (always: max_running <= max_batch_tokens).
+//  2. Sequences in kPrefill get chunks of <= prefill_chunk_tokens, in admission order,
+//     while the step's token budget lasts.
+//  3. Waiting requests are admitted from the FIFO head while the running set has room,
+//     the KV pool has the blocks they reserve, and the step has tokens left for their
+//     first chunk. The first request that does not fit stops admission (no overtaking).
+// `plan` is cleared and refilled; its vectors keep their capacity between steps.
+void PlanStep(const PlanInput& input, const PlannerOptions& options, StepPlan* plan);
+
+}  // namespace quill::engine

@@ -1,0 +1,180 @@
+#include "engine/runtime/batch_planner.h"
+
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace quill::engine {
+namespace {
+
+RunningView Decoding() { return {SequenceState::kDecode, 10, 10}; }
+RunningView Prefilling(int prompt, int done) { return {SequenceState::kPrefill, prompt, done}; }
+
+struct Planner {
+  PlannerOptions options;
+  std::vector<RunningView> running;
+  std::vector<WaitingView> waiting;
+  int free_blocks = 1000;
+  StepPlan plan;
+
+  const StepPlan& Plan() {
+    PlanInput input;
+    input.running = running;
+    input.waiting = waiting;
+    input.free_kv_blocks = free_blocks;
+    PlanStep(input, options, &plan);
+    return plan;
+  }
+};
+
+TEST(BatchPlannerTest, EmptyInputPlansNothing) {
+  Planner p;
+  const StepPlan& plan = p.Plan();
+  EXPECT_EQ(plan.num_admitted, 0);
+  EXPECT_TRUE(plan.entries.empty());
+}
+
+TEST(BatchPlannerTest, EveryDecodeSequenceGetsOneTokenFirst) {
+  Planner p;
+  p.options.max_batch_tokens = 8;
+  p.options.prefill_chunk_tokens = 100;
+  p.running = {Decoding(), Prefilling(50, 0), Decoding(), Decoding()};
+  const StepPlan& plan = p.Plan();
+  ASSERT_EQ(plan.entries.size(), 4u);
+  EXPECT_EQ(plan.decode_tokens, 3);
+  const int decode_ids[] = {0, 2, 3};
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_TRUE(plan.entries[i].decode);
+    EXPECT_EQ(plan.entries[i].sequence, decode_ids[i]);
+    EXPECT_EQ(plan.entries[i].num_tokens, 1);
+    EXPECT_TRUE(plan.entries[i].want_logits);
+  }
+  // The prefill gets what the decoders leave: 8 - 3 = 5 tokens, not its last chunk.
+  EXPECT_FALSE(plan.entries[3].decode);
+  EXPECT_EQ(plan.entries[3].sequence, 1);
+  EXPECT_EQ(plan.entries[3].first_token, 0);
+  EXPECT_EQ(plan.entries[3].num_tokens, 5);
+  EXPECT_FALSE(plan.entries[3].want_logits);
+  EXPECT_EQ(plan.prefill_tokens, 5);
+}
+
+TEST(BatchPlannerTest, DecodeTokensIncludedEvenWhenTheyFillTheBudget) {
+  Planner p;
+  p.options.max_batch_tokens = 4;
+  p.options.max_running = 4;
+  p.running = {Decoding(), Decoding(), Decoding(), Decoding()};
+  p.waiting = {{5, 1}};
+  const StepPlan& plan = p.Plan();
+  EXPECT_EQ(plan.decode_tokens, 4);
+  EXPECT_EQ(plan.prefill_tokens, 0);
+  EXPECT_EQ(plan.num_admitted, 0);
+}
+
+TEST(BatchPlannerTest, PrefillIsChunked) {
+  Planner p;
+  p.options.prefill_chunk_tokens = 16;
+  p.options.max_batch_tokens = 512;
+  p.running = {Prefilling(40, 32)};
+  const StepPlan& plan = p.Plan();
+  ASSERT_EQ(plan.entries.size(), 1u);
+  EXPECT_EQ(plan.entries[0].first_token, 32);
+  EXPECT_EQ(plan.entries[0].num_tokens, 8);  // the remainder, and the last chunk
+  EXPECT_TRUE(plan.entries[0].want_logits);
+
+  p.running = {Prefilling(40, 0)};
+  const StepPlan& plan2 = p.Plan();
+  ASSERT_EQ(plan2.entries.size(), 1u);
+  EXPECT_EQ(plan2.entries[0].num_tokens, 16);
+  EXPECT_FALSE(plan2.entries[0].want_logits);
+}
+
+TEST(BatchPlannerTest, MaxBatchTokensRespectedAcrossPrefills) {
+  Planner p;
+  p.options.prefill_chunk_tokens = 16;
+  p.options.max_batch_tokens = 40;
+  p.running = {Decoding(), Prefilling(100, 0), Prefilling(100, 0), Prefilling(100, 0)};
+  p.waiting = {{10, 1}};
+  const StepPlan& plan = p.Plan();
+  int total = 0;
+  for (const PlannedEntry& e : plan.entries) total += e.num_tokens;
+  EXPECT_EQ(total, 40);
+  // 1 decode + 16 + 16 + 7; nothing left for the waiting one, so it is not admitted.
+  ASSERT_EQ(plan.entries.size(), 4u);
+  EXPECT_EQ(plan.entries[1].num_tokens, 16);
+  EXPECT_EQ(plan.entries[2].num_tokens, 16);
+  EXPECT_EQ(plan.entries[3].num_tokens, 7);
+  EXPECT_EQ(plan.entries[3].sequence, 3);
+  EXPECT_EQ(plan.num_admitted, 0);
+}
+
+TEST(BatchPlannerTest, AdmitsFifoWhileKvBlocksLast) {
+  Planner p;
+  p.free_blocks = 10;
+  p.waiting = {{4, 4}, {4, 5}, {4, 2}, {4, 1}};
+  const StepPlan& plan = p.Plan();
+  // 4 + 5 fit; the third needs 2 of the 1 left: admission stops there, even though
+  // the fourth (1 block) would fit: no overtaking.
+  EXPECT_EQ(plan.num_admitted, 2);
+  ASSERT_EQ(plan.entries.size(), 2u);
+  EXPECT_EQ(plan.entries[0].sequence, 0);
+  EXPECT_EQ(plan.entries[1].sequence, 1);
+  EXPECT_EQ(plan.entries[0].num_tokens, 4);
+  EXPECT_TRUE(plan.entries[0].want_logits);
+}
+
+TEST(BatchPlannerTest, HeadThatDoesNotFitBlocksEveryone) {
+  Planner p;
+  p.free_blocks = 3;
+  p.waiting = {{4, 4}, {4, 1}};
+  EXPECT_EQ(p.Plan().num_admitted, 0);
+}
+
+TEST(BatchPlannerTest, AdmittedIndicesFollowTheRunningSet) {
+  Planner p;
+  p.running = {Decoding(), Decoding()};
+  p.waiting = {{3, 1}};
+  const StepPlan& plan = p.Plan();
+  EXPECT_EQ(plan.num_admitted, 1);
+  ASSERT_EQ(plan.entries.size(), 3u);
+  EXPECT_EQ(plan.entries[2].sequence, 2);
+  EXPECT_FALSE(plan.entries[2].decode);
+}
+
+TEST(BatchPlannerTest, MaxRunningRespected) {
+  Planner p;
+  p.options.max_running = 3;
+  p.running = {Decoding()};
+  p.waiting = {{2, 1}, {2, 1}, {2, 1}, {2, 1}};
+  EXPECT_EQ(p.Plan().num_admitted, 2);
+
+  p.running = {Decoding(), Decoding(), Decoding()};
+  EXPECT_EQ(p.Plan().num_admitted, 0);
+}
+
+TEST(BatchPlannerTest, PrefillsInAdmissionOrderBeforeNewcomers) {
+  Planner p;
+  p.options.prefill_chunk_tokens = 8;
+  p.options.max_batch_tokens = 12;
+  p.running = {Prefilling(20, 8)};
+  p.waiting = {{20, 2}};
+  const StepPlan& plan = p.Plan();
+  ASSERT_EQ(plan.entries.size(), 2u);
+  EXPECT_EQ(plan.entries[0].sequence, 0);
+  EXPECT_EQ(plan.entries[0].first_token, 8);
+  EXPECT_EQ(plan.entries[0].num_tokens, 8);
+  EXPECT_EQ(plan.entries[1].sequence, 1);
+  EXPECT_EQ(plan.entries[1].num_tokens, 4);
+  EXPECT_EQ(plan.num_admitted, 1);
+}
+
+TEST(BatchPlannerTest, PlanIsReusedWithoutStaleEntries) {
+  Planner p;
+  p.running = {Decoding(), Decoding()};
+  EXPECT_EQ(p.Plan().entries.size(), 2u);
+  p.running = {Decoding()};
+  EXPECT_EQ(p.Plan().entries.size(), 1u);
+  EXPECT_EQ(p.plan.decode_tokens, 1);
+}
+
+}  // namespace
+}  // namespace quill::engine

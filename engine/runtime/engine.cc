@@ -1,0 +1,535 @@
+#include "engine/runtime/engine.h"
+
+#include <algorithm>
+#include <atomic>
+#include <deque>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "engine/base/check.h"
+#include "engine/base/status_macros.h"
+#include "engine/runtime/batch_planner.h"
+#include "engine/runtime/inbox.h"
+#include "engine/runtime/sequence.h"
+#include "spdlog/spdlog.h"
+
+namespace quill::engine {
+namespace {
+
+constexpr int kMaxLogprobs = 20;
+constexpr int kMaxStopStrings = 16;
+constexpr size_t kMaxStopBytes = 256;
+
+absl::Status ValidateOptions(const EngineOptions& o, int model_max_batch_tokens) {
+  if (o.max_batch_tokens < 1 || o.max_batch_tokens > model_max_batch_tokens) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_batch_tokens must be in [1, ", model_max_batch_tokens,
+                     "] (the model's scratch size), got ", o.max_batch_tokens));
+  }
+  if (o.prefill_chunk_tokens < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("prefill_chunk_tokens must be >= 1, got ", o.prefill_chunk_tokens));
+  }
+  if (o.max_running < 1 || o.max_running > o.max_batch_tokens) {
+    // Every running sequence decodes one token per step, so they must fit one batch.
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_running must be in [1, max_batch_tokens = ", o.max_batch_tokens, "], got ",
+        o.max_running));
+  }
+  if (o.max_queue < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("max_queue must be >= 1, got ", o.max_queue));
+  }
+  if (o.kv_cache_bytes <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("kv_cache_bytes must be > 0, got ", o.kv_cache_bytes));
+  }
+  if (o.block_size_tokens < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("block_size_tokens must be >= 1, got ", o.block_size_tokens));
+  }
+  if (o.max_tokens_limit < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_tokens_limit must be >= 0, got ", o.max_tokens_limit));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+// Everything the engine thread owns lives here; only Submit/Cancel/Shutdown/gauges run on
+// other threads, and they touch only the inbox, the atomics and immutable fields.
+class Engine::Impl {
+ public:
+  Impl(std::unique_ptr<StepModel> step_model, const EngineOptions& options,
+       EngineObserver* observer, const Clock* clock, std::unique_ptr<KvCache> kv)
+      : step_model_(std::move(step_model)),
+        options_(options),
+        observer_(observer),
+        clock_(clock),
+        kv_(std::move(kv)),
+        inbox_(options.max_queue),
+        vocab_size_(step_model_->vocab_size()),
+        context_length_(step_model_->context_length()),
+        max_tokens_limit_(options.max_tokens_limit > 0 ? options.max_tokens_limit
+                                                       : context_length_),
+        kv_block_size_(kv_->block_size()),
+        kv_num_blocks_(kv_->num_blocks()) {
+    planner_options_.max_batch_tokens = options.max_batch_tokens;
+    planner_options_.prefill_chunk_tokens = options.prefill_chunk_tokens;
+    planner_options_.max_running = options.max_running;
+    // Every per-step buffer is sized once here, so steps do not allocate.
+    const size_t max_entries = options.max_running;
+    running_.reserve(max_entries);
+    running_views_.reserve(max_entries);
+    waiting_views_.reserve(max_entries);
+    plan_.entries.reserve(max_entries * 2);
+    batch_.reserve(max_entries * 2);
+    inter_token_latencies_.reserve(max_entries);
+    logits_.assign(static_cast<size_t>(max_entries) * vocab_size_, 0.0f);
+    commands_.reserve(64);
+    PublishGauges();
+  }
+
+  ~Impl() { Shutdown(absl::ZeroDuration()); }
+
+  void Start() { thread_ = std::thread([this] { Run(); }); }
+
+  absl::Status Submit(GenerationRequest request, std::shared_ptr<TokenSink> sink);
+  void Cancel(absl::string_view request_id) { inbox_.PushCancel(request_id); }
+  void Shutdown(absl::Duration drain_timeout);
+
+  const Model& model() const {
+    const Model* model = step_model_->model();
+    QUILL_CHECK(model != nullptr);
+    return *model;
+  }
+  const EngineOptions& options() const { return options_; }
+  EngineGauges gauges() const {
+    EngineGauges g;
+    g.requests_running = gauge_running_.load(std::memory_order_relaxed);
+    g.requests_waiting = gauge_waiting_.load(std::memory_order_relaxed);
+    g.kv_blocks_total = kv_num_blocks_;
+    g.kv_blocks_used = gauge_kv_blocks_used_.load(std::memory_order_relaxed);
+    g.kv_bytes_total = kv_bytes_total_;
+    g.kv_bytes_used = g.kv_blocks_used * kv_block_bytes_;
+    return g;
+  }
+
+ private:
+  absl::Status Validate(const GenerationRequest& request) const;
+
+  // Engine thread only, from here on.
+  void Run();
+  void ApplyCommands();
+  void MarkExpired(absl::Time now);
+  void MarkAll(FinishReason reason, const absl::Status& status);
+  void Step();
+  void EmitToken(Sequence& seq, absl::Span<const float> logits, bool decode, absl::Time now);
+  // Finishes every sequence marked finished and drops it; returns how many.
+  int FinishMarked(absl::Time now);
+  // The one place a request ends: KV blocks back, id reusable, sink and observer told.
+  void FinishSequence(Sequence& seq, absl::Time now);
+  EngineGauges PublishGauges();
+
+  // Immutable after construction.
+  const std::unique_ptr<StepModel> step_model_;
+  const EngineOptions options_;
+  EngineObserver* const observer_;  // may be null; outlives the engine (caller's promise)
+  const Clock* const clock_;        // outlives the engine (Clock::Real() or the caller's)
+  const std::unique_ptr<KvCache> kv_;  // engine thread only (const pointer, mutable pool)
+  Inbox inbox_;
+  const int vocab_size_;
+  const int context_length_;
+  const int max_tokens_limit_;
+  const int kv_block_size_;
+  const int kv_num_blocks_;
+  const int64_t kv_block_bytes_ = kv_->block_bytes();
+  const int64_t kv_bytes_total_ = kv_->total_bytes();
+  PlannerOptions planner_options_;
+
+  std::atomic<int64_t> next_kv_id_{1};
+  std::atomic<int> gauge_running_{0};
+  std::atomic<int> gauge_waiting_{0};
+  std::atomic<int> gauge_kv_blocks_used_{0};
+
+  absl::Mutex shutdown_mu_;
+  bool stopped_ ABSL_GUARDED_BY(shutdown_mu_) = false;
+  std::thread thread_;
+
+  // Engine thread state.
+  std::vector<Command> commands_;
+  std::deque<std::unique_ptr<Sequence>> waiting_;   // FIFO
+  std::vector<std::unique_ptr<Sequence>> running_;  // admission order
+  absl::flat_hash_map<std::string, Sequence*> by_id_;
+  std::vector<RunningView> running_views_;
+  std::vector<WaitingView> waiting_views_;
+  StepPlan plan_;
+  std::vector<BatchEntry> batch_;
+  std::vector<float> logits_;  // max_running rows of vocab_size
+  std::vector<absl::Duration> inter_token_latencies_;
+};
+
+absl::Status Engine::Impl::Validate(const GenerationRequest& r) const {
+  if (r.request_id.empty()) return absl::InvalidArgumentError("request_id must not be empty");
+  if (r.prompt_ids.empty()) return absl::InvalidArgumentError("prompt must not be empty");
+  for (size_t i = 0; i < r.prompt_ids.size(); ++i) {
+    if (r.prompt_ids[i] < 0 || r.prompt_ids[i] >= vocab_size_) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("prompt_token_ids[", i, "] = ", r.prompt_ids[i],
+                       " is outside the vocabulary [0, ", vocab_size_, ")"));
+    }
+  }
+  const int64_t prompt = static_cast<int64_t>(r.prompt_ids.size());
+  if (prompt >= context_length_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("prompt has ", prompt, " tokens; the context length is ", context_length_,
+                     " and at least one position must be left for output"));
+  }
+  if (r.max_tokens < 1 || r.max_tokens > max_tokens_limit_) {
+    return absl::InvalidArgumentError(absl::StrCat("max_tokens must be in [1, ",
+                                                   max_tokens_limit_, "], got ", r.max_tokens));
+  }
+  if (prompt + r.max_tokens > context_length_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_tokens: prompt (", prompt, " tokens) + max_tokens (", r.max_tokens,
+                     ") exceeds the context length ", context_length_));
+  }
+  QUILL_RETURN_IF_ERROR(ValidateSamplingParams(r.sampling));
+  if (r.logprobs < 0 || r.logprobs > kMaxLogprobs) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("logprobs must be in [0, ", kMaxLogprobs, "], got ", r.logprobs));
+  }
+  if (r.stop.size() > kMaxStopStrings) {
+    return absl::InvalidArgumentError(absl::StrCat("stop: at most ", kMaxStopStrings,
+                                                   " stop strings, got ", r.stop.size()));
+  }
+  for (size_t i = 0; i < r.stop.size(); ++i) {
+    if (r.stop[i].size() > kMaxStopBytes) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("stop[", i, "] is longer than ", kMaxStopBytes, " bytes"));
+    }
+    if (!IsValidUtf8(r.stop[i])) {
+      return absl::InvalidArgumentError(absl::StrCat("stop[", i, "] is not valid UTF-8"));
+    }
+  }
+  for (size_t i = 0; i < r.stop_token_ids.size(); ++i) {
+    if (r.stop_token_ids[i] < 0 || r.stop_token_ids[i] >= vocab_size_) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("stop_token_ids[", i, "] = ", r.stop_token_ids[i],
+                       " is outside the vocabulary [0, ", vocab_size_, ")"));
+    }
+  }
+  // Admission reserves prompt + max_tokens positions, so both must fit the whole pool.
+  const auto blocks = [this](int64_t tokens) {
+    return (tokens + kv_block_size_ - 1) / kv_block_size_;
+  };
+  if (blocks(prompt) > kv_num_blocks_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "prompt: ", prompt, " tokens need ", blocks(prompt), " KV blocks but the whole pool has ",
+        kv_num_blocks_, " (kv_cache_bytes too small)"));
+  }
+  if (blocks(prompt + r.max_tokens) > kv_num_blocks_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_tokens: prompt + max_tokens = ", prompt + r.max_tokens, " tokens need ",
+        blocks(prompt + r.max_tokens), " KV blocks but the whole pool has ", kv_num_blocks_,
+        " (kv_cache_bytes too small)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Engine::Impl::Submit(GenerationRequest request, std::shared_ptr<TokenSink> sink) {
+  if (sink == nullptr) return absl::InvalidArgumentError("sink must not be null");
+  QUILL_RETURN_IF_ERROR(Validate(request));
+  // Cheap early answer; PushSubmit checks again under the lock.
+  if (inbox_.closed()) return absl::UnavailableError("server shutting down");
+  auto sequence = std::make_unique<Sequence>(
+      next_kv_id_.fetch_add(1, std::memory_order_relaxed), std::move(request), std::move(sink),
+      step_model_->tokenizer(), vocab_size_, clock_->Now());
+  return inbox_.PushSubmit(std::move(sequence));
+}
+
+void Engine::Impl::Shutdown(absl::Duration drain_timeout) {
+  absl::MutexLock lock(&shutdown_mu_);
+  if (stopped_) return;
+  drain_timeout = std::max(drain_timeout, absl::ZeroDuration());
+  inbox_.Close(clock_->Now() + drain_timeout);
+  if (thread_.joinable()) thread_.join();
+  stopped_ = true;
+}
+
+void Engine::Impl::Run() {
+  while (true) {
+    const bool idle = running_.empty() && waiting_.empty();
+    commands_.clear();
+    // An idle engine sleeps here until a command or shutdown arrives.
+    const Inbox::Drained drained = inbox_.WaitAndDrain(
+        idle ? absl::InfiniteDuration() : absl::ZeroDuration(), &commands_);
+    ApplyCommands();
+    const absl::Time now = clock_->Now();
+    MarkExpired(now);
+    if (drained.closed && now >= drained.drain_deadline) {
+      MarkAll(FinishReason::kShutdown, absl::UnavailableError("server shutting down"));
+    }
+    const int finished = FinishMarked(now);
+    if (running_.empty() && waiting_.empty()) {
+      const EngineGauges gauges = PublishGauges();
+      if (finished > 0 && observer_ != nullptr) observer_->OnGauges(gauges);
+      if (drained.closed) break;  // nothing left to drain
+      continue;
+    }
+    Step();
+  }
+}
+
+void Engine::Impl::ApplyCommands() {
+  for (Command& command : commands_) {
+    if (command.kind == Command::Kind::kSubmit) {
+      Sequence* seq = command.sequence.get();
+      by_id_[seq->id()] = seq;
+      waiting_.push_back(std::move(command.sequence));
+    } else {
+      auto it = by_id_.find(command.request_id);
+      if (it == by_id_.end()) continue;  // unknown or already finished
+      it->second->MarkFinished(FinishReason::kCancelled,
+                               absl::CancelledError("request cancelled"));
+    }
+  }
+  commands_.clear();
+}
+
+void Engine::Impl::MarkExpired(absl::Time now) {
+  auto expire = [now](Sequence& seq) {
+    if (now >= seq.request().deadline) {
+      seq.MarkFinished(FinishReason::kDeadline, absl::DeadlineExceededError("deadline exceeded"));
+    }
+  };
+  for (auto& seq : running_) expire(*seq);
+  for (auto& seq : waiting_) expire(*seq);
+}
+
+void Engine::Impl::MarkAll(FinishReason reason, const absl::Status& status) {
+  for (auto& seq : running_) seq->MarkFinished(reason, status);
+  for (auto& seq : waiting_) seq->MarkFinished(reason, status);
+}
+
+void Engine::Impl::Step() {
+  const absl::Time start = clock_->Now();
+
+  running_views_.clear();
+  for (const auto& seq : running_) {
+    running_views_.push_back({seq->state(), seq->prompt_tokens(), seq->prefilled_tokens()});
+  }
+  waiting_views_.clear();
+  const size_t admissible = options_.max_running - running_.size();
+  for (size_t i = 0; i < waiting_.size() && i < admissible; ++i) {
+    const Sequence& seq = *waiting_[i];
+    waiting_views_.push_back(
+        {seq.prompt_tokens(), kv_->BlocksForTokens(seq.kv_tokens_reserved())});
+  }
+  PlanInput input;
+  input.running = running_views_;
+  input.waiting = waiting_views_;
+  input.free_kv_blocks = kv_->num_free_blocks();
+  PlanStep(input, planner_options_, &plan_);
+
+  // Admission: the whole reservation up front, so a running request never runs out.
+  for (int i = 0; i < plan_.num_admitted; ++i) {
+    std::unique_ptr<Sequence> seq = std::move(waiting_.front());
+    waiting_.pop_front();
+    const absl::Status reserved = kv_->Reserve(seq->kv_id(), seq->kv_tokens_reserved());
+    QUILL_CHECK(reserved.ok());  // the planner only admits what fits
+    seq->SetState(SequenceState::kPrefill);
+    seq->admit_time = start;
+    running_.push_back(std::move(seq));
+  }
+  if (plan_.num_admitted > 0) inbox_.LeftQueue(plan_.num_admitted);
+  if (plan_.entries.empty()) return;
+
+  batch_.clear();
+  for (const PlannedEntry& e : plan_.entries) {
+    const Sequence& seq = *running_[e.sequence];
+    const absl::Span<const TokenId> tokens = seq.tokens();
+    BatchEntry entry;
+    entry.seq = seq.kv_id();
+    if (e.decode) {
+      entry.first_pos = static_cast<int32_t>(tokens.size() - 1);
+      entry.tokens = tokens.subspan(tokens.size() - 1, 1);
+    } else {
+      entry.first_pos = e.first_token;
+      entry.tokens = tokens.subspan(e.first_token, e.num_tokens);
+    }
+    entry.want_logits = e.want_logits;
+    batch_.push_back(entry);
+  }
+
+  const absl::Status forward = step_model_->Forward(batch_, *kv_, logits_.data());
+  const absl::Time after = clock_->Now();
+  inter_token_latencies_.clear();
+  if (!forward.ok()) {
+    spdlog::error("engine: forward step over {} entries failed: {}", batch_.size(),
+                  forward.ToString());
+    for (const PlannedEntry& e : plan_.entries) {
+      running_[e.sequence]->MarkFinished(
+          FinishReason::kError, absl::InternalError(absl::StrCat("forward step failed: ",
+                                                                 forward.message())));
+    }
+  } else {
+    size_t row = 0;
+    for (const PlannedEntry& e : plan_.entries) {
+      Sequence& seq = *running_[e.sequence];
+      if (!e.decode) seq.AddPrefilled(e.num_tokens);
+      if (!e.want_logits) continue;
+      const absl::Span<const float> logits(logits_.data() + row * vocab_size_, vocab_size_);
+      ++row;
+      if (!e.decode) {
+        seq.prefill_done_time = after;
+        seq.SetState(SequenceState::kDecode);
+      }
+      EmitToken(seq, logits, e.decode, after);
+    }
+  }
+  FinishMarked(after);
+  const EngineGauges gauges = PublishGauges();
+
+  if (observer_ != nullptr) {
+    StepStats stats;
+    stats.prefill_tokens = plan_.prefill_tokens;
+    stats.decode_tokens = plan_.decode_tokens;
+    stats.num_sequences = static_cast<int>(plan_.entries.size());
+    stats.phase = plan_.prefill_tokens == 0  ? StepPhase::kDecode
+                  : plan_.decode_tokens == 0 ? StepPhase::kPrefill
+                                             : StepPhase::kMixed;
+    stats.duration = clock_->Now() - start;
+    stats.inter_token_latencies = inter_token_latencies_;
+    observer_->OnStep(stats, gauges);
+  }
+}
+
+void Engine::Impl::EmitToken(Sequence& seq, absl::Span<const float> logits, bool decode,
+                             absl::Time now) {
+  if (seq.finish_pending()) return;  // e.g. cancelled: no more output
+  GeneratedToken token = seq.SampleNext(logits);
+  if (seq.first_token_time == absl::InfinitePast()) seq.first_token_time = now;
+
+  TokenChunk chunk;
+  bool finish = false;
+  FinishReason reason = FinishReason::kLength;
+  const GenerationRequest& request = seq.request();
+  if (!request.ignore_eos && step_model_->tokenizer().IsEndOfGeneration(token.id)) {
+    finish = true;  // EOS is neither emitted nor counted
+    reason = FinishReason::kEos;
+  } else if (seq.IsStopToken(token.id)) {
+    finish = true;  // a stop token is neither emitted nor counted
+    reason = FinishReason::kStop;
+  } else {
+    if (decode && seq.last_token_time != absl::InfinitePast()) {
+      inter_token_latencies_.push_back(now - seq.last_token_time);
+    }
+    seq.last_token_time = now;
+    const bool stopped = seq.AcceptToken(token.id, &chunk.text);
+    chunk.tokens.push_back(std::move(token));
+    if (stopped) {
+      finish = true;
+      reason = FinishReason::kStop;
+    } else if (seq.completion_tokens() >= request.max_tokens) {
+      finish = true;
+      reason = FinishReason::kLength;
+    }
+  }
+  // On the way out, release the held UTF-8 bytes and stop-string lookahead.
+  if (finish && seq.FlushText(&chunk.text)) reason = FinishReason::kStop;
+
+  if (!chunk.tokens.empty() || !chunk.text.empty()) {
+    if (!seq.sink().OnChunk(std::move(chunk)) && !finish) {
+      seq.MarkFinished(FinishReason::kCancelled,
+                       absl::CancelledError("the consumer went away"));
+      return;
+    }
+  }
+  if (finish) seq.MarkFinished(reason, absl::OkStatus());
+}
+
+int Engine::Impl::FinishMarked(absl::Time now) {
+  int finished = 0;
+  auto finish_if_marked = [&](std::unique_ptr<Sequence>& seq) {
+    if (!seq->finish_pending()) return false;
+    FinishSequence(*seq, now);
+    ++finished;
+    return true;
+  };
+  running_.erase(std::remove_if(running_.begin(), running_.end(), finish_if_marked),
+                 running_.end());
+  waiting_.erase(std::remove_if(waiting_.begin(), waiting_.end(), finish_if_marked),
+                 waiting_.end());
+  return finished;
+}
+
+void Engine::Impl::FinishSequence(Sequence& seq, absl::Time now) {
+  const bool was_waiting = seq.state() == SequenceState::kWaiting;
+  seq.SetState(SequenceState::kFinished);
+  kv_->Release(seq.kv_id());
+  if (was_waiting) inbox_.LeftQueue(1);
+  by_id_.erase(seq.id());
+  inbox_.Forget(seq.id());  // before OnFinish, so the id can be reused at once
+
+  FinishInfo info;
+  info.reason = seq.finish_reason();
+  info.status = seq.finish_status();
+  info.prompt_tokens = seq.prompt_tokens();
+  info.completion_tokens = seq.completion_tokens();
+  info.timings = seq.Timings(now);
+  seq.sink().OnFinish(info);
+  if (observer_ != nullptr) observer_->OnRequestFinished(info);
+}
+
+EngineGauges Engine::Impl::PublishGauges() {
+  gauge_running_.store(static_cast<int>(running_.size()), std::memory_order_relaxed);
+  gauge_waiting_.store(static_cast<int>(waiting_.size()), std::memory_order_relaxed);
+  gauge_kv_blocks_used_.store(kv_->num_used_blocks(), std::memory_order_relaxed);
+  return gauges();
+}
+
+// ---------------------------------------------------------------------------------------
+
+Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Engine::~Engine() {
+  if (impl_ != nullptr) impl_->Shutdown(absl::ZeroDuration());
+}
+
+absl::StatusOr<std::unique_ptr<Engine>> Engine::CreateWithStepModel(
+    std::unique_ptr<StepModel> step_model, const EngineOptions& options,
+    EngineObserver* observer, const Clock* clock) {
+  if (step_model == nullptr) return absl::InvalidArgumentError("model must not be null");
+  QUILL_RETURN_IF_ERROR(ValidateOptions(options, step_model->max_batch_tokens()));
+  QUILL_ASSIGN_OR_RETURN(
+      std::unique_ptr<KvCache> kv,
+      KvCache::Create(step_model->MakeKvCacheOptions(options.kv_cache_bytes,
+                                                     options.block_size_tokens)));
+  auto impl = std::make_unique<Impl>(std::move(step_model), options, observer,
+                                     clock != nullptr ? clock : Clock::Real(), std::move(kv));
+  impl->Start();
+  return std::unique_ptr<Engine>(new Engine(std::move(impl)));
+}
+
+absl::Status Engine::Submit(GenerationRequest request, std::shared_ptr<TokenSink> sink) {
+  return impl_->Submit(std::move(request), std::move(sink));
+}
+
+void Engine::Cancel(absl::string_view request_id) { impl_->Cancel(request_id); }
+
+void Engine::Shutdown(absl::Duration drain_timeout) { impl_->Shutdown(drain_timeout); }
+
+const Model& Engine::model() const { return impl_->model(); }
+
+const EngineOptions& Engine::options() const { return impl_->options(); }
+
+EngineGauges Engine::gauges() const { return impl_->gauges(); }
+
+}  // namespace quill::engine

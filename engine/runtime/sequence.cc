@@ -1,0 +1,101 @@
+#include "engine/runtime/sequence.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "engine/base/check.h"
+
+namespace quill::engine {
+namespace {
+
+// The first generated token follows BOS directly only for a BOS-only prompt; then the
+// SentencePiece leading space of the first piece is not part of the text.
+bool StripLeadingSpace(const GenerationRequest& request, const Tokenizer& tokenizer) {
+  return request.prompt_ids.size() == 1 && tokenizer.bos_id() >= 0 &&
+         request.prompt_ids[0] == tokenizer.bos_id();
+}
+
+absl::Duration Between(absl::Time from, absl::Time to) {
+  if (from == absl::InfinitePast() || to == absl::InfinitePast()) return absl::ZeroDuration();
+  return std::max(absl::ZeroDuration(), to - from);
+}
+
+}  // namespace
+
+Sequence::Sequence(KvCache::SeqId kv_id, GenerationRequest request,
+                   std::shared_ptr<TokenSink> sink, const Tokenizer& tokenizer, int vocab_size,
+                   absl::Time submit)
+    : submit_time(submit),
+      kv_id_(kv_id),
+      request_(std::move(request)),
+      sink_(std::move(sink)),
+      tokenizer_(tokenizer),
+      sampler_(request_.sampling, vocab_size),
+      detokenizer_(tokenizer, StripLeadingSpace(request_, tokenizer)),
+      stop_matcher_(request_.stop) {
+  prompt_tokens_ = static_cast<int>(request_.prompt_ids.size());
+  tokens_.reserve(request_.prompt_ids.size() + request_.max_tokens);
+  tokens_.assign(request_.prompt_ids.begin(), request_.prompt_ids.end());
+  top_scratch_.reserve(request_.logprobs);
+}
+
+void Sequence::SetState(SequenceState next) {
+  if (!IsValidTransition(state_, next)) {
+    spdlog::critical("request {}: illegal state change {} -> {}", request_.request_id,
+                     std::string(SequenceStateName(state_)), std::string(SequenceStateName(next)));
+    QUILL_CHECK(false);
+  }
+  state_ = next;
+}
+
+GeneratedToken Sequence::SampleNext(absl::Span<const float> logits) {
+  GeneratedToken token;
+  token.id = sampler_.Sample(logits, tokens_);
+  if (request_.logprobs > 0) {
+    token.logprob = ComputeLogprobs(logits, token.id, request_.logprobs, &top_scratch_);
+    token.top_logprobs = top_scratch_;
+  }
+  return token;
+}
+
+bool Sequence::AcceptToken(TokenId id, std::string* text) {
+  QUILL_DCHECK(tokens_.size() < tokens_.capacity());
+  tokens_.push_back(id);
+  ++completion_tokens_;
+  return stop_matcher_.Push(detokenizer_.Push(id), text);
+}
+
+bool Sequence::FlushText(std::string* text) {
+  if (stop_matcher_.matched()) return true;
+  if (stop_matcher_.Push(detokenizer_.Flush(), text)) return true;
+  stop_matcher_.Flush(text);
+  return false;
+}
+
+bool Sequence::IsStopToken(TokenId id) const {
+  return std::find(request_.stop_token_ids.begin(), request_.stop_token_ids.end(), id) !=
+         request_.stop_token_ids.end();
+}
+
+void Sequence::MarkFinished(FinishReason reason, absl::Status status) {
+  if (finish_pending_) return;  // the first reason wins
+  finish_pending_ = true;
+  finish_reason_ = reason;
+  finish_status_ = std::move(status);
+}
+
+RequestTimings Sequence::Timings(absl::Time finish_time) const {
+  RequestTimings t;
+  const bool admitted = admit_time != absl::InfinitePast();
+  t.queue_wait = Between(submit_time, admitted ? admit_time : finish_time);
+  if (admitted) {
+    t.prefill = Between(admit_time, prefill_done_time != absl::InfinitePast() ? prefill_done_time
+                                                                               : finish_time);
+  }
+  t.time_to_first_token = Between(submit_time, first_token_time);
+  t.decode = Between(first_token_time, finish_time);
+  t.total = Between(submit_time, finish_time);
+  return t;
+}
+
+}  // namespace quill::engine

@@ -1,0 +1,93 @@
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "engine/kv_cache/kv_cache.h"
+#include "engine/runtime/request.h"
+#include "engine/runtime/sequence_state.h"
+#include "engine/runtime/stop_matcher.h"
+#include "engine/runtime/token_sink.h"
+#include "engine/sampler/sampler.h"
+#include "engine/tokenizer/tokenizer.h"
+
+namespace quill::engine {
+
+// One request inside the engine. Built on the submitting thread, then owned and touched
+// only by the engine thread. State changes go through SetState(), which rejects illegal
+// moves (a bug) by aborting.
+class Sequence {
+ public:
+  Sequence(KvCache::SeqId kv_id, GenerationRequest request, std::shared_ptr<TokenSink> sink,
+           const Tokenizer& tokenizer, int vocab_size, absl::Time submit_time);
+  Sequence(const Sequence&) = delete;
+  Sequence& operator=(const Sequence&) = delete;
+
+  SequenceState state() const { return state_; }
+  void SetState(SequenceState next);
+
+  KvCache::SeqId kv_id() const { return kv_id_; }
+  const GenerationRequest& request() const { return request_; }
+  const std::string& id() const { return request_.request_id; }
+  TokenSink& sink() { return *sink_; }
+
+  int prompt_tokens() const { return prompt_tokens_; }
+  int prefilled_tokens() const { return prefilled_tokens_; }
+  void AddPrefilled(int n) { prefilled_tokens_ += n; }
+  int completion_tokens() const { return completion_tokens_; }
+  // Prompt followed by every generated token; capacity reserved up front, so spans
+  // into it stay valid.
+  absl::Span<const TokenId> tokens() const { return tokens_; }
+  // KV positions the request can ever need, reserved at admission.
+  int64_t kv_tokens_reserved() const { return prompt_tokens_ + request_.max_tokens; }
+
+  // Samples the next token from this sequence's logits row, with logprobs if asked.
+  GeneratedToken SampleNext(absl::Span<const float> logits);
+  // Records a generated token as output: appends it to the history, counts it, and
+  // appends its releasable text to `text`. Returns true if a stop string matched.
+  bool AcceptToken(TokenId id, std::string* text);
+  // End of output (not by stop string): flushes held UTF-8 bytes and stop-string
+  // lookahead into `text`. Returns true if the flushed text completed a stop string.
+  bool FlushText(std::string* text);
+
+  bool IsStopToken(TokenId id) const;
+
+  // Finish bookkeeping: set once by MarkFinished, acted on by the engine's FinishSequence.
+  void MarkFinished(FinishReason reason, absl::Status status);
+  bool finish_pending() const { return finish_pending_; }
+  FinishReason finish_reason() const { return finish_reason_; }
+  const absl::Status& finish_status() const { return finish_status_; }
+
+  // Timings (absl::InfinitePast() = not reached).
+  absl::Time submit_time;
+  absl::Time admit_time = absl::InfinitePast();
+  absl::Time prefill_done_time = absl::InfinitePast();
+  absl::Time first_token_time = absl::InfinitePast();
+  absl::Time last_token_time = absl::InfinitePast();
+  RequestTimings Timings(absl::Time finish_time) const;
+
+ private:
+  KvCache::SeqId kv_id_;
+  GenerationRequest request_;
+  std::shared_ptr<TokenSink> sink_;
+  const Tokenizer& tokenizer_;
+  SequenceState state_ = SequenceState::kWaiting;
+  Sampler sampler_;
+  IncrementalDetokenizer detokenizer_;
+  StopStringMatcher stop_matcher_;
+  std::vector<TokenId> tokens_;
+  std::vector<TokenLogprob> top_scratch_;
+  int prompt_tokens_ = 0;
+  int prefilled_tokens_ = 0;
+  int completion_tokens_ = 0;
+  bool finish_pending_ = false;
+  FinishReason finish_reason_ = FinishReason::kLength;
+  absl::Status finish_status_;
+};
+
+}  // namespace quill::engine
