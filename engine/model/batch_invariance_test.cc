@@ -1,0 +1,287 @@
+// Batching invariance: a sequence's logits must not depend on what else is in the batch
+// or on how its prompt is chunked. Exact mode: bit-for-bit. Fast mode: same greedy tokens,
+// logits close.
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "engine/kv_cache/kv_cache.h"
+#include "engine/model/model.h"
+#include "gtest/gtest.h"
+
+namespace quill::engine {
+namespace {
+
+using kernels::Precision;
+
+constexpr int kPromptLengths[] = {3, 60, 7, 12, 45, 20, 37, 28};  // deliberately unsorted
+constexpr int kNumSeqs = 8;
+
+std::string ModelPath(const std::string& name) {
+  const char* dir = std::getenv("QUILL_SHARED_DIR");
+  return dir == nullptr ? "" : std::string(dir) + "/models/" + name;
+}
+
+// logits[seq][step]: step 0 is the prefill's last position, then one per decode step.
+struct RunResult {
+  std::vector<std::vector<std::vector<float>>> logits;
+  std::vector<std::vector<TokenId>> tokens;  // the decode inputs actually fed
+};
+
+TokenId Argmax(const std::vector<float>& x) {
+  return static_cast<TokenId>(std::max_element(x.begin(), x.end()) - x.begin());
+}
+
+class BatchInvarianceTest : public ::testing::Test {
+ protected:
+  void Load(const std::string& name, Precision precision) {
+    path_ = ModelPath(name);
+    if (path_.empty() || !std::ifstream(path_).good()) {
+      GTEST_SKIP() << "shared assets not found at '" << path_ << "'";
+    }
+    ModelOptions options;
+    options.path = path_;
+    options.precision = precision;
+    options.max_batch_tokens = 256;
+    auto m = Model::Load(options);
+    ASSERT_TRUE(m.ok()) << m.status();
+    model_ = std::move(*m);
+    vocab_ = model_->config().vocab_size;
+    std::mt19937 rng(7);
+    std::uniform_int_distribution<TokenId> dist(3, static_cast<TokenId>(vocab_ - 1));
+    prompts_.clear();
+    for (int len : kPromptLengths) {
+      std::vector<TokenId> p(len);
+      for (TokenId& t : p) t = dist(rng);
+      p[0] = model_->tokenizer().bos_id() >= 0 ? model_->tokenizer().bos_id() : p[0];
+      prompts_.push_back(p);
+    }
+  }
+
+  std::unique_ptr<KvCache> NewCache() {
+    const ModelConfig& c = model_->config();
+    const int64_t per_token = int64_t{2} * c.block_count * c.head_count_kv * c.head_dim * 4;
+    auto cache = KvCache::Create(model_->MakeKvCacheOptions(per_token * 16 * 64, 16));
+    EXPECT_TRUE(cache.ok()) << cache.status();
+    return std::move(*cache);
+  }
+
+  // Decode input of `seq` at `step`: forced if given, else greedy from its own logits.
+  TokenId NextToken(RunResult& r, int seq, int step, const RunResult* forced) {
+    TokenId t = forced != nullptr ? forced->tokens[seq][step] : Argmax(r.logits[seq].back());
+    r.tokens[seq].push_back(t);
+    return t;
+  }
+
+  // All sequences in one Forward() for the prefill, then all decode together.
+  RunResult RunTogether(int steps, const RunResult* forced) {
+    RunResult r;
+    r.logits.assign(kNumSeqs, {});
+    r.tokens.assign(kNumSeqs, {});
+    auto cache = NewCache();
+    std::vector<BatchEntry> batch;
+    for (int s = 0; s < kNumSeqs; ++s) {
+      EXPECT_TRUE(cache->Reserve(s + 10, prompts_[s].size() + steps).ok());
+      batch.push_back({s + 10, prompts_[s], 0, true});
+    }
+    std::vector<float> out(vocab_ * kNumSeqs);
+    std::vector<std::vector<TokenId>> fed(kNumSeqs);
+    for (int step = 0; step <= steps; ++step) {
+      if (step > 0) {
+        for (int s = 0; s < kNumSeqs; ++s) {
+          fed[s].push_back(NextToken(r, s, step - 1, forced));
+          batch[s] = {s + 10, absl::MakeConstSpan(&fed[s].back(), 1),
+                      static_cast<int32_t>(prompts_[s].size() + step - 1), true};
+        }
+      }
+      absl::Status st = model_->Forward(batch, *cache, out.data());
+      EXPECT_TRUE(st.ok()) << st;
+      for (int s = 0; s < kNumSeqs; ++s) {
+        r.logits[s].emplace_back(out.begin() + s * vocab_, out.begin() + (s + 1) * vocab_);
+      }
+    }
+    return r;
+  }
+
+  // Each sequence alone; its prompt in chunks of `chunk` tokens (0 = whole).
+  RunResult RunAlone(int steps, int chunk, const RunResult* forced) {
+    RunResult r;
+    r.logits.assign(kNumSeqs, {});
+    r.tokens.assign(kNumSeqs, {});
+    std::vector<float> out(vocab_);
+    for (int s = 0; s < kNumSeqs; ++s) {
+      auto cache = NewCache();
+      const KvCache::SeqId id = 1000 + s;
+      EXPECT_TRUE(cache->Reserve(id, prompts_[s].size() + steps).ok());
+      const size_t n = prompts_[s].size();
+      const size_t c = chunk > 0 ? chunk : n;
+      for (size_t b = 0; b < n; b += c) {
+        const size_t len = std::min(c, n - b);
+        BatchEntry e{id, absl::MakeConstSpan(prompts_[s].data() + b, len), static_cast<int32_t>(b),
+                     b + len == n};
+        absl::Status st = model_->Forward({&e, 1}, *cache, out.data());
+        EXPECT_TRUE(st.ok()) << st;
+      }
+      r.logits[s].push_back(out);
+      std::vector<TokenId> fed;
+      fed.reserve(steps);
+      for (int step = 1; step <= steps; ++step) {
+        fed.push_back(NextToken(r, s, step - 1, forced));
+        BatchEntry e{id, absl::MakeConstSpan(&fed.back(), 1),
+                     static_cast<int32_t>(n + step - 1), true};
+        absl::Status st = model_->Forward({&e, 1}, *cache, out.data());
+        EXPECT_TRUE(st.ok()) << st;
+        r.logits[s].push_back(out);
+      }
+    }
+    return r;
+  }
+
+  // Continuous batching: every step carries the next `chunk` prompt tokens of each
+  // sequence still prefilling and one token of each sequence already decoding, so a
+  // sequence's chunks share steps with other sequences' chunks and decodes.
+  RunResult RunStaggered(int steps, int chunk, const RunResult* forced) {
+    RunResult r;
+    r.logits.assign(kNumSeqs, {});
+    r.tokens.assign(kNumSeqs, {});
+    auto cache = NewCache();
+    std::vector<size_t> done(kNumSeqs, 0);  // prompt tokens processed
+    std::vector<std::vector<TokenId>> fed(kNumSeqs);
+    for (int s = 0; s < kNumSeqs; ++s) {
+      fed[s].reserve(steps);
+      EXPECT_TRUE(cache->Reserve(s + 50, prompts_[s].size() + steps).ok());
+    }
+    std::vector<float> out(vocab_ * kNumSeqs);
+    for (int step_index = 0;; ++step_index) {
+      std::vector<BatchEntry> batch;
+      std::vector<int> who;
+      for (int s = 0; s < kNumSeqs; ++s) {
+        const size_t n = prompts_[s].size();
+        if (done[s] < n) {
+          if (step_index < s) continue;  // sequence s starts s steps late
+          const size_t len = std::min<size_t>(chunk, n - done[s]);
+          batch.push_back({s + 50, absl::MakeConstSpan(prompts_[s].data() + done[s], len),
+                           static_cast<int32_t>(done[s]), done[s] + len == n});
+          done[s] += len;
+          if (batch.back().want_logits) who.push_back(s);
+        } else if (static_cast<int>(fed[s].size()) < steps) {
+          const int step = static_cast<int>(fed[s].size()) + 1;
+          fed[s].push_back(NextToken(r, s, step - 1, forced));
+          batch.push_back({s + 50, absl::MakeConstSpan(&fed[s].back(), 1),
+                           static_cast<int32_t>(n + step - 1), true});
+          who.push_back(s);
+        }
+      }
+      if (batch.empty() && step_index >= kNumSeqs) break;
+      if (batch.empty()) continue;
+      absl::Status st = model_->Forward(batch, *cache, out.data());
+      EXPECT_TRUE(st.ok()) << st;
+      if (!st.ok()) break;
+      for (size_t i = 0; i < who.size(); ++i) {
+        r.logits[who[i]].emplace_back(out.begin() + i * vocab_, out.begin() + (i + 1) * vocab_);
+      }
+    }
+    return r;
+  }
+
+  // Bitwise comparison of every logits row.
+  void ExpectIdentical(const RunResult& a, const RunResult& b, const std::string& what) {
+    for (int s = 0; s < kNumSeqs; ++s) {
+      ASSERT_EQ(a.logits[s].size(), b.logits[s].size()) << what << " seq " << s;
+      for (size_t step = 0; step < a.logits[s].size(); ++step) {
+        EXPECT_EQ(0, std::memcmp(a.logits[s][step].data(), b.logits[s][step].data(),
+                                 vocab_ * sizeof(float)))
+            << what << ": seq " << s << " (prompt " << prompts_[s].size() << ") step " << step
+            << " max|d| " << MaxDiff(a.logits[s][step], b.logits[s][step]);
+      }
+    }
+  }
+
+  static double MaxDiff(const std::vector<float>& a, const std::vector<float>& b) {
+    double m = 0;
+    for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(double{a[i]} - b[i]));
+    return m;
+  }
+
+  double MaxDiffAll(const RunResult& a, const RunResult& b) {
+    double m = 0;
+    for (int s = 0; s < kNumSeqs; ++s) {
+      for (size_t step = 0; step < std::min(a.logits[s].size(), b.logits[s].size()); ++step) {
+        m = std::max(m, MaxDiff(a.logits[s][step], b.logits[s][step]));
+      }
+    }
+    return m;
+  }
+
+  std::string path_;
+  std::unique_ptr<Model> model_;
+  int64_t vocab_ = 0;
+  std::vector<std::vector<TokenId>> prompts_;
+};
+
+TEST_F(BatchInvarianceTest, ExactBatchedEqualsAloneBitForBit) {
+  Load("kjv-1m.gguf", Precision::kExact);
+  if (IsSkipped()) return;
+  const int steps = 6;
+  RunResult together = RunTogether(steps, nullptr);
+  RunResult alone = RunAlone(steps, 0, &together);
+  ExpectIdentical(together, alone, "batched vs alone");
+}
+
+TEST_F(BatchInvarianceTest, ExactChunkedPrefillEqualsWholeBitForBit) {
+  Load("kjv-1m.gguf", Precision::kExact);
+  if (IsSkipped()) return;
+  const int steps = 4;
+  RunResult whole = RunAlone(steps, 0, nullptr);
+  RunResult chunked = RunAlone(steps, 7, &whole);
+  ExpectIdentical(whole, chunked, "chunks of 7 vs whole prompt");
+  RunResult staggered = RunStaggered(steps, 5, &whole);
+  ExpectIdentical(whole, staggered, "continuous batching (chunks of 5) vs alone");
+}
+
+TEST_F(BatchInvarianceTest, FastKjvSameGreedyTokens) {
+  Load("kjv-1m.gguf", Precision::kFast);
+  if (IsSkipped()) return;
+  const int steps = 32;
+  RunResult together = RunTogether(steps, nullptr);
+  RunResult alone = RunAlone(steps, 0, nullptr);  // its own greedy choices
+  for (int s = 0; s < kNumSeqs; ++s) {
+    // The last decode's logits were not used to pick a token; compare the ones that were.
+    EXPECT_EQ(together.tokens[s], alone.tokens[s]) << "seq " << s;
+  }
+  const double diff = MaxDiffAll(together, alone);
+  std::cout << absl::StrFormat("[batch-invariance] kjv-1m fast: max|d| logits %.3g (%s)\n", diff,
+                               model_->kernel_summary());
+  RecordProperty("kjv_fast_max_abs_diff", absl::StrFormat("%.3g", diff));
+  EXPECT_LE(diff, 1e-3);
+}
+
+TEST_F(BatchInvarianceTest, FastMiniBf16SameArgmax) {
+  Load("mini-random-bf16.gguf", Precision::kFast);
+  if (IsSkipped()) return;
+  const int steps = 8;
+  RunResult together = RunTogether(steps, nullptr);
+  RunResult alone = RunAlone(steps, 0, &together);  // same inputs, compare outputs
+  for (int s = 0; s < kNumSeqs; ++s) {
+    for (size_t step = 0; step < together.logits[s].size(); ++step) {
+      EXPECT_EQ(Argmax(together.logits[s][step]), Argmax(alone.logits[s][step]))
+          << "seq " << s << " step " << step;
+    }
+  }
+  const double diff = MaxDiffAll(together, alone);
+  std::cout << absl::StrFormat("[batch-invariance] mini-random-bf16 fast: max|d| logits %.3g (%s)\n",
+                               diff, model_->kernel_summary());
+  RecordProperty("mini_bf16_fast_max_abs_diff", absl::StrFormat("%.3g", diff));
+}
+
+}  // namespace
+}  // namespace quill::engine
