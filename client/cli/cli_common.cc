@@ -1,0 +1,119 @@
+#include "client/cli/cli_common.h"
+
+#include <cstdlib>
+#include <iostream>
+#include <iterator>
+
+#include "absl/strings/str_join.h"
+#include "client/quill_client.h"
+
+namespace quill::cli {
+
+std::string DefaultAddress() {
+  const char* env = std::getenv("QUILL_ADDR");
+  return env != nullptr && *env != '\0' ? std::string(env) : std::string("127.0.0.1:50051");
+}
+
+int ParseFlags(FlagParser& parser, const std::vector<std::string>& args,
+               std::vector<std::string>* positional) {
+  absl::StatusOr<std::vector<std::string>> parsed = parser.Parse(args);
+  if (!parsed.ok()) {
+    std::cerr << "error: " << parsed.status().message() << "\n";
+    return kExitUsage;
+  }
+  if (parser.help_requested()) {
+    std::cout << parser.Help();
+    return kExitOk;
+  }
+  *positional = *std::move(parsed);
+  return -1;
+}
+
+int PrintError(const absl::Status& status) {
+  std::cerr << "error: " << absl::StatusCodeToString(status.code()) << ": " << status.message()
+            << "\n";
+  return kExitFailure;
+}
+
+std::string TextFromArgsOrStdin(const std::vector<std::string>& positional) {
+  if (!positional.empty()) return absl::StrJoin(positional, " ");
+  return std::string(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
+}
+
+std::string DumpJson(const nlohmann::json& value, int indent) {
+  return value.dump(indent, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+nlohmann::json ToJson(const quill::v1::GenerateResponse& response) {
+  nlohmann::json out = {{"request_id", response.request_id()},
+                        {"token_ids", response.token_ids()},
+                        {"text", response.text()}};
+  if (response.logprobs_size() > 0) {
+    nlohmann::json logprobs = nlohmann::json::array();
+    for (const quill::v1::TokenLogprobs& token : response.logprobs()) {
+      nlohmann::json top = nlohmann::json::array();
+      for (const quill::v1::TopLogprob& alt : token.top()) {
+        top.push_back({{"token_id", alt.token_id()}, {"logprob", alt.logprob()}});
+      }
+      logprobs.push_back(
+          {{"token_id", token.token_id()}, {"logprob", token.logprob()}, {"top", top}});
+    }
+    out["logprobs"] = logprobs;
+  }
+  if (response.finish_reason() != quill::v1::FINISH_REASON_UNSPECIFIED) {
+    out["finish_reason"] = client::FinishReasonName(response.finish_reason());
+  }
+  if (response.has_usage()) {
+    out["usage"] = {{"prompt_tokens", response.usage().prompt_tokens()},
+                    {"completion_tokens", response.usage().completion_tokens()}};
+  }
+  if (response.has_timings()) {
+    const quill::v1::Timings& t = response.timings();
+    out["timings"] = {{"queue_seconds", t.queue_seconds()},
+                      {"time_to_first_token_seconds", t.time_to_first_token_seconds()},
+                      {"prefill_seconds", t.prefill_seconds()},
+                      {"decode_seconds", t.decode_seconds()},
+                      {"total_seconds", t.total_seconds()}};
+  }
+  return out;
+}
+
+nlohmann::json ToJson(const quill::v1::ModelInfo& info) {
+  const quill::v1::ServerLimits& l = info.limits();
+  return {{"name", info.name()},
+          {"architecture", info.architecture()},
+          {"path", info.path()},
+          {"weight_type", info.weight_type()},
+          {"precision", info.precision()},
+          {"vocab_size", info.vocab_size()},
+          {"context_length", info.context_length()},
+          {"embedding_length", info.embedding_length()},
+          {"block_count", info.block_count()},
+          {"head_count", info.head_count()},
+          {"head_count_kv", info.head_count_kv()},
+          {"feed_forward_length", info.feed_forward_length()},
+          {"parameter_count", info.parameter_count()},
+          {"non_embedding_parameter_count", info.non_embedding_parameter_count()},
+          {"kv_bytes_per_token", info.kv_bytes_per_token()},
+          {"weights_bytes", info.weights_bytes()},
+          {"bos_token_id", info.bos_token_id()},
+          {"eos_token_id", info.eos_token_id()},
+          {"limits",
+           {{"max_tokens", l.max_tokens()},
+            {"max_prompt_tokens", l.max_prompt_tokens()},
+            {"max_batch_tokens", l.max_batch_tokens()},
+            {"prefill_chunk_tokens", l.prefill_chunk_tokens()},
+            {"max_running", l.max_running()},
+            {"max_queue", l.max_queue()},
+            {"kv_cache_bytes", l.kv_cache_bytes()},
+            {"kv_cache_blocks", l.kv_cache_blocks()},
+            {"kv_block_size_tokens", l.kv_block_size_tokens()}}}};
+}
+
+nlohmann::json ToJson(const quill::v1::TokenizeResponse& response) {
+  return {{"token_ids", response.token_ids()},
+          {"pieces", response.pieces()},
+          {"text", response.text()}};
+}
+
+}  // namespace quill::cli

@@ -1,0 +1,49 @@
+#pragma once
+
+// Helpers shared by the `quill` subcommands.
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "client/cli/flag_parser.h"
+#include "nlohmann/json.hpp"
+#include "quill/v1/quill.pb.h"
+
+namespace quill::cli {
+
+// Exit codes: 0 success, 1 an RPC or runtime failure, 2 a usage error.
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitFailure = 1;
+inline constexpr int kExitUsage = 2;
+
+// $QUILL_ADDR, or 127.0.0.1:50051.
+std::string DefaultAddress();
+
+// Parses `args` into `parser`'s flags. Returns -1 to go on, or the exit code to return now
+// (0 after printing --help, 2 after printing a usage error).
+int ParseFlags(FlagParser& parser, const std::vector<std::string>& args,
+               std::vector<std::string>* positional);
+
+// Prints "error: CODE: message" on stderr and returns kExitFailure.
+int PrintError(const absl::Status& status);
+
+// The positional words joined by spaces, or all of stdin when there are none.
+std::string TextFromArgsOrStdin(const std::vector<std::string>& positional);
+
+// Serializes `value`, replacing invalid UTF-8 instead of throwing (indent -1 = one line).
+std::string DumpJson(const nlohmann::json& value, int indent = -1);
+
+// JSON forms of the API messages (field names as in the proto).
+nlohmann::json ToJson(const quill::v1::GenerateResponse& response);
+nlohmann::json ToJson(const quill::v1::ModelInfo& info);
+nlohmann::json ToJson(const quill::v1::TokenizeResponse& response);
+
+// Subcommands; each receives the words after its name.
+int GenerateCommand(const std::vector<std::string>& args);
+int TokenizeCommand(const std::vector<std::string>& args);
+int InfoCommand(const std::vector<std::string>& args);
+int HealthCommand(const std::vector<std::string>& args);
+int BenchCommand(const std::vector<std::string>& args);
+
+}  // namespace quill::cli
