@@ -1,0 +1,201 @@
+#include "server/generation_service.h"
+
+#include <chrono>
+#include <random>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "engine/model/model.h"
+#include "engine/model/model_config.h"
+#include "server/generate_reactor.h"
+#include "server/metrics/quill_metrics.h"
+#include "server/status_codec.h"
+#include "spdlog/spdlog.h"
+
+namespace quill::server {
+namespace {
+
+namespace v1 = ::quill::v1;
+
+absl::Time DeadlineOf(const grpc::CallbackServerContext& context) {
+  const auto deadline = context.deadline();
+  if (deadline == std::chrono::system_clock::time_point::max()) return absl::InfiniteFuture();
+  const absl::Time t = absl::FromChrono(deadline);
+  // gRPC reports "no deadline" as a far-future time point.
+  if (t > absl::Now() + absl::Hours(24 * 365 * 50)) return absl::InfiniteFuture();
+  return t;
+}
+
+std::string Basename(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+}  // namespace
+
+GenerationService::GenerationService(QuillMetrics* metrics, Info info)
+    : metrics_(metrics), info_(std::move(info)), id_salt_(std::random_device()()) {}
+
+void GenerationService::SetEngine(engine::Engine* engine) {
+  const engine::ModelConfig& config = engine->model().config();
+  const engine::EngineOptions& options = engine->options();
+  const engine::EngineGauges gauges = engine->gauges();
+  RequestLimits limits;
+  limits.vocab_size = engine->model().tokenizer().vocab_size();
+  limits.context_length = config.context_length;
+  // A prompt has at least one token, so at most context - 1 can be generated.
+  const int longest = static_cast<int>(config.context_length - 1);
+  limits.max_tokens =
+      options.max_tokens_limit > 0 ? std::min(options.max_tokens_limit, longest) : longest;
+  limits.max_prompt_tokens = longest;
+  limits.kv_capacity_tokens =
+      static_cast<int64_t>(gauges.kv_blocks_total) * options.block_size_tokens;
+  limits_ = limits;
+  engine_.store(engine, std::memory_order_release);
+}
+
+void GenerationService::StartDraining() { draining_.store(true); }
+
+absl::Status GenerationService::CheckServing() const {
+  if (engine_.load(std::memory_order_acquire) == nullptr) {
+    return absl::UnavailableError("the model is still loading; retry later");
+  }
+  if (draining_.load()) return absl::UnavailableError("the server is shutting down");
+  return absl::OkStatus();
+}
+
+std::string GenerationService::NewRequestId() {
+  return absl::StrFormat("req-%08x-%d", static_cast<uint32_t>(id_salt_),
+                         next_id_.fetch_add(1, std::memory_order_relaxed));
+}
+
+grpc::ServerWriteReactor<grpc::ByteBuffer>* GenerationService::RejectGenerate(
+    const absl::Status& status) {
+  if (metrics_ != nullptr) metrics_->RecordRejected();
+  spdlog::debug("rejected generate: {}", status.ToString());
+  // Never submitted, so the reactor never reaches the engine.
+  auto* reactor = new GenerateReactor(/*engine=*/nullptr, "", /*with_logprobs=*/false,
+                                      absl::InfiniteFuture());
+  reactor->Reject(status);
+  return reactor;
+}
+
+grpc::ServerWriteReactor<grpc::ByteBuffer>* GenerationService::Generate(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* raw) {
+  if (absl::Status s = CheckServing(); !s.ok()) return RejectGenerate(s);
+  engine::Engine* engine = engine_.load(std::memory_order_acquire);
+
+  v1::GenerateRequest request;
+  if (absl::Status s = ParseRequest(*raw, &request); !s.ok()) return RejectGenerate(s);
+  absl::StatusOr<engine::GenerationRequest> converted =
+      ToEngineRequest(request, limits_, engine->model().tokenizer());
+  if (!converted.ok()) return RejectGenerate(converted.status());
+  if (converted->request_id.empty()) converted->request_id = NewRequestId();
+  const absl::Time deadline = DeadlineOf(*context);
+  converted->deadline = deadline;
+
+  auto* reactor =
+      new GenerateReactor(engine, converted->request_id, request.logprobs() > 0, deadline);
+  // The engine may start streaming before Submit returns; gRPC holds a reactor's
+  // operations until the method returns it.
+  const absl::Status submitted = engine->Submit(*std::move(converted), reactor->channel());
+  if (!submitted.ok()) {
+    if (metrics_ != nullptr) metrics_->RecordRejected();
+    spdlog::debug("engine refused request: {}", submitted.ToString());
+    reactor->Reject(submitted);
+    return reactor;
+  }
+  reactor->MarkSubmitted();
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* GenerationService::Tokenize(grpc::CallbackServerContext* context,
+                                                      const grpc::ByteBuffer* raw,
+                                                      grpc::ByteBuffer* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  absl::Status status = CheckServing();
+  v1::TokenizeRequest request;
+  if (status.ok()) status = ParseRequest(*raw, &request);
+  if (!status.ok()) {
+    reactor->Finish(ToGrpcStatus(status));
+    return reactor;
+  }
+  const engine::Tokenizer& tokenizer = engine_.load()->model().tokenizer();
+  absl::StatusOr<std::vector<engine::TokenId>> ids =
+      tokenizer.Encode(request.text(), request.add_special_tokens());
+  if (!ids.ok()) {
+    reactor->Finish(ToGrpcStatus(
+        absl::InvalidArgumentError(absl::StrCat("text: ", ids.status().message()))));
+    return reactor;
+  }
+  v1::TokenizeResponse out;
+  for (engine::TokenId id : *ids) {
+    out.add_token_ids(id);
+    out.add_pieces(ToValidUtf8(tokenizer.TokenBytes(id)));
+  }
+  // SentencePiece vocabularies prefix the text with a space when encoding; drop it again.
+  out.set_text(ToValidUtf8(tokenizer.Decode(*ids, tokenizer.model_name() == "llama")));
+  *response = SerializeResponse(out);
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* GenerationService::GetModelInfo(
+    grpc::CallbackServerContext* context, const v1::GetModelInfoRequest* /*request*/,
+    v1::ModelInfo* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (absl::Status s = CheckServing(); !s.ok()) {
+    reactor->Finish(ToGrpcStatus(s));
+    return reactor;
+  }
+  *response = BuildModelInfo(*engine_.load(), limits_, info_.model_path, info_.precision);
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+v1::ModelInfo BuildModelInfo(const engine::Engine& engine, const RequestLimits& limits,
+                             const std::string& model_path, const std::string& precision) {
+  const engine::Model& model = engine.model();
+  const engine::ModelConfig& config = model.config();
+  const engine::Tokenizer& tokenizer = model.tokenizer();
+  // Quill's KV cache stores f32 K and V.
+  const engine::ModelAccounting accounting =
+      engine::ComputeAccounting(config, config.context_length, /*kv_element_bytes=*/4);
+  const engine::EngineOptions& options = engine.options();
+  const engine::EngineGauges gauges = engine.gauges();
+
+  v1::ModelInfo info;
+  info.set_name(ToValidUtf8(config.name.empty() ? Basename(model_path) : config.name));
+  info.set_architecture(ToValidUtf8(config.architecture));
+  info.set_path(ToValidUtf8(model_path));
+  info.set_weight_type(model.weight_type_name());
+  info.set_precision(precision);
+  info.set_vocab_size(tokenizer.vocab_size());
+  info.set_context_length(config.context_length);
+  info.set_embedding_length(config.embedding_length);
+  info.set_block_count(config.block_count);
+  info.set_head_count(config.head_count);
+  info.set_head_count_kv(config.head_count_kv);
+  info.set_feed_forward_length(config.feed_forward_length);
+  info.set_parameter_count(accounting.total_params);
+  info.set_non_embedding_parameter_count(accounting.non_embedding_params);
+  info.set_kv_bytes_per_token(accounting.kv_bytes_per_token);
+  info.set_weights_bytes(model.weight_bytes());
+  info.set_bos_token_id(tokenizer.bos_id());
+  info.set_eos_token_id(tokenizer.eos_id());
+  v1::ServerLimits* l = info.mutable_limits();
+  l->set_max_tokens(limits.max_tokens);
+  l->set_max_prompt_tokens(limits.max_prompt_tokens);
+  l->set_max_batch_tokens(options.max_batch_tokens);
+  l->set_prefill_chunk_tokens(options.prefill_chunk_tokens);
+  l->set_max_running(options.max_running);
+  l->set_max_queue(options.max_queue);
+  l->set_kv_cache_bytes(gauges.kv_bytes_total);
+  l->set_kv_cache_blocks(gauges.kv_blocks_total);
+  l->set_kv_block_size_tokens(options.block_size_tokens);
+  return info;
+}
+
+}  // namespace quill::server

@@ -1,0 +1,328 @@
+// quill-server: serves a GGUF model over gRPC. The only file with ABSL_FLAG: flags (and
+// their QUILL_* environment fallbacks) -> ServerOptions -> Server::Create().
+
+#include <omp.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/reflection.h"
+#include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "absl/time/time.h"
+#include "server/server.h"
+#include "server/server_options.h"
+#include "spdlog/sinks/stdout_color_sinks.h"
+#include "spdlog/spdlog.h"
+
+namespace quill::server {
+
+// A byte count flag that accepts unit suffixes (512MiB, 2GiB, 1.5G, 500MB).
+struct ByteSizeFlag {
+  int64_t bytes = 0;
+};
+bool AbslParseFlag(absl::string_view text, ByteSizeFlag* flag, std::string* error) {
+  absl::StatusOr<int64_t> bytes = ParseByteSize(text);
+  if (!bytes.ok()) {
+    *error = std::string(bytes.status().message());
+    return false;
+  }
+  flag->bytes = *bytes;
+  return true;
+}
+std::string AbslUnparseFlag(ByteSizeFlag flag) { return FormatByteSize(flag.bytes); }
+
+}  // namespace quill::server
+
+namespace {
+const quill::engine::EngineOptions kEngineDefaults;
+}  // namespace
+
+ABSL_FLAG(std::string, model, "",
+          "GGUF model to serve. Default: the built-in kjv-1m model, looked up at "
+          "<exe dir>/../share/quill/models/kjv-1m.gguf, <exe dir>/../../models/kjv-1m.gguf "
+          "and ./models/kjv-1m.gguf.");
+ABSL_FLAG(std::string, host, "127.0.0.1",
+          "Address the gRPC server binds (0.0.0.0 for every interface).");
+ABSL_FLAG(int, port, 50051,
+          "gRPC port. 0 picks a free port; the log says 'listening on HOST:PORT'.");
+ABSL_FLAG(std::string, metrics_host, "",
+          "Address the Prometheus /metrics endpoint binds. Default: the value of --host.");
+ABSL_FLAG(int, metrics_port, 9090,
+          "Port of the Prometheus /metrics endpoint. 0 picks a free port (the log says "
+          "'metrics on http://HOST:PORT/metrics'); -1 turns the endpoint off.");
+ABSL_FLAG(int, threads, 0,
+          "Compute threads (OpenMP) for the engine. 0 = OpenMP's default (OMP_NUM_THREADS "
+          "or every core).");
+ABSL_FLAG(std::string, precision, "fast",
+          "Kernel precision: 'fast' (bf16/int8 compute where the CPU supports it) or "
+          "'exact' (f32 throughout; outputs are reproducible bit for bit).");
+ABSL_FLAG(quill::server::ByteSizeFlag, kv_cache_bytes,
+          quill::server::ByteSizeFlag{kEngineDefaults.kv_cache_bytes},
+          "Memory for the paged KV cache, allocated at startup; bounds how many tokens "
+          "(prompts + outputs) are in flight. Accepts suffixes: 512MiB, 2GiB, 1.5G, 500MB.");
+ABSL_FLAG(int, kv_block_size, kEngineDefaults.block_size_tokens,
+          "Tokens per KV cache block (the allocation unit).");
+ABSL_FLAG(int, max_batch_tokens, kEngineDefaults.max_batch_tokens,
+          "Most tokens one engine step processes (prefill chunks + one per decoding "
+          "sequence); also sizes the model's scratch buffers.");
+ABSL_FLAG(int, prefill_chunk_tokens, kEngineDefaults.prefill_chunk_tokens,
+          "A prompt is prefilled in chunks of at most this many tokens, so that long "
+          "prompts do not stall the streams that are decoding.");
+ABSL_FLAG(int, max_running, kEngineDefaults.max_running,
+          "Most requests generating at once (the continuous batch).");
+ABSL_FLAG(int, max_queue, kEngineDefaults.max_queue,
+          "Most requests waiting for admission; beyond it Generate fails at once with "
+          "RESOURCE_EXHAUSTED.");
+ABSL_FLAG(int, max_tokens_limit, kEngineDefaults.max_tokens_limit,
+          "Largest max_tokens a request may ask for; 0 = the model's context length - 1.");
+ABSL_FLAG(absl::Duration, drain_timeout, absl::Seconds(30),
+          "On SIGTERM/SIGINT, how long running streams may take to finish before they end "
+          "with UNAVAILABLE (e.g. 30s, 2m).");
+ABSL_FLAG(quill::server::ByteSizeFlag, max_message_bytes,
+          quill::server::ByteSizeFlag{4 << 20},
+          "Largest request message accepted (larger ones fail with RESOURCE_EXHAUSTED).");
+ABSL_FLAG(std::string, log_level, "info",
+          "Log level: trace, debug, info, warn, error, critical or off.");
+
+namespace quill::server {
+namespace {
+
+// Every flag above, for the QUILL_<NAME> environment fallback.
+constexpr const char* kFlagNames[] = {
+    "model",         "host",          "port",           "metrics_host",
+    "metrics_port",  "threads",       "precision",      "kv_cache_bytes",
+    "kv_block_size", "max_batch_tokens", "prefill_chunk_tokens", "max_running",
+    "max_queue",     "max_tokens_limit", "drain_timeout", "max_message_bytes",
+    "log_level",
+};
+
+constexpr char kUsage[] =
+    "Serves a Llama-family GGUF model over gRPC (quill.v1.Generator, grpc.health.v1.Health, "
+    "server reflection) with Prometheus metrics.\n\n"
+    "  quill-server --model PATH.gguf --host 127.0.0.1 --port 50051 --metrics-port 9090\n\n"
+    "Every flag can also be set in the environment as QUILL_<FLAG_NAME> (upper case, dashes "
+    "as underscores: QUILL_KV_CACHE_BYTES=2GiB); a flag on the command line wins. Dashes "
+    "and underscores in flag names are interchangeable (--kv-cache-bytes, --kv_cache_bytes). "
+    "SIGTERM/SIGINT drain gracefully (see --drain-timeout); a second signal exits at once.";
+
+// "--kv-cache-bytes=1G" -> "--kv_cache_bytes=1G" (absl flag names use underscores).
+std::vector<std::string> NormalizeFlagNames(int argc, char** argv) {
+  std::vector<std::string> args;
+  bool flags_done = false;
+  for (int i = 0; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (i > 0 && !flags_done && arg == "--") flags_done = true;
+    if (i > 0 && !flags_done && arg.size() > 1 && arg[0] == '-') {
+      const size_t start = arg.find_first_not_of('-');
+      const size_t end = std::min(arg.find('='), arg.size());
+      if (start != std::string::npos && start < end) {
+        std::replace(arg.begin() + start, arg.begin() + end, '-', '_');
+      }
+    }
+    args.push_back(std::move(arg));
+  }
+  return args;
+}
+
+// QUILL_<FLAG> for every flag; applied before argv is parsed, so the command line wins.
+bool ApplyEnvironment() {
+  for (const char* name : kFlagNames) {
+    const std::string env = absl::StrCat("QUILL_", absl::AsciiStrToUpper(name));
+    const char* value = std::getenv(env.c_str());
+    if (value == nullptr) continue;
+    absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
+    std::string error;
+    if (flag == nullptr || !flag->ParseFrom(value, &error)) {
+      std::fprintf(stderr, "quill-server: %s=%s: %s\n", env.c_str(), value, error.c_str());
+      return false;
+    }
+  }
+  return true;
+}
+
+// OpenMP reads OMP_NUM_THREADS once at startup, and omp_set_num_threads() only affects
+// the calling thread, not the engine thread. So --threads re-executes the binary once
+// with OMP_NUM_THREADS set (same pid, same arguments).
+void ApplyThreads(int threads, char** original_argv) {
+  if (threads <= 0) return;
+  const std::string want = std::to_string(threads);
+  const char* have = std::getenv("OMP_NUM_THREADS");
+  if (have == nullptr || want != have) {
+    setenv("OMP_NUM_THREADS", want.c_str(), 1);
+    execv("/proc/self/exe", original_argv);
+    spdlog::warn("could not re-execute with OMP_NUM_THREADS={} ({}); using "
+                 "omp_set_num_threads, which may not reach the engine thread",
+                 want, std::strerror(errno));
+  }
+  omp_set_num_threads(threads);
+}
+
+bool SetLogLevel(const std::string& name) {
+  const spdlog::level::level_enum level = spdlog::level::from_str(name);
+  // from_str maps unknown names to "off"; only accept "off" when asked for.
+  if (level == spdlog::level::off && name != "off") return false;
+  spdlog::set_level(level);
+  return true;
+}
+
+absl::StatusOr<ServerOptions> OptionsFromFlags(const char* exe) {
+  ServerOptions options;
+  options.model_path = absl::GetFlag(FLAGS_model);
+  if (options.model_path.empty()) {
+    char self[4096];
+    const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    const std::string exe_path = n > 0 ? std::string(self, n) : std::string(exe);
+    absl::StatusOr<std::string> found = ResolveDefaultModel(exe_path, /*env_model=*/"");
+    if (!found.ok()) return found.status();
+    options.model_path = *found;
+  }
+  absl::StatusOr<engine::kernels::Precision> precision =
+      ParsePrecision(absl::GetFlag(FLAGS_precision));
+  if (!precision.ok()) return precision.status();
+  options.precision = *precision;
+  options.host = absl::GetFlag(FLAGS_host);
+  options.port = absl::GetFlag(FLAGS_port);
+  options.metrics_host = absl::GetFlag(FLAGS_metrics_host);
+  options.metrics_port = absl::GetFlag(FLAGS_metrics_port);
+  options.engine.kv_cache_bytes = absl::GetFlag(FLAGS_kv_cache_bytes).bytes;
+  options.engine.block_size_tokens = absl::GetFlag(FLAGS_kv_block_size);
+  options.engine.max_batch_tokens = absl::GetFlag(FLAGS_max_batch_tokens);
+  options.engine.prefill_chunk_tokens = absl::GetFlag(FLAGS_prefill_chunk_tokens);
+  options.engine.max_running = absl::GetFlag(FLAGS_max_running);
+  options.engine.max_queue = absl::GetFlag(FLAGS_max_queue);
+  options.engine.max_tokens_limit = absl::GetFlag(FLAGS_max_tokens_limit);
+  options.drain_timeout = absl::GetFlag(FLAGS_drain_timeout);
+  const int64_t max_message = absl::GetFlag(FLAGS_max_message_bytes).bytes;
+
+  if (options.port < 0 || options.port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat("--port ", options.port, " is not a port"));
+  }
+  if (options.metrics_port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--metrics-port ", options.metrics_port, " is not a port"));
+  }
+  if (options.drain_timeout < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--drain-timeout must not be negative");
+  }
+  if (max_message < 1024 || max_message > (int64_t{1} << 30)) {
+    return absl::InvalidArgumentError("--max-message-bytes must be in [1KiB, 1GiB]");
+  }
+  options.max_receive_message_bytes = static_cast<int>(max_message);
+  const struct {
+    const char* flag;
+    int value;
+  } positives[] = {{"--kv-block-size", options.engine.block_size_tokens},
+                   {"--max-batch-tokens", options.engine.max_batch_tokens},
+                   {"--prefill-chunk-tokens", options.engine.prefill_chunk_tokens},
+                   {"--max-running", options.engine.max_running},
+                   {"--max-queue", options.engine.max_queue}};
+  for (const auto& p : positives) {
+    if (p.value < 1) {
+      return absl::InvalidArgumentError(absl::StrCat(p.flag, " must be >= 1, got ", p.value));
+    }
+  }
+  if (options.engine.max_tokens_limit < 0) {
+    return absl::InvalidArgumentError("--max-tokens-limit must be >= 0");
+  }
+  if (options.engine.kv_cache_bytes <= 0) {
+    return absl::InvalidArgumentError("--kv-cache-bytes must be > 0");
+  }
+  return options;
+}
+
+// Waits for SIGTERM/SIGINT (blocked in every thread; no work in a signal handler), then
+// drains. A second signal during the drain exits at once.
+int ServeUntilSignalled(Server& server, const sigset_t& signals) {
+  int sig = 0;
+  while (sigwait(&signals, &sig) != 0) {
+  }
+  spdlog::info("received {}; shutting down gracefully (drain timeout {})", strsignal(sig),
+               absl::FormatDuration(server.options().drain_timeout));
+  std::atomic<bool> done{false};
+  std::thread drainer([&] {
+    server.Shutdown();
+    done.store(true);
+  });
+  const timespec poll = {0, 50 * 1000 * 1000};
+  while (!done.load()) {
+    siginfo_t info;
+    if (sigtimedwait(&signals, &info, &poll) > 0) {
+      spdlog::warn("received {} during the drain; exiting now", strsignal(info.si_signo));
+      spdlog::shutdown();
+      std::_Exit(1);
+    }
+  }
+  drainer.join();
+  return 0;
+}
+
+int Main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(kUsage);
+  absl::FlagsUsageConfig usage;
+  usage.contains_help_flags = [](absl::string_view file) {
+    return absl::EndsWith(file, "server/main.cc");
+  };
+  usage.contains_helpshort_flags = usage.contains_help_flags;
+  usage.normalize_filename = [](absl::string_view file) { return std::string(file); };
+  absl::SetFlagsUsageConfig(usage);
+
+  if (!ApplyEnvironment()) return 2;
+  std::vector<std::string> normalized = NormalizeFlagNames(argc, argv);
+  std::vector<char*> args;
+  for (std::string& a : normalized) args.push_back(a.data());
+  args.push_back(nullptr);
+  absl::ParseCommandLine(static_cast<int>(normalized.size()), args.data());
+
+  spdlog::set_default_logger(spdlog::stderr_color_mt("quill-server"));
+  if (!SetLogLevel(absl::GetFlag(FLAGS_log_level))) {
+    std::fprintf(stderr, "quill-server: --log-level must be trace, debug, info, warn, error, "
+                         "critical or off\n");
+    return 2;
+  }
+  ApplyThreads(absl::GetFlag(FLAGS_threads), argv);
+
+  absl::StatusOr<ServerOptions> options = OptionsFromFlags(argv[0]);
+  if (!options.ok()) {
+    spdlog::error("{}", options.status().message());
+    return 2;
+  }
+
+  // Block the shutdown signals before any thread exists, so every thread inherits the mask
+  // and only sigwait() sees them.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  spdlog::info("quill-server starting: model={} threads={}", options->model_path,
+               omp_get_max_threads());
+  absl::StatusOr<std::unique_ptr<Server>> server = Server::Create(*options);
+  if (!server.ok()) {
+    spdlog::error("{}", server.status().ToString());
+    return 1;
+  }
+  const int code = ServeUntilSignalled(**server, signals);
+  server->reset();
+  spdlog::info("bye");
+  return code;
+}
+
+}  // namespace
+}  // namespace quill::server
+
+int main(int argc, char** argv) { return quill::server::Main(argc, argv); }

@@ -1,0 +1,243 @@
+#include "server/metrics/quill_metrics.h"
+
+#include <utility>
+#include <vector>
+
+#include "prometheus/text_serializer.h"
+#include "server/metrics/process_metrics.h"
+
+namespace quill::server {
+namespace {
+
+using prometheus::Histogram;
+
+// Bucket bounds sized for LLM serving on a CPU: from a few milliseconds (a tiny model's
+// step) up to minutes (a long generation of a big model).
+const Histogram::BucketBoundaries& TtftBuckets() {
+  static const auto* b = new Histogram::BucketBoundaries{
+      0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60};
+  return *b;
+}
+const Histogram::BucketBoundaries& ItlBuckets() {
+  static const auto* b = new Histogram::BucketBoundaries{
+      0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 1, 2.5, 5};
+  return *b;
+}
+const Histogram::BucketBoundaries& RequestBuckets() {
+  static const auto* b = new Histogram::BucketBoundaries{
+      0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600};
+  return *b;
+}
+const Histogram::BucketBoundaries& QueueBuckets() {
+  static const auto* b = new Histogram::BucketBoundaries{
+      0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
+  return *b;
+}
+const Histogram::BucketBoundaries& PrefillBuckets() {
+  static const auto* b = new Histogram::BucketBoundaries{
+      0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
+  return *b;
+}
+const Histogram::BucketBoundaries& StepBuckets() {
+  static const auto* b = new Histogram::BucketBoundaries{
+      0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5};
+  return *b;
+}
+const Histogram::BucketBoundaries& BatchTokenBuckets() {
+  static const auto* b = new Histogram::BucketBoundaries{
+      1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192};
+  return *b;
+}
+
+}  // namespace
+
+class QuillMetrics::ScrapeCollectable final : public prometheus::Collectable {
+ public:
+  explicit ScrapeCollectable(const QuillMetrics* metrics) : metrics_(metrics) {}
+  std::vector<prometheus::MetricFamily> Collect() const override {
+    metrics_->RefreshScrapeGauges();
+    return metrics_->registry_->Collect();
+  }
+
+ private:
+  const QuillMetrics* metrics_;  // owns this object
+};
+
+QuillMetrics::QuillMetrics() : registry_(std::make_shared<prometheus::Registry>()) {
+  prometheus::Registry& r = *registry_;
+  auto histogram = [&r](const std::string& name, const std::string& help,
+                        const Histogram::BucketBoundaries& buckets) {
+    return &prometheus::BuildHistogram().Name(name).Help(help).Register(r).Add({}, buckets);
+  };
+  auto counter = [&r](const std::string& name, const std::string& help) {
+    return &prometheus::BuildCounter().Name(name).Help(help).Register(r).Add({});
+  };
+  auto gauge = [&r](const std::string& name, const std::string& help) {
+    return &prometheus::BuildGauge().Name(name).Help(help).Register(r).Add({});
+  };
+
+  time_to_first_token_ = histogram(
+      "quill_time_to_first_token_seconds",
+      "Time from a request's arrival at the engine to its first generated token (queue wait "
+      "plus prefill), for requests that produced at least one token.",
+      TtftBuckets());
+  inter_token_latency_ = histogram(
+      "quill_inter_token_latency_seconds",
+      "Gap between consecutive generated tokens of the same request (one observation per "
+      "decoded token after the first).",
+      ItlBuckets());
+  request_duration_ = histogram(
+      "quill_request_duration_seconds",
+      "Time from a request's acceptance by the engine to its end, whatever the outcome.",
+      RequestBuckets());
+  queue_wait_ = histogram(
+      "quill_queue_wait_seconds",
+      "Time a request waited for admission (KV blocks and a running slot), for requests "
+      "that were admitted.",
+      QueueBuckets());
+  prefill_duration_ = histogram(
+      "quill_prefill_duration_seconds",
+      "Per request: time from admission until its whole prompt was processed.",
+      PrefillBuckets());
+  decode_duration_ = histogram(
+      "quill_decode_duration_seconds",
+      "Per request: time from its first generated token to its end.", RequestBuckets());
+
+  auto& steps = prometheus::BuildHistogram()
+                    .Name("quill_engine_step_duration_seconds")
+                    .Help("Duration of one engine step (plan, forward pass, sampling and "
+                          "emission), by phase: prefill only, decode only, or mixed.")
+                    .Register(r);
+  step_prefill_ = &steps.Add({{"phase", "prefill"}}, StepBuckets());
+  step_decode_ = &steps.Add({{"phase", "decode"}}, StepBuckets());
+  step_mixed_ = &steps.Add({{"phase", "mixed"}}, StepBuckets());
+  batch_tokens_ = histogram(
+      "quill_batch_tokens",
+      "Tokens processed by one engine step (prompt tokens being prefilled plus one per "
+      "decoding sequence).",
+      BatchTokenBuckets());
+
+  requests_family_ =
+      &prometheus::BuildCounter()
+           .Name("quill_requests_total")
+           .Help("Generate requests by outcome: length, stop, eos (finished normally), "
+                 "cancelled (client cancel or disconnect), deadline (deadline exceeded), "
+                 "shutdown (ended by the server's drain timeout), error (internal failure), "
+                 "rejected (refused before reaching the engine: invalid, queue full, "
+                 "draining or loading).")
+           .Register(r);
+  auto outcome = [this](const std::string& value) {
+    return &requests_family_->Add({{"outcome", value}});
+  };
+  requests_length_ = outcome("length");
+  requests_stop_ = outcome("stop");
+  requests_eos_ = outcome("eos");
+  requests_cancelled_ = outcome("cancelled");
+  requests_deadline_ = outcome("deadline");
+  requests_rejected_ = outcome("rejected");
+  requests_error_ = outcome("error");
+  requests_shutdown_ = outcome("shutdown");
+  prompt_tokens_ = counter("quill_prompt_tokens_total",
+                           "Prompt tokens of requests the engine finished (any outcome).");
+  generated_tokens_ = counter("quill_generated_tokens_total",
+                              "Tokens generated and sent to clients (EOS is not counted).");
+  preemptions_ = counter("quill_preemptions_total",
+                         "Running sequences preempted to free KV blocks (0 while the engine "
+                         "reserves a request's blocks at admission).");
+
+  requests_running_ = gauge("quill_requests_running",
+                            "Requests in the running set (prefilling or decoding).");
+  requests_waiting_ =
+      gauge("quill_requests_waiting", "Requests accepted and waiting for admission.");
+  kv_blocks_total_ = gauge("quill_kv_cache_blocks_total", "Blocks in the paged KV cache pool.");
+  kv_blocks_used_ =
+      gauge("quill_kv_cache_blocks_used", "KV cache blocks currently held by requests.");
+  kv_bytes_used_ =
+      gauge("quill_kv_cache_bytes_used", "Bytes of the KV cache pool currently held by requests.");
+  kv_bytes_total_ = gauge("quill_kv_cache_bytes_total", "Bytes of the whole KV cache pool.");
+  model_weights_bytes_ =
+      gauge("quill_model_weights_bytes", "Bytes of model weights held in memory (as packed).");
+  resident_memory_bytes_ = gauge("quill_process_resident_memory_bytes",
+                                 "Resident set size of the server process, read at scrape time.");
+
+  collectable_ = std::make_shared<ScrapeCollectable>(this);
+}
+
+QuillMetrics::~QuillMetrics() = default;
+
+void QuillMetrics::OnStep(const engine::StepStats& stats, const engine::EngineGauges& gauges) {
+  const double seconds = absl::ToDoubleSeconds(stats.duration);
+  switch (stats.phase) {
+    case engine::StepPhase::kPrefill: step_prefill_->Observe(seconds); break;
+    case engine::StepPhase::kDecode: step_decode_->Observe(seconds); break;
+    case engine::StepPhase::kMixed: step_mixed_->Observe(seconds); break;
+  }
+  batch_tokens_->Observe(stats.prefill_tokens + stats.decode_tokens);
+  for (absl::Duration gap : stats.inter_token_latencies) {
+    inter_token_latency_->Observe(absl::ToDoubleSeconds(gap));
+  }
+  SetEngineGauges(gauges);
+}
+
+void QuillMetrics::OnRequestFinished(const engine::FinishInfo& info) {
+  switch (info.reason) {
+    case engine::FinishReason::kLength: requests_length_->Increment(); break;
+    case engine::FinishReason::kStop: requests_stop_->Increment(); break;
+    case engine::FinishReason::kEos: requests_eos_->Increment(); break;
+    case engine::FinishReason::kCancelled: requests_cancelled_->Increment(); break;
+    case engine::FinishReason::kDeadline: requests_deadline_->Increment(); break;
+    case engine::FinishReason::kError: requests_error_->Increment(); break;
+    case engine::FinishReason::kShutdown: requests_shutdown_->Increment(); break;
+  }
+  prompt_tokens_->Increment(info.prompt_tokens);
+  generated_tokens_->Increment(info.completion_tokens);
+  request_duration_->Observe(absl::ToDoubleSeconds(info.timings.total));
+  // A request that ended while still queued has no admission, prefill or first token.
+  const bool admitted = info.completion_tokens > 0 || info.timings.prefill > absl::ZeroDuration();
+  if (admitted) {
+    queue_wait_->Observe(absl::ToDoubleSeconds(info.timings.queue_wait));
+    prefill_duration_->Observe(absl::ToDoubleSeconds(info.timings.prefill));
+  }
+  if (info.completion_tokens > 0) {
+    time_to_first_token_->Observe(absl::ToDoubleSeconds(info.timings.time_to_first_token));
+    decode_duration_->Observe(absl::ToDoubleSeconds(info.timings.decode));
+  }
+}
+
+void QuillMetrics::OnPreemption() { preemptions_->Increment(); }
+
+void QuillMetrics::RecordRejected() { requests_rejected_->Increment(); }
+
+void QuillMetrics::SetModelWeightsBytes(int64_t bytes) {
+  model_weights_bytes_->Set(static_cast<double>(bytes));
+}
+
+void QuillMetrics::SetGaugeSource(std::function<engine::EngineGauges()> source) {
+  absl::MutexLock lock(&mu_);
+  gauge_source_ = std::move(source);
+}
+
+void QuillMetrics::SetEngineGauges(const engine::EngineGauges& gauges) const {
+  requests_running_->Set(gauges.requests_running);
+  requests_waiting_->Set(gauges.requests_waiting);
+  kv_blocks_total_->Set(gauges.kv_blocks_total);
+  kv_blocks_used_->Set(gauges.kv_blocks_used);
+  kv_bytes_used_->Set(static_cast<double>(gauges.kv_bytes_used));
+  kv_bytes_total_->Set(static_cast<double>(gauges.kv_bytes_total));
+}
+
+void QuillMetrics::RefreshScrapeGauges() const {
+  {
+    absl::MutexLock lock(&mu_);
+    if (gauge_source_) SetEngineGauges(gauge_source_());
+  }
+  if (absl::StatusOr<int64_t> rss = ReadResidentMemoryBytes(); rss.ok()) {
+    resident_memory_bytes_->Set(static_cast<double>(*rss));
+  }
+}
+
+std::string QuillMetrics::TextExposition() const {
+  return prometheus::TextSerializer().Serialize(collectable_->Collect());
+}
+
+}  // namespace quill::server

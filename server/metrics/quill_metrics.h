@@ -1,0 +1,101 @@
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "engine/runtime/engine_observer.h"
+#include "prometheus/collectable.h"
+#include "prometheus/counter.h"
+#include "prometheus/family.h"
+#include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
+
+namespace quill::server {
+
+// Every Quill metric (names `quill_*`, base units, `_total` counters), defined in the
+// constructor. The engine reports through EngineObserver on its thread (only atomic
+// counters/gauges and prometheus-cpp's short per-histogram lock); the RPC layer reports
+// refusals; gauges of engine state and process memory are also refreshed at every scrape,
+// so they are current even while the engine is idle. Thread-safe.
+class QuillMetrics final : public engine::EngineObserver {
+ public:
+  QuillMetrics();
+  ~QuillMetrics() override;
+  QuillMetrics(const QuillMetrics&) = delete;
+  QuillMetrics& operator=(const QuillMetrics&) = delete;
+
+  // engine::EngineObserver (engine thread).
+  void OnStep(const engine::StepStats& stats, const engine::EngineGauges& gauges) override;
+  void OnRequestFinished(const engine::FinishInfo& info) override;
+  void OnPreemption() override;
+
+  // A Generate call refused before the engine accepted it (validation, full queue,
+  // draining, loading): quill_requests_total{outcome="rejected"}.
+  void RecordRejected();
+
+  void SetModelWeightsBytes(int64_t bytes);
+  // Polled at each scrape for running/waiting/KV gauges. Must stay callable until the
+  // exposer serving collectable() is destroyed, or be reset with nullptr first.
+  void SetGaugeSource(std::function<engine::EngineGauges()> source) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // For prometheus::Exposer::RegisterCollectable: refreshes the scrape-time gauges, then
+  // returns every family. The returned object refers to this QuillMetrics: destroy the
+  // exposer first.
+  std::shared_ptr<prometheus::Collectable> collectable() const { return collectable_; }
+  // The exposition in Prometheus text format, as /metrics serves it.
+  std::string TextExposition() const;
+
+ private:
+  class ScrapeCollectable;
+  void RefreshScrapeGauges() const ABSL_LOCKS_EXCLUDED(mu_);
+  void SetEngineGauges(const engine::EngineGauges& gauges) const;
+
+  std::shared_ptr<prometheus::Registry> registry_;
+
+  // Per-request latency histograms (seconds).
+  prometheus::Histogram* time_to_first_token_;
+  prometheus::Histogram* inter_token_latency_;
+  prometheus::Histogram* request_duration_;
+  prometheus::Histogram* queue_wait_;
+  prometheus::Histogram* prefill_duration_;
+  prometheus::Histogram* decode_duration_;
+  // Per engine step.
+  prometheus::Histogram* step_prefill_;
+  prometheus::Histogram* step_decode_;
+  prometheus::Histogram* step_mixed_;
+  prometheus::Histogram* batch_tokens_;
+  // Counters.
+  prometheus::Family<prometheus::Counter>* requests_family_;
+  prometheus::Counter* requests_length_;
+  prometheus::Counter* requests_stop_;
+  prometheus::Counter* requests_eos_;
+  prometheus::Counter* requests_cancelled_;
+  prometheus::Counter* requests_deadline_;
+  prometheus::Counter* requests_rejected_;
+  prometheus::Counter* requests_error_;
+  prometheus::Counter* requests_shutdown_;
+  prometheus::Counter* prompt_tokens_;
+  prometheus::Counter* generated_tokens_;
+  prometheus::Counter* preemptions_;
+  // Gauges.
+  prometheus::Gauge* requests_running_;
+  prometheus::Gauge* requests_waiting_;
+  prometheus::Gauge* kv_blocks_total_;
+  prometheus::Gauge* kv_blocks_used_;
+  prometheus::Gauge* kv_bytes_used_;
+  prometheus::Gauge* kv_bytes_total_;
+  prometheus::Gauge* model_weights_bytes_;
+  prometheus::Gauge* resident_memory_bytes_;
+
+  mutable absl::Mutex mu_;
+  std::function<engine::EngineGauges()> gauge_source_ ABSL_GUARDED_BY(mu_);
+
+  std::shared_ptr<prometheus::Collectable> collectable_;
+};
+
+}  // namespace quill::server

@@ -1,0 +1,327 @@
+#include "server/request_codec.h"
+
+#include <cmath>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "google/protobuf/descriptor.h"
+#include "google/protobuf/unknown_field_set.h"
+
+namespace quill::server {
+namespace {
+
+namespace v1 = ::quill::v1;
+
+// Length of the well-formed UTF-8 sequence starting at s[i], or 0 if it is ill-formed
+// (Unicode Table 3-7: no overlongs, no surrogates, nothing above U+10FFFF).
+size_t Utf8SequenceLength(absl::string_view s, size_t i) {
+  const auto b = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
+  const size_t left = s.size() - i;
+  const unsigned char c = b(i);
+  if (c < 0x80) return 1;
+  auto cont = [&](size_t k) { return (b(k) & 0xC0) == 0x80; };
+  if (c >= 0xC2 && c <= 0xDF) return left >= 2 && cont(i + 1) ? 2 : 0;
+  if (c >= 0xE0 && c <= 0xEF) {
+    if (left < 3) return 0;
+    const unsigned char c1 = b(i + 1);
+    const unsigned char lo = c == 0xE0 ? 0xA0 : 0x80;  // E0: no overlongs
+    const unsigned char hi = c == 0xED ? 0x9F : 0xBF;  // ED: no surrogates
+    return c1 >= lo && c1 <= hi && cont(i + 2) ? 3 : 0;
+  }
+  if (c >= 0xF0 && c <= 0xF4) {
+    if (left < 4) return 0;
+    const unsigned char c1 = b(i + 1);
+    const unsigned char lo = c == 0xF0 ? 0x90 : 0x80;  // F0: no overlongs
+    const unsigned char hi = c == 0xF4 ? 0x8F : 0xBF;  // F4: nothing above U+10FFFF
+    return c1 >= lo && c1 <= hi && cont(i + 2) && cont(i + 3) ? 4 : 0;
+  }
+  return 0;
+}
+
+absl::Status Invalid(absl::string_view field, absl::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat(field, " ", what));
+}
+
+bool IsFinite(float v) { return std::isfinite(v); }
+
+absl::Status ValidateSampling(const v1::SamplingParams& s) {
+  if (!IsFinite(s.temperature()) || s.temperature() < 0) {
+    return Invalid("sampling.temperature",
+                   absl::StrCat("must be finite and >= 0 (0 = greedy), got ", s.temperature()));
+  }
+  if (s.top_k() < 0) {
+    return Invalid("sampling.top_k", absl::StrCat("must be >= 0 (0 = off), got ", s.top_k()));
+  }
+  if (!IsFinite(s.top_p()) || s.top_p() < 0 || s.top_p() > 1) {
+    return Invalid("sampling.top_p",
+                   absl::StrCat("must be in (0, 1] (0 or unset means 1), got ", s.top_p()));
+  }
+  if (!IsFinite(s.min_p()) || s.min_p() < 0 || s.min_p() > 1) {
+    return Invalid("sampling.min_p", absl::StrCat("must be in [0, 1], got ", s.min_p()));
+  }
+  if (!IsFinite(s.repetition_penalty()) || s.repetition_penalty() < 0) {
+    return Invalid("sampling.repetition_penalty",
+                   absl::StrCat("must be finite and > 0 (0 or unset means 1), got ",
+                                s.repetition_penalty()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateIds(absl::string_view field, const google::protobuf::RepeatedField<int32_t>& ids,
+                         int64_t vocab_size) {
+  for (int i = 0; i < ids.size(); ++i) {
+    if (ids[i] < 0 || ids[i] >= vocab_size) {
+      return Invalid(absl::StrCat(field, "[", i, "]"),
+                     absl::StrCat("is ", ids[i], ", outside the vocabulary [0, ", vocab_size,
+                                  ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateStops(const v1::GenerateRequest& request, const RequestLimits& limits) {
+  if (request.stop_size() > limits.max_stop_strings) {
+    return Invalid("stop", absl::StrCat("has ", request.stop_size(), " strings; at most ",
+                                        limits.max_stop_strings, " are allowed"));
+  }
+  for (int i = 0; i < request.stop_size(); ++i) {
+    const std::string field = absl::StrCat("stop[", i, "]");
+    const std::string& stop = request.stop(i);
+    if (stop.empty()) return Invalid(field, "is empty");
+    if (static_cast<int64_t>(stop.size()) > limits.max_stop_bytes) {
+      return Invalid(field, absl::StrCat("is ", stop.size(), " bytes; at most ",
+                                         limits.max_stop_bytes, " are allowed"));
+    }
+    if (const int64_t bad = FirstInvalidUtf8(stop); bad >= 0) {
+      return Invalid(field, absl::StrCat("is not valid UTF-8 at byte ", bad));
+    }
+  }
+  if (request.stop_token_ids_size() > limits.max_stop_token_ids) {
+    return Invalid("stop_token_ids", absl::StrCat("has ", request.stop_token_ids_size(),
+                                                  " ids; at most ", limits.max_stop_token_ids,
+                                                  " are allowed"));
+  }
+  return ValidateIds("stop_token_ids", request.stop_token_ids(), limits.vocab_size);
+}
+
+}  // namespace
+
+int64_t FirstInvalidUtf8(absl::string_view text) {
+  size_t i = 0;
+  while (i < text.size()) {
+    const size_t n = Utf8SequenceLength(text, i);
+    if (n == 0) return static_cast<int64_t>(i);
+    i += n;
+  }
+  return -1;
+}
+
+std::string ToValidUtf8(absl::string_view bytes) {
+  std::string out;
+  out.reserve(bytes.size());
+  size_t i = 0;
+  while (i < bytes.size()) {
+    const size_t n = Utf8SequenceLength(bytes, i);
+    if (n == 0) {
+      out += "\xEF\xBF\xBD";  // U+FFFD
+      ++i;
+    } else {
+      out.append(bytes.data() + i, n);
+      i += n;
+    }
+  }
+  return out;
+}
+
+absl::Status ParseRequest(const grpc::ByteBuffer& buffer, google::protobuf::Message* message) {
+  std::vector<grpc::Slice> slices;
+  std::string bytes;
+  if (buffer.Valid()) {
+    if (!buffer.Dump(&slices).ok()) return absl::InternalError("cannot read the request bytes");
+    bytes.reserve(buffer.Length());
+    for (const grpc::Slice& s : slices) {
+      bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+    }
+  }
+  if (message->ParseFromString(bytes)) return absl::OkStatus();
+
+  // Protobuf does not say why it failed; the usual cause from real clients is a string
+  // field holding bytes that are not UTF-8. Find it through the schema-less wire view.
+  const std::string type = message->GetDescriptor()->full_name();
+  google::protobuf::UnknownFieldSet fields;
+  if (!fields.ParseFromString(bytes)) {
+    return absl::InvalidArgumentError(absl::StrCat("request is not a valid ", type, " message"));
+  }
+  const google::protobuf::Descriptor* descriptor = message->GetDescriptor();
+  absl::flat_hash_map<int, int> occurrences;
+  for (int i = 0; i < fields.field_count(); ++i) {
+    const google::protobuf::UnknownField& field = fields.field(i);
+    if (field.type() != google::protobuf::UnknownField::TYPE_LENGTH_DELIMITED) continue;
+    const google::protobuf::FieldDescriptor* fd = descriptor->FindFieldByNumber(field.number());
+    if (fd == nullptr || fd->type() != google::protobuf::FieldDescriptor::TYPE_STRING) continue;
+    const int index = occurrences[field.number()]++;
+    const int64_t bad = FirstInvalidUtf8(field.length_delimited());
+    if (bad >= 0) {
+      const std::string name =
+          fd->is_repeated() ? absl::StrCat(fd->name(), "[", index, "]") : fd->name();
+      return Invalid(name, absl::StrCat("is not valid UTF-8 at byte ", bad));
+    }
+  }
+  return absl::InvalidArgumentError(absl::StrCat("request is not a valid ", type, " message"));
+}
+
+grpc::ByteBuffer SerializeResponse(const google::protobuf::Message& message) {
+  const std::string bytes = message.SerializeAsString();
+  grpc::Slice slice(bytes);
+  return grpc::ByteBuffer(&slice, 1);
+}
+
+absl::Status ValidateGenerateRequest(const v1::GenerateRequest& request,
+                                     const RequestLimits& limits) {
+  if (static_cast<int64_t>(request.request_id().size()) > limits.max_request_id_bytes) {
+    return Invalid("request_id", absl::StrCat("is ", request.request_id().size(),
+                                              " bytes; at most ", limits.max_request_id_bytes,
+                                              " are allowed"));
+  }
+  switch (request.input_case()) {
+    case v1::GenerateRequest::kPrompt:
+      if (request.prompt().empty()) {
+        return Invalid("prompt", "is empty (set prompt or prompt_token_ids)");
+      }
+      if (const int64_t bad = FirstInvalidUtf8(request.prompt()); bad >= 0) {
+        return Invalid("prompt", absl::StrCat("is not valid UTF-8 at byte ", bad));
+      }
+      break;
+    case v1::GenerateRequest::kPromptTokenIds:
+      if (request.prompt_token_ids().ids().empty()) {
+        return Invalid("prompt_token_ids", "is empty (set prompt or prompt_token_ids)");
+      }
+      if (request.prompt_token_ids().ids_size() > limits.max_prompt_tokens) {
+        return Invalid("prompt_token_ids",
+                       absl::StrCat("has ", request.prompt_token_ids().ids_size(),
+                                    " tokens; the longest prompt accepted is ",
+                                    limits.max_prompt_tokens, " tokens"));
+      }
+      if (absl::Status s =
+              ValidateIds("prompt_token_ids", request.prompt_token_ids().ids(), limits.vocab_size);
+          !s.ok()) {
+        return s;
+      }
+      break;
+    default:
+      return Invalid("prompt", "is empty (set prompt or prompt_token_ids)");
+  }
+  if (request.max_tokens() < 1 || request.max_tokens() > limits.max_tokens) {
+    return Invalid("max_tokens", absl::StrCat("must be in [1, ", limits.max_tokens, "], got ",
+                                              request.max_tokens()));
+  }
+  if (absl::Status s = ValidateSampling(request.sampling()); !s.ok()) return s;
+  if (request.logprobs() < 0 || request.logprobs() > limits.max_logprobs) {
+    return Invalid("logprobs", absl::StrCat("must be in [0, ", limits.max_logprobs, "], got ",
+                                            request.logprobs()));
+  }
+  return ValidateStops(request, limits);
+}
+
+engine::SamplingParams ToEngineSampling(const v1::GenerateRequest& request) {
+  engine::SamplingParams params;
+  params.temperature = 0.0f;  // no sampling message: greedy
+  if (!request.has_sampling()) return params;
+  const v1::SamplingParams& s = request.sampling();
+  params.temperature = s.temperature();
+  params.top_k = s.top_k();
+  params.top_p = s.top_p() == 0.0f ? 1.0f : s.top_p();
+  params.min_p = s.min_p();
+  params.repetition_penalty = s.repetition_penalty() == 0.0f ? 1.0f : s.repetition_penalty();
+  params.seed = s.seed();
+  return params;
+}
+
+absl::StatusOr<engine::GenerationRequest> ToEngineRequest(const v1::GenerateRequest& request,
+                                                          const RequestLimits& limits,
+                                                          const engine::Tokenizer& tokenizer) {
+  if (absl::Status s = ValidateGenerateRequest(request, limits); !s.ok()) return s;
+
+  engine::GenerationRequest out;
+  if (request.input_case() == v1::GenerateRequest::kPrompt) {
+    absl::StatusOr<std::vector<engine::TokenId>> ids =
+        tokenizer.Encode(request.prompt(), /*add_special=*/true);
+    if (!ids.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("prompt: ", ids.status().message()));
+    }
+    out.prompt_ids = *std::move(ids);
+    if (out.prompt_ids.empty()) return Invalid("prompt", "encodes to no tokens");
+    if (static_cast<int64_t>(out.prompt_ids.size()) > limits.max_prompt_tokens) {
+      return Invalid("prompt", absl::StrCat("is ", out.prompt_ids.size(),
+                                            " tokens; the longest prompt accepted is ",
+                                            limits.max_prompt_tokens, " tokens"));
+    }
+  } else {
+    out.prompt_ids.assign(request.prompt_token_ids().ids().begin(),
+                          request.prompt_token_ids().ids().end());
+  }
+  const int64_t total = static_cast<int64_t>(out.prompt_ids.size()) + request.max_tokens();
+  if (total > limits.context_length) {
+    return Invalid("max_tokens",
+                   absl::StrCat("(", request.max_tokens(), ") + prompt (", out.prompt_ids.size(),
+                                " tokens) = ", total, " exceeds the context length (",
+                                limits.context_length, " tokens)"));
+  }
+  if (limits.kv_capacity_tokens > 0 && total > limits.kv_capacity_tokens) {
+    return Invalid("max_tokens",
+                   absl::StrCat("(", request.max_tokens(), ") + prompt (", out.prompt_ids.size(),
+                                " tokens) = ", total, " exceeds the KV cache pool (",
+                                limits.kv_capacity_tokens, " tokens)"));
+  }
+  out.request_id = request.request_id();
+  out.max_tokens = request.max_tokens();
+  out.sampling = ToEngineSampling(request);
+  out.stop.assign(request.stop().begin(), request.stop().end());
+  out.stop_token_ids.assign(request.stop_token_ids().begin(), request.stop_token_ids().end());
+  out.ignore_eos = request.ignore_eos();
+  out.logprobs = request.logprobs();
+  return out;
+}
+
+v1::FinishReason ToProtoFinishReason(engine::FinishReason reason) {
+  switch (reason) {
+    case engine::FinishReason::kLength: return v1::LENGTH;
+    case engine::FinishReason::kStop: return v1::STOP;
+    case engine::FinishReason::kEos: return v1::EOS;
+    default: return v1::FINISH_REASON_UNSPECIFIED;  // non-OK endings carry a gRPC status
+  }
+}
+
+void AppendChunk(const engine::TokenChunk& chunk, bool with_logprobs,
+                 v1::GenerateResponse* response) {
+  for (const engine::GeneratedToken& token : chunk.tokens) {
+    response->add_token_ids(token.id);
+    if (!with_logprobs) continue;
+    v1::TokenLogprobs* lp = response->add_logprobs();
+    lp->set_token_id(token.id);
+    lp->set_logprob(token.logprob);
+    for (const engine::TokenLogprob& alt : token.top_logprobs) {
+      v1::TopLogprob* top = lp->add_top();
+      top->set_token_id(alt.id);
+      top->set_logprob(alt.logprob);
+    }
+  }
+  response->mutable_text()->append(chunk.text);
+}
+
+void SetFinalFields(const engine::FinishInfo& info, v1::GenerateResponse* response) {
+  response->set_finish_reason(ToProtoFinishReason(info.reason));
+  response->mutable_usage()->set_prompt_tokens(info.prompt_tokens);
+  response->mutable_usage()->set_completion_tokens(info.completion_tokens);
+  v1::Timings* t = response->mutable_timings();
+  t->set_queue_seconds(absl::ToDoubleSeconds(info.timings.queue_wait));
+  t->set_time_to_first_token_seconds(absl::ToDoubleSeconds(info.timings.time_to_first_token));
+  t->set_prefill_seconds(absl::ToDoubleSeconds(info.timings.prefill));
+  t->set_decode_seconds(absl::ToDoubleSeconds(info.timings.decode));
+  t->set_total_seconds(absl::ToDoubleSeconds(info.timings.total));
+}
+
+}  // namespace quill::server

@@ -1,0 +1,82 @@
+#pragma once
+
+// Proto <-> engine structs, and the validation every request passes before anything
+// reaches the engine. Pure functions (no gRPC calls, no engine calls): unit-testable with
+// a fake tokenizer.
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "engine/runtime/request.h"
+#include "engine/tokenizer/tokenizer.h"
+#include "google/protobuf/message.h"
+#include "grpcpp/support/byte_buffer.h"
+#include "quill/v1/quill.pb.h"
+
+namespace quill::server {
+
+// What a request may ask for; filled from the model and the engine options at startup.
+struct RequestLimits {
+  int64_t vocab_size = 0;
+  int64_t context_length = 0;
+  int max_tokens = 0;         // largest max_tokens accepted (<= context_length - 1)
+  int max_prompt_tokens = 0;  // longest prompt accepted (context_length - 1)
+  // Tokens the whole KV pool holds; prompt + max_tokens beyond it could never be admitted.
+  // 0 = unknown (not checked).
+  int64_t kv_capacity_tokens = 0;
+  int max_stop_strings = 16;
+  int max_stop_bytes = 256;   // per stop string
+  int max_stop_token_ids = 16;
+  int max_logprobs = 20;
+  int max_request_id_bytes = 128;
+};
+
+// Offset of the first byte that is not part of well-formed UTF-8 (overlong forms,
+// surrogates and code points above U+10FFFF are ill-formed), or -1 if `text` is valid.
+int64_t FirstInvalidUtf8(absl::string_view text);
+
+// `bytes` with each ill-formed byte replaced by U+FFFD (proto3 strings must be UTF-8).
+std::string ToValidUtf8(absl::string_view bytes);
+
+// Parses a serialized request into `message`. Protobuf refuses proto3 strings that are not
+// UTF-8; this turns that into INVALID_ARGUMENT naming the field ("prompt is not valid
+// UTF-8 at byte 3", "stop[1] ...") instead of the INTERNAL gRPC would send. Any other
+// malformed input is INVALID_ARGUMENT too.
+absl::Status ParseRequest(const grpc::ByteBuffer& buffer, google::protobuf::Message* message);
+
+// Serializes `message` for a raw (ByteBuffer) method.
+grpc::ByteBuffer SerializeResponse(const google::protobuf::Message& message);
+
+// Checks every field that does not need the tokenizer. INVALID_ARGUMENT naming the field:
+// request_id too long, no prompt, ids outside the vocabulary, max_tokens 0 or above the
+// limit, NaN/Inf/out-of-range sampling values, logprobs outside [0, max_logprobs],
+// stop strings that are too many, too long, empty or not UTF-8, stop_token_ids outside
+// the vocabulary. Nothing is clamped.
+absl::Status ValidateGenerateRequest(const quill::v1::GenerateRequest& request,
+                                     const RequestLimits& limits);
+
+// Validates `request`, tokenizes a text prompt (with BOS when the vocabulary adds one)
+// and builds the engine request. Also INVALID_ARGUMENT when the prompt is longer than
+// max_prompt_tokens or prompt + max_tokens does not fit the context. request_id and
+// deadline are copied/left for the caller to set.
+absl::StatusOr<engine::GenerationRequest> ToEngineRequest(
+    const quill::v1::GenerateRequest& request, const RequestLimits& limits,
+    const engine::Tokenizer& tokenizer);
+
+// Proto sampling message -> engine sampling params (unset message = greedy; top_p 0 and
+// repetition_penalty 0 mean 1). Assumes ValidateGenerateRequest passed.
+engine::SamplingParams ToEngineSampling(const quill::v1::GenerateRequest& request);
+
+quill::v1::FinishReason ToProtoFinishReason(engine::FinishReason reason);
+
+// Appends one engine chunk (ids, text, and logprobs when `with_logprobs`) to `response`.
+void AppendChunk(const engine::TokenChunk& chunk, bool with_logprobs,
+                 quill::v1::GenerateResponse* response);
+
+// Sets the fields of the last message: finish_reason, usage, timings.
+void SetFinalFields(const engine::FinishInfo& info, quill::v1::GenerateResponse* response);
+
+}  // namespace quill::server

@@ -1,0 +1,361 @@
+#include "server/request_codec.h"
+
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace quill::server {
+namespace {
+
+namespace v1 = ::quill::v1;
+using ::testing::HasSubstr;
+
+// One id per byte (byte + 3), BOS = 1, EOS = 2; vocabulary of 1024. Enough to test the
+// codec's own rules; the real tokenizer is exercised by the integration tests.
+class ByteTokenizer final : public engine::Tokenizer {
+ public:
+  absl::StatusOr<std::vector<engine::TokenId>> Encode(absl::string_view text,
+                                                      bool add_special) const override {
+    if (FirstInvalidUtf8(text) >= 0) return absl::InvalidArgumentError("not valid UTF-8");
+    std::vector<engine::TokenId> ids;
+    if (add_special) ids.push_back(1);
+    for (unsigned char c : text) ids.push_back(c + 3);
+    return ids;
+  }
+  std::string TokenBytes(engine::TokenId id) const override {
+    return id >= 3 ? std::string(1, static_cast<char>(id - 3)) : "";
+  }
+  int vocab_size() const override { return 1024; }
+  engine::TokenId bos_id() const override { return 1; }
+  engine::TokenId eos_id() const override { return 2; }
+  bool add_bos() const override { return true; }
+  bool IsEndOfGeneration(engine::TokenId id) const override { return id == 2; }
+  bool IsControl(engine::TokenId id) const override { return id < 3; }
+  std::string model_name() const override { return "llama"; }
+};
+
+RequestLimits Limits() {
+  RequestLimits limits;
+  limits.vocab_size = 1024;
+  limits.context_length = 64;
+  limits.max_tokens = 40;
+  limits.max_prompt_tokens = 63;
+  return limits;
+}
+
+v1::GenerateRequest Valid() {
+  v1::GenerateRequest r;
+  r.set_prompt("hello");
+  r.set_max_tokens(8);
+  return r;
+}
+
+struct InvalidCase {
+  const char* name;
+  std::function<void(v1::GenerateRequest*)> mutate;
+  const char* field;  // the message must start with this field name
+};
+
+TEST(RequestCodecTest, EveryInvalidRequestIsInvalidArgumentNamingTheField) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  const std::vector<InvalidCase> cases = {
+      {"no input", [](auto* r) { r->clear_input(); }, "prompt"},
+      {"empty prompt", [](auto* r) { r->set_prompt(""); }, "prompt"},
+      {"empty ids", [](auto* r) { r->mutable_prompt_token_ids(); }, "prompt_token_ids"},
+      {"id above vocab",
+       [](auto* r) {
+         r->mutable_prompt_token_ids()->add_ids(1);
+         r->mutable_prompt_token_ids()->add_ids(1024);
+       },
+       "prompt_token_ids[1]"},
+      {"negative id", [](auto* r) { r->mutable_prompt_token_ids()->add_ids(-1); },
+       "prompt_token_ids[0]"},
+      {"too many ids",
+       [](auto* r) {
+         for (int i = 0; i < 64; ++i) r->mutable_prompt_token_ids()->add_ids(5);
+       },
+       "prompt_token_ids"},
+      {"prompt longer than the limit", [](auto* r) { r->set_prompt(std::string(63, 'a')); },
+       "prompt"},
+      {"prompt + max_tokens beyond context",
+       [](auto* r) {
+         r->set_prompt(std::string(30, 'a'));  // 31 tokens with BOS
+         r->set_max_tokens(34);                // 65 > 64
+       },
+       "max_tokens"},
+      {"max_tokens 0", [](auto* r) { r->set_max_tokens(0); }, "max_tokens"},
+      {"max_tokens negative", [](auto* r) { r->set_max_tokens(-3); }, "max_tokens"},
+      {"max_tokens above limit", [](auto* r) { r->set_max_tokens(41); }, "max_tokens"},
+      {"temperature NaN", [=](auto* r) { r->mutable_sampling()->set_temperature(nan); },
+       "sampling.temperature"},
+      {"temperature Inf", [=](auto* r) { r->mutable_sampling()->set_temperature(inf); },
+       "sampling.temperature"},
+      {"temperature negative", [](auto* r) { r->mutable_sampling()->set_temperature(-0.1f); },
+       "sampling.temperature"},
+      {"top_p above 1", [](auto* r) { r->mutable_sampling()->set_top_p(1.01f); },
+       "sampling.top_p"},
+      {"top_p negative", [](auto* r) { r->mutable_sampling()->set_top_p(-0.5f); },
+       "sampling.top_p"},
+      {"top_p NaN", [=](auto* r) { r->mutable_sampling()->set_top_p(nan); }, "sampling.top_p"},
+      {"top_k negative", [](auto* r) { r->mutable_sampling()->set_top_k(-1); },
+       "sampling.top_k"},
+      {"min_p above 1", [](auto* r) { r->mutable_sampling()->set_min_p(1.5f); },
+       "sampling.min_p"},
+      {"min_p negative", [](auto* r) { r->mutable_sampling()->set_min_p(-0.01f); },
+       "sampling.min_p"},
+      {"min_p NaN", [=](auto* r) { r->mutable_sampling()->set_min_p(nan); }, "sampling.min_p"},
+      {"repetition_penalty negative",
+       [](auto* r) { r->mutable_sampling()->set_repetition_penalty(-1.0f); },
+       "sampling.repetition_penalty"},
+      {"repetition_penalty Inf",
+       [=](auto* r) { r->mutable_sampling()->set_repetition_penalty(inf); },
+       "sampling.repetition_penalty"},
+      {"logprobs above 20", [](auto* r) { r->set_logprobs(21); }, "logprobs"},
+      {"logprobs negative", [](auto* r) { r->set_logprobs(-1); }, "logprobs"},
+      {"prompt not UTF-8", [](auto* r) { r->set_prompt("ab\xC0\x80"); }, "prompt"},
+      {"stop not UTF-8",
+       [](auto* r) {
+         r->add_stop("fine");
+         r->add_stop("\xED\xA0\x80");  // a surrogate
+       },
+       "stop[1]"},
+      {"17 stop strings",
+       [](auto* r) {
+         for (int i = 0; i < 17; ++i) r->add_stop("s");
+       },
+       "stop"},
+      {"stop string of 257 bytes", [](auto* r) { r->add_stop(std::string(257, 's')); },
+       "stop[0]"},
+      {"empty stop string", [](auto* r) { r->add_stop(""); }, "stop[0]"},
+      {"stop_token_id outside vocab", [](auto* r) { r->add_stop_token_ids(5000); },
+       "stop_token_ids[0]"},
+      {"request_id too long", [](auto* r) { r->set_request_id(std::string(129, 'i')); },
+       "request_id"},
+  };
+  ByteTokenizer tokenizer;
+  for (const InvalidCase& c : cases) {
+    v1::GenerateRequest request = Valid();
+    c.mutate(&request);
+    absl::StatusOr<engine::GenerationRequest> got = ToEngineRequest(request, Limits(), tokenizer);
+    ASSERT_FALSE(got.ok()) << c.name;
+    EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument) << c.name;
+    EXPECT_THAT(std::string(got.status().message()), ::testing::StartsWith(c.field))
+        << c.name << ": " << got.status();
+  }
+}
+
+TEST(RequestCodecTest, PromptPlusMaxTokensBeyondTheKvPoolIsRejected) {
+  RequestLimits limits = Limits();
+  limits.kv_capacity_tokens = 32;
+  v1::GenerateRequest request = Valid();  // 6 prompt tokens
+  request.set_max_tokens(27);             // 33 > 32
+  ByteTokenizer tokenizer;
+  absl::StatusOr<engine::GenerationRequest> got = ToEngineRequest(request, limits, tokenizer);
+  ASSERT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(got.status().message()), HasSubstr("KV cache"));
+  request.set_max_tokens(26);
+  EXPECT_TRUE(ToEngineRequest(request, limits, tokenizer).ok());
+}
+
+TEST(RequestCodecTest, BoundaryValuesAreAccepted) {
+  ByteTokenizer tokenizer;
+  v1::GenerateRequest r;
+  r.set_prompt(std::string(23, 'a'));  // 24 tokens with BOS
+  r.set_max_tokens(40);                // 64 == context: fits exactly
+  r.mutable_sampling()->set_temperature(0);
+  r.mutable_sampling()->set_top_p(1);
+  r.mutable_sampling()->set_min_p(1);
+  r.mutable_sampling()->set_top_k(0);
+  r.set_logprobs(20);
+  for (int i = 0; i < 16; ++i) r.add_stop(i == 0 ? std::string(256, 'z') : "\xF0\x9F\x98\x80");
+  r.set_request_id(std::string(128, 'i'));
+  absl::StatusOr<engine::GenerationRequest> got = ToEngineRequest(r, Limits(), tokenizer);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->prompt_ids.size(), 24u);
+  EXPECT_EQ(got->max_tokens, 40);
+  EXPECT_EQ(got->stop.size(), 16u);
+  EXPECT_EQ(got->logprobs, 20);
+  EXPECT_EQ(got->request_id, std::string(128, 'i'));
+}
+
+TEST(RequestCodecTest, TextPromptIsTokenizedWithBos) {
+  ByteTokenizer tokenizer;
+  v1::GenerateRequest r = Valid();
+  r.add_stop("\n\n");
+  r.add_stop_token_ids(7);
+  r.set_ignore_eos(true);
+  absl::StatusOr<engine::GenerationRequest> got = ToEngineRequest(r, Limits(), tokenizer);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_THAT(got->prompt_ids, ::testing::ElementsAre(1, 'h' + 3, 'e' + 3, 'l' + 3, 'l' + 3,
+                                                      'o' + 3));
+  EXPECT_THAT(got->stop, ::testing::ElementsAre("\n\n"));
+  EXPECT_THAT(got->stop_token_ids, ::testing::ElementsAre(7));
+  EXPECT_TRUE(got->ignore_eos);
+}
+
+TEST(RequestCodecTest, PromptIdsArePassedThroughUnchanged) {
+  ByteTokenizer tokenizer;
+  v1::GenerateRequest r;
+  r.set_max_tokens(3);
+  for (int id : {1, 500, 1023}) r.mutable_prompt_token_ids()->add_ids(id);
+  absl::StatusOr<engine::GenerationRequest> got = ToEngineRequest(r, Limits(), tokenizer);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_THAT(got->prompt_ids, ::testing::ElementsAre(1, 500, 1023));
+}
+
+TEST(RequestCodecTest, SamplingDefaults) {
+  v1::GenerateRequest r = Valid();
+  // No sampling message: greedy.
+  engine::SamplingParams p = ToEngineSampling(r);
+  EXPECT_EQ(p.temperature, 0.0f);
+  EXPECT_EQ(p.top_p, 1.0f);
+  EXPECT_EQ(p.repetition_penalty, 1.0f);
+  EXPECT_EQ(p.top_k, 0);
+  // Zero top_p / repetition_penalty mean 1; everything else is copied.
+  r.mutable_sampling()->set_temperature(0.8f);
+  r.mutable_sampling()->set_seed(42);
+  r.mutable_sampling()->set_top_k(40);
+  r.mutable_sampling()->set_min_p(0.05f);
+  p = ToEngineSampling(r);
+  EXPECT_EQ(p.temperature, 0.8f);
+  EXPECT_EQ(p.top_p, 1.0f);
+  EXPECT_EQ(p.repetition_penalty, 1.0f);
+  EXPECT_EQ(p.seed, 42u);
+  EXPECT_EQ(p.top_k, 40);
+  EXPECT_EQ(p.min_p, 0.05f);
+  r.mutable_sampling()->set_top_p(0.9f);
+  r.mutable_sampling()->set_repetition_penalty(1.3f);
+  p = ToEngineSampling(r);
+  EXPECT_EQ(p.top_p, 0.9f);
+  EXPECT_EQ(p.repetition_penalty, 1.3f);
+}
+
+TEST(Utf8Test, FirstInvalidByte) {
+  EXPECT_EQ(FirstInvalidUtf8(""), -1);
+  EXPECT_EQ(FirstInvalidUtf8("plain ascii"), -1);
+  EXPECT_EQ(FirstInvalidUtf8("caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80"), -1);
+  EXPECT_EQ(FirstInvalidUtf8("\xF4\x8F\xBF\xBF"), -1);  // U+10FFFF
+  EXPECT_EQ(FirstInvalidUtf8("ab\xC0\x80"), 2);          // overlong NUL
+  EXPECT_EQ(FirstInvalidUtf8("\xE0\x80\x80"), 0);        // overlong 3-byte
+  EXPECT_EQ(FirstInvalidUtf8("x\xED\xA0\x80"), 1);       // surrogate U+D800
+  EXPECT_EQ(FirstInvalidUtf8("\xF4\x90\x80\x80"), 0);    // above U+10FFFF
+  EXPECT_EQ(FirstInvalidUtf8("abc\xE2\x82"), 3);         // truncated
+  EXPECT_EQ(FirstInvalidUtf8("\xFF"), 0);
+  EXPECT_EQ(FirstInvalidUtf8("a\x80"), 1);               // stray continuation
+}
+
+TEST(Utf8Test, ToValidUtf8ReplacesOnlyBadBytes) {
+  EXPECT_EQ(ToValidUtf8("a\xFF" "b"), "a\xEF\xBF\xBD" "b");
+  EXPECT_EQ(ToValidUtf8("\xC3\xA9"), "\xC3\xA9");
+  EXPECT_EQ(ToValidUtf8("\xF0\x9F"), "\xEF\xBF\xBD\xEF\xBF\xBD");
+}
+
+// Wire bytes of a length-delimited field.
+std::string Field(int number, const std::string& bytes) {
+  std::string out;
+  out.push_back(static_cast<char>((number << 3) | 2));
+  out.push_back(static_cast<char>(bytes.size()));  // < 128 in these tests
+  return out + bytes;
+}
+
+grpc::ByteBuffer Buffer(const std::string& bytes) {
+  grpc::Slice slice(bytes);
+  return grpc::ByteBuffer(&slice, 1);
+}
+
+TEST(ParseRequestTest, ParsesAValidMessage) {
+  v1::GenerateRequest request = Valid();
+  request.add_stop("x");
+  v1::GenerateRequest parsed;
+  ASSERT_TRUE(ParseRequest(Buffer(request.SerializeAsString()), &parsed).ok());
+  EXPECT_EQ(parsed.prompt(), "hello");
+  EXPECT_EQ(parsed.max_tokens(), 8);
+  EXPECT_EQ(parsed.stop(0), "x");
+}
+
+TEST(ParseRequestTest, NonUtf8StringFieldIsInvalidArgumentNamingIt) {
+  v1::GenerateRequest parsed;
+  absl::Status s = ParseRequest(Buffer(Field(2, "ok\xFF")), &parsed);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), ::testing::StartsWith("prompt is not valid UTF-8 at byte 2"));
+
+  s = ParseRequest(Buffer(Field(2, "fine") + Field(6, "a") + Field(6, "b\xC3")), &parsed);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), ::testing::StartsWith("stop[1] is not valid UTF-8"));
+
+  v1::TokenizeRequest tokenize;
+  s = ParseRequest(Buffer(Field(1, "\xE0\x80\x80")), &tokenize);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), ::testing::StartsWith("text is not valid UTF-8"));
+}
+
+TEST(ParseRequestTest, GarbageIsInvalidArgument) {
+  v1::GenerateRequest parsed;
+  const absl::Status s = ParseRequest(Buffer("\x12\x7F" "short"), &parsed);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("quill.v1.GenerateRequest"));
+}
+
+TEST(ResponseCodecTest, ChunksAppendIdsTextAndLogprobsOnRequest) {
+  engine::TokenChunk chunk;
+  chunk.text = "In the";
+  engine::GeneratedToken a;
+  a.id = 10;
+  a.logprob = -0.5f;
+  a.top_logprobs = {{10, -0.5f}, {11, -1.5f}};
+  engine::GeneratedToken b;
+  b.id = 12;
+  b.logprob = -0.25f;
+  b.top_logprobs = {{12, -0.25f}, {10, -2.0f}};
+  chunk.tokens = {a, b};
+
+  v1::GenerateResponse plain;
+  AppendChunk(chunk, /*with_logprobs=*/false, &plain);
+  AppendChunk(chunk, /*with_logprobs=*/false, &plain);
+  EXPECT_THAT(plain.token_ids(), ::testing::ElementsAre(10, 12, 10, 12));
+  EXPECT_EQ(plain.text(), "In theIn the");
+  EXPECT_EQ(plain.logprobs_size(), 0);
+
+  v1::GenerateResponse with;
+  AppendChunk(chunk, /*with_logprobs=*/true, &with);
+  ASSERT_EQ(with.logprobs_size(), 2);
+  EXPECT_EQ(with.logprobs(1).token_id(), 12);
+  EXPECT_EQ(with.logprobs(1).logprob(), -0.25f);
+  ASSERT_EQ(with.logprobs(1).top_size(), 2);
+  EXPECT_EQ(with.logprobs(1).top(1).token_id(), 10);
+  EXPECT_EQ(with.logprobs(1).top(1).logprob(), -2.0f);
+}
+
+TEST(ResponseCodecTest, FinalFields) {
+  engine::FinishInfo info;
+  info.reason = engine::FinishReason::kEos;
+  info.prompt_tokens = 7;
+  info.completion_tokens = 3;
+  info.timings.queue_wait = absl::Milliseconds(5);
+  info.timings.time_to_first_token = absl::Milliseconds(20);
+  info.timings.prefill = absl::Milliseconds(15);
+  info.timings.decode = absl::Milliseconds(30);
+  info.timings.total = absl::Milliseconds(50);
+  v1::GenerateResponse r;
+  SetFinalFields(info, &r);
+  EXPECT_EQ(r.finish_reason(), v1::EOS);
+  EXPECT_EQ(r.usage().prompt_tokens(), 7);
+  EXPECT_EQ(r.usage().completion_tokens(), 3);
+  EXPECT_DOUBLE_EQ(r.timings().queue_seconds(), 0.005);
+  EXPECT_DOUBLE_EQ(r.timings().time_to_first_token_seconds(), 0.020);
+  EXPECT_DOUBLE_EQ(r.timings().prefill_seconds(), 0.015);
+  EXPECT_DOUBLE_EQ(r.timings().decode_seconds(), 0.030);
+  EXPECT_DOUBLE_EQ(r.timings().total_seconds(), 0.050);
+  EXPECT_EQ(ToProtoFinishReason(engine::FinishReason::kLength), v1::LENGTH);
+  EXPECT_EQ(ToProtoFinishReason(engine::FinishReason::kStop), v1::STOP);
+  EXPECT_EQ(ToProtoFinishReason(engine::FinishReason::kCancelled),
+            v1::FINISH_REASON_UNSPECIFIED);
+}
+
+}  // namespace
+}  // namespace quill::server

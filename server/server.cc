@@ -1,0 +1,190 @@
+#include "server/server.h"
+
+#include <chrono>
+#include <exception>
+#include <utility>
+#include <vector>
+
+#include "absl/memory/memory.h"
+#include "absl/strings/str_cat.h"
+#include "engine/model/model.h"
+#include "engine/model/model_config.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "grpcpp/security/server_credentials.h"
+#include "grpcpp/server.h"
+#include "grpcpp/server_builder.h"
+#include "prometheus/exposer.h"
+#include "server/generation_service.h"
+#include "server/metrics/quill_metrics.h"
+#include "spdlog/spdlog.h"
+
+namespace quill::server {
+namespace {
+
+constexpr char kServiceName[] = "quill.v1.Generator";
+
+}  // namespace
+
+Server::Server(const ServerOptions& options) : options_(options) {}
+
+absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& options) {
+  auto server = absl::WrapUnique(new Server(options));
+  if (absl::Status s = server->Start(); !s.ok()) return s;  // ~Server cleans up
+  return server;
+}
+
+Server::~Server() { Shutdown(); }
+
+std::string Server::address() const { return JoinHostPort(options_.host, port_); }
+
+absl::Status Server::Start() {
+  metrics_ = std::make_unique<QuillMetrics>();
+  if (absl::Status s = StartMetrics(); !s.ok()) return s;
+  if (absl::Status s = StartGrpc(); !s.ok()) return s;
+  return LoadModelAndEngine();
+}
+
+absl::Status Server::StartMetrics() {
+  if (options_.metrics_port < 0) return absl::OkStatus();
+  const std::string host = options_.metrics_host.empty() ? options_.host : options_.metrics_host;
+  const std::string bind = JoinHostPort(host, options_.metrics_port);
+  try {
+    exposer_ = std::make_unique<prometheus::Exposer>(bind, /*num_threads=*/2);
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot serve metrics on ", bind, ": ", e.what()));
+  }
+  exposer_->RegisterCollectable(metrics_->collectable());
+  const std::vector<int> ports = exposer_->GetListeningPorts();
+  if (ports.empty()) return absl::UnavailableError(absl::StrCat("metrics: not listening on ", bind));
+  metrics_port_ = ports.front();
+  spdlog::info("metrics on http://{}/metrics", JoinHostPort(host, metrics_port_));
+  return absl::OkStatus();
+}
+
+absl::Status Server::StartGrpc() {
+  GenerationService::Info info;
+  info.model_path = options_.model_path;
+  info.precision = std::string(PrecisionName(options_.precision));
+  service_ = std::make_unique<GenerationService>(metrics_.get(), std::move(info));
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  const std::string bind = JoinHostPort(options_.host, options_.port);
+  builder.AddListeningPort(bind, grpc::InsecureServerCredentials(), &port_);
+  builder.RegisterService(service_.get());
+  builder.SetMaxReceiveMessageSize(options_.max_receive_message_bytes);
+  grpc_server_ = builder.BuildAndStart();
+  if (grpc_server_ == nullptr || port_ == 0) {
+    grpc_server_.reset();
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", bind));
+  }
+  SetHealth(false);  // until the model is loaded
+  spdlog::info("listening on {}", address());
+  return absl::OkStatus();
+}
+
+absl::Status Server::LoadModelAndEngine() {
+  engine::ModelOptions model_options;
+  model_options.path = options_.model_path;
+  model_options.precision = options_.precision;
+  model_options.max_batch_tokens = options_.engine.max_batch_tokens;
+  const absl::Time start = absl::Now();
+  absl::StatusOr<std::unique_ptr<engine::Model>> model = engine::Model::Load(model_options);
+  if (!model.ok()) {
+    return absl::Status(model.status().code(), absl::StrCat("loading model ", options_.model_path,
+                                                            ": ", model.status().message()));
+  }
+  const engine::ModelConfig& config = (*model)->config();
+  const engine::ModelAccounting accounting =
+      engine::ComputeAccounting(config, config.context_length, /*kv_element_bytes=*/4);
+  spdlog::info(
+      "loaded model path={} name=\"{}\" architecture={} params={} non_embedding_params={} "
+      "layers={} d_model={} heads={}/{} context={} vocab={} weight_type={} precision={} "
+      "weights_bytes={} ({}) load_ms={:.0f}",
+      options_.model_path, config.name, config.architecture, accounting.total_params,
+      accounting.non_embedding_params, config.block_count, config.embedding_length,
+      config.head_count, config.head_count_kv, config.context_length,
+      (*model)->tokenizer().vocab_size(), (*model)->weight_type_name(),
+      PrecisionName(options_.precision), (*model)->weight_bytes(),
+      FormatByteSize((*model)->weight_bytes()), absl::ToDoubleMilliseconds(absl::Now() - start));
+  spdlog::info("kernels: {}", (*model)->kernel_summary());
+  const int64_t weight_bytes = (*model)->weight_bytes();
+
+  absl::StatusOr<std::unique_ptr<engine::Engine>> engine =
+      engine::Engine::Create(*std::move(model), options_.engine, metrics_.get());
+  if (!engine.ok()) {
+    return absl::Status(engine.status().code(),
+                        absl::StrCat("starting the engine: ", engine.status().message()));
+  }
+  engine_ = *std::move(engine);
+  metrics_->SetModelWeightsBytes(weight_bytes);
+  engine::Engine* e = engine_.get();
+  metrics_->SetGaugeSource([e] { return e->gauges(); });
+  service_->SetEngine(e);
+
+  const engine::EngineGauges gauges = e->gauges();
+  const engine::EngineOptions& eo = e->options();
+  const RequestLimits& limits = service_->limits();
+  spdlog::info(
+      "kv cache: blocks={} block_size_tokens={} capacity_tokens={} bytes={} ({}) "
+      "bytes_per_token={}",
+      gauges.kv_blocks_total, eo.block_size_tokens,
+      static_cast<int64_t>(gauges.kv_blocks_total) * eo.block_size_tokens,
+      gauges.kv_bytes_total, FormatByteSize(gauges.kv_bytes_total),
+      accounting.kv_bytes_per_token);
+  spdlog::info(
+      "limits: max_tokens={} max_prompt_tokens={} max_batch_tokens={} prefill_chunk_tokens={} "
+      "max_running={} max_queue={} max_message_bytes={} drain_timeout={}",
+      limits.max_tokens, limits.max_prompt_tokens, eo.max_batch_tokens, eo.prefill_chunk_tokens,
+      eo.max_running, eo.max_queue, options_.max_receive_message_bytes,
+      absl::FormatDuration(options_.drain_timeout));
+  SetHealth(true);
+  spdlog::info("serving {} on {}", kServiceName, address());
+  return absl::OkStatus();
+}
+
+void Server::SetHealth(bool serving) {
+  if (grpc_server_ == nullptr) return;
+  grpc::HealthCheckServiceInterface* health = grpc_server_->GetHealthCheckService();
+  if (health == nullptr) return;
+  health->SetServingStatus(serving);
+  health->SetServingStatus(kServiceName, serving);
+}
+
+void Server::Shutdown(absl::Duration drain_timeout) {
+  bool first;
+  {
+    absl::MutexLock lock(&shutdown_mu_);
+    first = !shutdown_started_;
+    shutdown_started_ = true;
+  }
+  if (!first) {
+    shut_down_.WaitForNotification();
+    return;
+  }
+  const absl::Time start = absl::Now();
+  if (engine_ != nullptr) {
+    spdlog::info("shutting down: draining for up to {}", absl::FormatDuration(drain_timeout));
+  }
+  // Health first, so that load balancers stop sending before requests are refused.
+  if (grpc_server_ != nullptr && grpc_server_->GetHealthCheckService() != nullptr) {
+    grpc_server_->GetHealthCheckService()->Shutdown();  // NOT_SERVING from now on
+  }
+  if (service_ != nullptr) service_->StartDraining();
+  // Running streams finish (or end UNAVAILABLE at the drain deadline); the channels
+  // send their last messages while gRPC still runs.
+  if (engine_ != nullptr) engine_->Shutdown(drain_timeout);
+  if (grpc_server_ != nullptr) {
+    grpc_server_->Shutdown(absl::ToChronoTime(absl::Now() + options_.grpc_shutdown_grace));
+    grpc_server_->Wait();
+  }
+  if (engine_ != nullptr) {
+    spdlog::info("shut down in {:.0f} ms", absl::ToDoubleMilliseconds(absl::Now() - start));
+  }
+  shut_down_.Notify();
+}
+
+}  // namespace quill::server

@@ -1,0 +1,82 @@
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "engine/runtime/engine.h"
+#include "server/server_options.h"
+
+namespace grpc {
+class Server;
+}
+namespace prometheus {
+class Exposer;
+}
+
+namespace quill::server {
+
+class GenerationService;
+class QuillMetrics;
+
+// quill-server in one object: the metrics endpoint, the gRPC server (Generator, the
+// standard grpc.health.v1.Health service and server reflection), the model and the engine.
+class Server {
+ public:
+  // Serves /metrics, starts gRPC with health NOT_SERVING, loads the model, starts the
+  // engine, then turns health SERVING. Blocks until all of that is done. Errors: the
+  // model loader's (NOT_FOUND, INVALID_ARGUMENT, DATA_LOSS) with the path, the engine's,
+  // or UNAVAILABLE when a port cannot be bound.
+  static absl::StatusOr<std::unique_ptr<Server>> Create(const ServerOptions& options);
+  ~Server();  // Shutdown() with the configured drain timeout, if not done yet.
+
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  int port() const { return port_; }                  // the bound gRPC port
+  int metrics_port() const { return metrics_port_; }  // -1 without a metrics endpoint
+  std::string address() const;                        // "host:port" for clients
+  const ServerOptions& options() const { return options_; }
+
+  // Graceful shutdown: health NOT_SERVING, new Generate calls UNAVAILABLE, running
+  // streams get up to `drain_timeout` to finish (the rest end UNAVAILABLE), then gRPC is
+  // shut down (waiting at most options().grpc_shutdown_grace for the last writes).
+  // Blocking, thread-safe, idempotent; never call it from a gRPC reaction.
+  void Shutdown(absl::Duration drain_timeout) ABSL_LOCKS_EXCLUDED(shutdown_mu_);
+  void Shutdown() { Shutdown(options_.drain_timeout); }
+  // Blocks until a Shutdown() has finished.
+  void Wait() { shut_down_.WaitForNotification(); }
+
+  engine::Engine& engine() { return *engine_; }
+  QuillMetrics& metrics() { return *metrics_; }
+
+ private:
+  explicit Server(const ServerOptions& options);
+  absl::Status Start();
+  absl::Status StartMetrics();
+  absl::Status StartGrpc();
+  absl::Status LoadModelAndEngine();
+  void SetHealth(bool serving);
+
+  const ServerOptions options_;
+  int port_ = 0;
+  int metrics_port_ = -1;
+
+  // Declaration order is destruction order reversed: the exposer (which reads the
+  // metrics) and the gRPC server (whose reactors use the engine) go first.
+  std::unique_ptr<QuillMetrics> metrics_;
+  std::unique_ptr<engine::Engine> engine_;
+  std::unique_ptr<GenerationService> service_;
+  std::unique_ptr<grpc::Server> grpc_server_;
+  std::unique_ptr<prometheus::Exposer> exposer_;
+
+  absl::Mutex shutdown_mu_;
+  bool shutdown_started_ ABSL_GUARDED_BY(shutdown_mu_) = false;
+  absl::Notification shut_down_;
+};
+
+}  // namespace quill::server

@@ -1,0 +1,60 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "engine/kernels/linear.h"
+#include "engine/runtime/engine.h"
+
+namespace quill::server {
+
+// Everything quill-server is configured with (main.cc fills it from flags/environment;
+// tests fill it directly).
+struct ServerOptions {
+  std::string model_path;
+  engine::kernels::Precision precision = engine::kernels::Precision::kFast;
+
+  std::string host = "127.0.0.1";
+  int port = 50051;  // 0 = any free port (see Server::port())
+  std::string metrics_host;  // empty = same as host
+  int metrics_port = 9090;   // 0 = any free port; negative = no metrics endpoint
+
+  engine::EngineOptions engine;
+
+  // Running streams get this long to finish on shutdown; the rest end UNAVAILABLE.
+  absl::Duration drain_timeout = absl::Seconds(30);
+  // After the drain, gRPC gets this long to flush the last messages before it cancels.
+  absl::Duration grpc_shutdown_grace = absl::Seconds(5);
+  // Requests larger than this are refused by gRPC (RESOURCE_EXHAUSTED).
+  int max_receive_message_bytes = 4 << 20;
+};
+
+// "512MiB", "2GiB", "64M", "1000000", "1.5GiB", "10KB" -> bytes. KiB/MiB/GiB/TiB and
+// the bare K/M/G/T are powers of 1024; KB/MB/GB/TB powers of 1000; B or nothing: bytes.
+// Case-insensitive. INVALID_ARGUMENT for anything else, a negative value or overflow.
+absl::StatusOr<int64_t> ParseByteSize(absl::string_view text);
+// 536870912 -> "512MiB" (exact when a power-of-1024 unit divides it, else plain bytes).
+std::string FormatByteSize(int64_t bytes);
+
+// "fast" / "exact".
+absl::StatusOr<engine::kernels::Precision> ParsePrecision(absl::string_view text);
+absl::string_view PrecisionName(engine::kernels::Precision precision);
+
+// The candidates for the built-in model when --model is not given, in order:
+// $QUILL_MODEL (if `env_model` is not empty), <exe dir>/../share/quill/models/kjv-1m.gguf,
+// <exe dir>/../../models/kjv-1m.gguf (the build tree inside the repo), then
+// ./models/kjv-1m.gguf.
+std::vector<std::string> DefaultModelCandidates(absl::string_view exe_path,
+                                                absl::string_view env_model);
+// The first candidate that exists; NOT_FOUND listing them all otherwise.
+absl::StatusOr<std::string> ResolveDefaultModel(absl::string_view exe_path,
+                                                absl::string_view env_model);
+
+// "host:port", bracketing IPv6 literals.
+std::string JoinHostPort(absl::string_view host, int port);
+
+}  // namespace quill::server

@@ -1,0 +1,293 @@
+// StreamChannel's state machine, driven directly (no gRPC): the test plays the engine
+// thread (OnChunk/OnFinish) and gRPC (OnWriteDone/OnCancel/Detach) and checks the calls
+// the channel makes on its writer.
+
+#include <atomic>
+#include <deque>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/generate_reactor.h"
+#include "server/request_codec.h"
+
+namespace quill::server {
+namespace {
+
+namespace v1 = ::quill::v1;
+using ::testing::ElementsAre;
+
+struct Call {
+  enum Kind { kMessage, kLast, kStatus } kind;
+  v1::GenerateResponse message;  // kMessage / kLast
+  grpc::StatusCode code = grpc::StatusCode::OK;
+};
+
+v1::GenerateResponse Decode(const grpc::ByteBuffer* buffer) {
+  v1::GenerateResponse r;
+  EXPECT_TRUE(ParseRequest(*buffer, &r).ok());
+  return r;
+}
+
+class RecordingWriter final : public StreamWriter {
+ public:
+  void SendMessage(const grpc::ByteBuffer* message) override {
+    absl::MutexLock lock(&mu_);
+    EXPECT_FALSE(write_in_flight_) << "two writes in flight";
+    EXPECT_FALSE(finished_) << "write after finish";
+    write_in_flight_ = true;
+    calls_.push_back({Call::kMessage, Decode(message)});
+  }
+  void SendLastMessage(const grpc::ByteBuffer* message, grpc::Status status) override {
+    absl::MutexLock lock(&mu_);
+    EXPECT_FALSE(write_in_flight_) << "finish while a write is in flight";
+    EXPECT_FALSE(finished_) << "second finish";
+    finished_ = true;
+    calls_.push_back({Call::kLast, Decode(message), status.error_code()});
+  }
+  void SendStatus(grpc::Status status) override {
+    absl::MutexLock lock(&mu_);
+    EXPECT_FALSE(write_in_flight_) << "finish while a write is in flight";
+    EXPECT_FALSE(finished_) << "second finish";
+    finished_ = true;
+    calls_.push_back({Call::kStatus, {}, status.error_code()});
+  }
+  // gRPC completing the write in flight.
+  void CompleteWrite() {
+    absl::MutexLock lock(&mu_);
+    EXPECT_TRUE(write_in_flight_);
+    write_in_flight_ = false;
+  }
+  std::vector<Call> calls() {
+    absl::MutexLock lock(&mu_);
+    return calls_;
+  }
+  bool write_in_flight() {
+    absl::MutexLock lock(&mu_);
+    return write_in_flight_;
+  }
+  bool finished() {
+    absl::MutexLock lock(&mu_);
+    return finished_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<Call> calls_;
+  bool write_in_flight_ = false;
+  bool finished_ = false;
+};
+
+engine::TokenChunk Chunk(std::vector<int> ids, std::string text) {
+  engine::TokenChunk chunk;
+  for (int id : ids) {
+    engine::GeneratedToken t;
+    t.id = id;
+    t.logprob = -0.5f;
+    chunk.tokens.push_back(t);
+  }
+  chunk.text = std::move(text);
+  return chunk;
+}
+
+engine::FinishInfo Finish(engine::FinishReason reason, absl::Status status = absl::OkStatus()) {
+  engine::FinishInfo info;
+  info.reason = reason;
+  info.status = std::move(status);
+  info.prompt_tokens = 4;
+  info.completion_tokens = 3;
+  return info;
+}
+
+class StreamChannelTest : public ::testing::Test {
+ protected:
+  RecordingWriter writer_;
+  StreamChannel channel_{"req-1", /*with_logprobs=*/false, absl::InfiniteFuture(), &writer_};
+
+  void WriteDone(bool ok = true) {
+    writer_.CompleteWrite();
+    channel_.OnWriteDone(ok);
+  }
+};
+
+TEST_F(StreamChannelTest, ChunksArrivingDuringAWriteAreCoalescedIntoTheNextMessage) {
+  EXPECT_TRUE(channel_.OnChunk(Chunk({10}, "In")));
+  EXPECT_TRUE(channel_.OnChunk(Chunk({11}, " the")));
+  EXPECT_TRUE(channel_.OnChunk(Chunk({12}, " beginning")));
+  ASSERT_EQ(writer_.calls().size(), 1u);  // only one write in flight
+  WriteDone();
+  const std::vector<Call> calls = writer_.calls();
+  ASSERT_EQ(calls.size(), 2u);
+  EXPECT_THAT(calls[0].message.token_ids(), ElementsAre(10));
+  EXPECT_EQ(calls[0].message.text(), "In");
+  EXPECT_THAT(calls[1].message.token_ids(), ElementsAre(11, 12));
+  EXPECT_EQ(calls[1].message.text(), " the beginning");
+  EXPECT_EQ(calls[1].message.request_id(), "req-1");
+  EXPECT_EQ(calls[1].message.logprobs_size(), 0);
+  EXPECT_EQ(calls[1].message.finish_reason(), v1::FINISH_REASON_UNSPECIFIED);
+}
+
+TEST_F(StreamChannelTest, SuccessfulEndRidesOnTheLastMessageAfterTheWriteInFlight) {
+  channel_.OnChunk(Chunk({10}, "a"));
+  channel_.OnChunk(Chunk({11}, "b"));
+  channel_.OnFinish(Finish(engine::FinishReason::kStop));
+  ASSERT_EQ(writer_.calls().size(), 1u);  // no Finish while the write is outstanding
+  WriteDone();
+  const std::vector<Call> calls = writer_.calls();
+  ASSERT_EQ(calls.size(), 2u);
+  EXPECT_EQ(calls[1].kind, Call::kLast);
+  EXPECT_EQ(calls[1].code, grpc::StatusCode::OK);
+  EXPECT_THAT(calls[1].message.token_ids(), ElementsAre(11));
+  EXPECT_EQ(calls[1].message.finish_reason(), v1::STOP);
+  EXPECT_EQ(calls[1].message.usage().prompt_tokens(), 4);
+  EXPECT_EQ(calls[1].message.usage().completion_tokens(), 3);
+  EXPECT_TRUE(calls[1].message.has_timings());
+  channel_.Detach();
+  EXPECT_EQ(writer_.calls().size(), 2u);
+}
+
+TEST_F(StreamChannelTest, EndWithNothingPendingSendsAFinalMessageWithoutTokens) {
+  channel_.OnChunk(Chunk({10}, "a"));
+  WriteDone();
+  channel_.OnFinish(Finish(engine::FinishReason::kEos));
+  const std::vector<Call> calls = writer_.calls();
+  ASSERT_EQ(calls.size(), 2u);
+  EXPECT_EQ(calls[1].kind, Call::kLast);
+  EXPECT_EQ(calls[1].message.token_ids_size(), 0);
+  EXPECT_EQ(calls[1].message.finish_reason(), v1::EOS);
+}
+
+TEST_F(StreamChannelTest, FailureAfterTokensSendsTheTokensThenTheStatus) {
+  channel_.OnChunk(Chunk({10}, "a"));
+  channel_.OnChunk(Chunk({11}, "b"));
+  channel_.OnFinish(Finish(engine::FinishReason::kShutdown,
+                           absl::UnavailableError("server shutting down")));
+  WriteDone();  // sends the pending token
+  WriteDone();  // then the status
+  const std::vector<Call> calls = writer_.calls();
+  ASSERT_EQ(calls.size(), 3u);
+  EXPECT_EQ(calls[1].kind, Call::kMessage);
+  EXPECT_THAT(calls[1].message.token_ids(), ElementsAre(11));
+  EXPECT_EQ(calls[2].kind, Call::kStatus);
+  EXPECT_EQ(calls[2].code, grpc::StatusCode::UNAVAILABLE);
+}
+
+TEST_F(StreamChannelTest, FailureWhileIdleFinishesAtOnceWithTheMappedCode) {
+  channel_.OnFinish(Finish(engine::FinishReason::kDeadline,
+                           absl::DeadlineExceededError("deadline exceeded")));
+  const std::vector<Call> calls = writer_.calls();
+  ASSERT_EQ(calls.size(), 1u);
+  EXPECT_EQ(calls[0].kind, Call::kStatus);
+  EXPECT_EQ(calls[0].code, grpc::StatusCode::DEADLINE_EXCEEDED);
+}
+
+TEST_F(StreamChannelTest, CancelWhileIdleFinishesAndRefusesLaterChunks) {
+  channel_.OnChunk(Chunk({10}, "a"));
+  WriteDone();
+  channel_.OnCancel();
+  ASSERT_EQ(writer_.calls().size(), 2u);
+  EXPECT_EQ(writer_.calls()[1].kind, Call::kStatus);
+  EXPECT_EQ(writer_.calls()[1].code, grpc::StatusCode::CANCELLED);
+  EXPECT_FALSE(channel_.OnChunk(Chunk({11}, "b")));  // the engine cancels on false
+  channel_.OnFinish(Finish(engine::FinishReason::kCancelled, absl::CancelledError("x")));
+  channel_.Detach();
+  EXPECT_EQ(writer_.calls().size(), 2u);  // nothing after Finish
+}
+
+TEST_F(StreamChannelTest, CancelDuringAWriteFinishesWhenTheWriteCompletes) {
+  channel_.OnChunk(Chunk({10}, "a"));
+  channel_.OnCancel();
+  EXPECT_EQ(writer_.calls().size(), 1u);  // never Finish with a write outstanding
+  writer_.CompleteWrite();
+  EXPECT_TRUE(channel_.OnWriteDone(false));  // client gone: caller cancels in the engine
+  ASSERT_EQ(writer_.calls().size(), 2u);
+  EXPECT_EQ(writer_.calls()[1].code, grpc::StatusCode::CANCELLED);
+}
+
+TEST_F(StreamChannelTest, FailedWriteMeansTheClientIsGone) {
+  channel_.OnChunk(Chunk({10}, "a"));
+  channel_.OnChunk(Chunk({11}, "b"));
+  writer_.CompleteWrite();
+  EXPECT_TRUE(channel_.OnWriteDone(false));
+  ASSERT_EQ(writer_.calls().size(), 2u);
+  EXPECT_EQ(writer_.calls()[1].kind, Call::kStatus);
+  EXPECT_FALSE(channel_.OnChunk(Chunk({12}, "c")));
+  EXPECT_TRUE(channel_.client_gone());
+}
+
+TEST(StreamChannelDeadlineTest, AfterTheDeadlineChunksAreNotRefused) {
+  // The engine knows the deadline and ends the request as kDeadline itself; refusing the
+  // chunk would turn it into a cancellation.
+  RecordingWriter writer;
+  StreamChannel channel("r", false, absl::Now() - absl::Seconds(1), &writer);
+  channel.OnCancel();  // gRPC cancels the call when its deadline passes
+  EXPECT_TRUE(channel.OnChunk(Chunk({1}, "x")));
+}
+
+TEST(StreamChannelRejectTest, RejectFinishesOnceWithTheCode) {
+  RecordingWriter writer;
+  StreamChannel channel("r", false, absl::InfiniteFuture(), &writer);
+  channel.Reject(absl::ResourceExhaustedError("queue full"));
+  channel.Reject(absl::ResourceExhaustedError("queue full"));
+  ASSERT_EQ(writer.calls().size(), 1u);
+  EXPECT_EQ(writer.calls()[0].code, grpc::StatusCode::RESOURCE_EXHAUSTED);
+}
+
+TEST(StreamChannelLogprobsTest, LogprobsOnlyWhenAsked) {
+  RecordingWriter writer;
+  StreamChannel channel("r", /*with_logprobs=*/true, absl::InfiniteFuture(), &writer);
+  channel.OnChunk(Chunk({7, 8}, "xy"));
+  ASSERT_EQ(writer.calls().size(), 1u);
+  ASSERT_EQ(writer.calls()[0].message.logprobs_size(), 2);
+  EXPECT_EQ(writer.calls()[0].message.logprobs(1).token_id(), 8);
+  EXPECT_EQ(writer.calls()[0].message.logprobs(1).logprob(), -0.5f);
+}
+
+// An "engine" thread pushes chunks while a "gRPC" thread completes writes at random
+// moments: every token arrives once, in order, with at most one write in flight and
+// exactly one end.
+TEST(StreamChannelStressTest, ConcurrentEngineAndGrpcThreads) {
+  RecordingWriter writer;
+  StreamChannel channel("r", false, absl::InfiniteFuture(), &writer);
+  constexpr int kTokens = 2000;
+  std::atomic<bool> engine_done{false};
+  std::thread engine_thread([&] {
+    for (int i = 0; i < kTokens; ++i) {
+      ASSERT_TRUE(channel.OnChunk(Chunk({i}, "t")));
+      if (i % 7 == 0) std::this_thread::yield();
+    }
+    channel.OnFinish(Finish(engine::FinishReason::kLength));
+    engine_done = true;
+  });
+  std::thread grpc_thread([&] {
+    while (!writer.finished()) {
+      if (writer.write_in_flight()) {
+        writer.CompleteWrite();
+        channel.OnWriteDone(true);
+      } else {
+        std::this_thread::yield();
+      }
+    }
+  });
+  engine_thread.join();
+  grpc_thread.join();
+  channel.Detach();
+  std::vector<int> ids;
+  std::string text;
+  const std::vector<Call> calls = writer.calls();
+  for (const Call& call : calls) {
+    ids.insert(ids.end(), call.message.token_ids().begin(), call.message.token_ids().end());
+    text += call.message.text();
+  }
+  ASSERT_EQ(ids.size(), static_cast<size_t>(kTokens));
+  for (int i = 0; i < kTokens; ++i) ASSERT_EQ(ids[i], i);
+  EXPECT_EQ(text, std::string(kTokens, 't'));
+  EXPECT_EQ(calls.back().kind, Call::kLast);
+  EXPECT_EQ(calls.back().message.finish_reason(), v1::LENGTH);
+}
+
+}  // namespace
+}  // namespace quill::server

@@ -1,0 +1,19 @@
+#pragma once
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "tests/testing/prometheus_text.h"
+
+namespace quill::testing {
+
+// $QUILL_SHARED_DIR/models/<file> if it exists, else "" (tests then GTEST_SKIP).
+std::string SharedModelPath(absl::string_view file);
+// $QUILL_BINARY_DIR/<relative> if it exists and is executable, else "".
+std::string BuildBinaryPath(absl::string_view relative);
+
+// GET http://127.0.0.1:<port>/metrics, checked (200, text/plain) and parsed.
+absl::StatusOr<PromText> ScrapeMetrics(int port);
+
+}  // namespace quill::testing
