@@ -24,8 +24,10 @@ class Tokenizer {
   virtual ~Tokenizer() = default;
 
   // Text -> ids. With add_special, BOS is prepended when the vocabulary says
-  // add_bos_token (and EOS appended when it says add_eos_token). Special/control token
-  // strings inside `text` are plain text. INVALID_ARGUMENT if `text` is not valid UTF-8.
+  // add_bos_token (and EOS appended when it says add_eos_token); an empty result becomes
+  // {BOS} if the vocabulary has one, so a prompt is never empty (GPT-2: <|endoftext|>).
+  // Special/control token strings inside `text` are plain text. INVALID_ARGUMENT if
+  // `text` is not valid UTF-8 ("prompt is not valid UTF-8 at byte N").
   virtual absl::StatusOr<std::vector<TokenId>> Encode(absl::string_view text,
                                                       bool add_special) const = 0;
 
@@ -47,6 +49,9 @@ class Tokenizer {
   virtual bool IsEndOfGeneration(TokenId id) const = 0;
   virtual bool IsControl(TokenId id) const = 0;
   virtual std::string model_name() const = 0;  // "llama" or "gpt2"
+  // True if Encode prepends a SentencePiece space (llama add_space_prefix); only then do
+  // Decode and IncrementalDetokenizer strip a leading space.
+  virtual bool adds_space_prefix() const { return false; }
 };
 
 // Per-sequence streaming decoder: turns tokens into text as they arrive and never emits
@@ -56,12 +61,16 @@ class IncrementalDetokenizer {
   // With strip_leading_space, a leading SentencePiece space of the very first emitted
   // text is dropped (use it when the first token follows BOS directly).
   explicit IncrementalDetokenizer(const Tokenizer& tokenizer, bool strip_leading_space = false);
-  // Appends one token; returns the text that is now complete (possibly empty).
+  // Appends one token; returns the text that is now complete (possibly empty). Bytes
+  // that can never form a valid character are emitted as U+FFFD right away.
   std::string Push(TokenId id);
   // End of stream: returns any held-back bytes, invalid ones as U+FFFD.
   std::string Flush();
 
  private:
+  // Applies the leading-space rule to the first non-empty text.
+  std::string Emit(std::string text);
+
   const Tokenizer& tokenizer_;
   bool strip_leading_space_;
   bool emitted_any_ = false;

@@ -1,0 +1,55 @@
+#include "engine/tokenizer/vocab_tokenizer.h"
+
+#include "absl/strings/str_cat.h"
+#include "engine/base/status_macros.h"
+#include "engine/tokenizer/utf8.h"
+
+namespace quill::engine {
+
+VocabTokenizer::VocabTokenizer(const VocabData& vocab)
+    : model_name_(vocab.model),
+      bos_id_(vocab.bos_id),
+      eos_id_(vocab.eos_id),
+      eot_id_(vocab.eot_id),
+      eom_id_(vocab.eom_id),
+      add_bos_(vocab.add_bos.value_or(vocab.model == "llama")),
+      add_eos_(vocab.add_eos.value_or(false)) {
+  types_.resize(vocab.tokens.size(), TokenType::kNormal);
+  for (size_t i = 0; i < vocab.types.size(); ++i) types_[i] = static_cast<TokenType>(vocab.types[i]);
+}
+
+void VocabTokenizer::InitTokenBytes(const std::vector<std::string>& tokens) {
+  token_bytes_.reserve(tokens.size());
+  for (size_t i = 0; i < tokens.size(); ++i) token_bytes_.push_back(TokenBytesOf(tokens[i], types_[i]));
+}
+
+absl::StatusOr<std::vector<TokenId>> VocabTokenizer::Encode(absl::string_view text,
+                                                            bool add_special) const {
+  const size_t bad = FindInvalidUtf8(text);
+  if (bad != absl::string_view::npos) {
+    return absl::InvalidArgumentError(absl::StrCat("prompt is not valid UTF-8 at byte ", bad));
+  }
+  std::vector<TokenId> ids;
+  if (add_special && add_bos_ && bos_id_ >= 0) ids.push_back(bos_id_);
+  if (!text.empty()) QUILL_RETURN_IF_ERROR(EncodeText(text, &ids));
+  if (add_special && add_eos_ && eos_id_ >= 0) ids.push_back(eos_id_);
+  // A model cannot start from zero tokens: an empty prompt becomes BOS alone, even for a
+  // vocabulary that does not otherwise add BOS (GPT-2's <|endoftext|>).
+  if (add_special && ids.empty() && bos_id_ >= 0) ids.push_back(bos_id_);
+  return ids;
+}
+
+std::string VocabTokenizer::TokenBytes(TokenId id) const {
+  if (id < 0 || id >= vocab_size()) return "";
+  return token_bytes_[id];
+}
+
+bool VocabTokenizer::IsEndOfGeneration(TokenId id) const {
+  return id >= 0 && (id == eos_id_ || id == eot_id_ || id == eom_id_);
+}
+
+bool VocabTokenizer::IsControl(TokenId id) const {
+  return id >= 0 && id < vocab_size() && types_[id] == TokenType::kControl;
+}
+
+}  // namespace quill::engine

@@ -1,0 +1,50 @@
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "engine/tokenizer/tokenizer.h"
+#include "engine/tokenizer/vocab_data.h"
+
+namespace quill::engine {
+
+// What the two vocabulary-based tokenizers share: special ids, token types, the
+// precomputed bytes of every token, UTF-8 validation and BOS/EOS handling. Subclasses
+// implement EncodeText (plain text -> ids, no special tokens) and TokenBytesOf.
+class VocabTokenizer : public Tokenizer {
+ public:
+  absl::StatusOr<std::vector<TokenId>> Encode(absl::string_view text,
+                                              bool add_special) const final;
+  std::string TokenBytes(TokenId id) const final;
+  int vocab_size() const final { return static_cast<int>(types_.size()); }
+  TokenId bos_id() const final { return bos_id_; }
+  TokenId eos_id() const final { return eos_id_; }
+  bool add_bos() const final { return add_bos_; }
+  bool IsEndOfGeneration(TokenId id) const final;
+  bool IsControl(TokenId id) const final;
+  std::string model_name() const final { return model_name_; }
+
+ protected:
+  // `vocab` has passed ValidateVocabData. Call InitTokenBytes() at the end of the
+  // subclass constructor (it calls the virtual TokenBytesOf).
+  explicit VocabTokenizer(const VocabData& vocab);
+
+  // Appends the ids of `text` (valid, non-empty UTF-8) to `ids`.
+  virtual absl::Status EncodeText(absl::string_view text, std::vector<TokenId>* ids) const = 0;
+  // The bytes of token `id` given its text and type.
+  virtual std::string TokenBytesOf(const std::string& text, TokenType type) const = 0;
+
+  void InitTokenBytes(const std::vector<std::string>& tokens);
+  TokenType type(TokenId id) const { return types_[id]; }
+
+ private:
+  std::string model_name_;
+  std::vector<TokenType> types_;
+  std::vector<std::string> token_bytes_;
+  TokenId bos_id_, eos_id_, eot_id_, eom_id_;
+  bool add_bos_, add_eos_;
+};
+
+}  // namespace quill::engine
