@@ -496,7 +496,8 @@ def check_dockerfile(c):
     path = os.path.join(ROOT, "Dockerfile")
     if not c.check(os.path.exists(path), "Dockerfile is missing"):
         return []
-    text = open(path).read()
+    with open(path) as f:
+        text = f.read()
     stages = re.findall(r"^FROM\s+(\S+)", text, re.MULTILINE)
     c.check(len(stages) >= 2 and all(s.startswith("debian:bookworm-slim") for s in stages),
             "Dockerfile: expected a multi-stage build on debian:bookworm-slim (got %s)" % stages)
@@ -516,7 +517,8 @@ def check_dockerfile(c):
     c.check(packages, "Dockerfile: no apt-get install of runtime libraries in the last stage")
     ignore = os.path.join(ROOT, ".dockerignore")
     if c.check(os.path.exists(ignore), ".dockerignore is missing"):
-        entries = [line.strip().rstrip("/") for line in open(ignore) if line.strip() and not line.startswith("#")]
+        with open(ignore) as f:
+            entries = [line.strip().rstrip("/") for line in f if line.strip() and not line.startswith("#")]
         c.check("build" in entries and ".git" in entries, ".dockerignore must exclude build/ and .git")
     return packages
 

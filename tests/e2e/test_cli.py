@@ -1,0 +1,135 @@
+#!/usr/bin/python3
+"""The `quill` CLI against a live quill-server: generate (text and --json), tokenize, info,
+health, help, and error reporting."""
+
+import json
+import unittest
+
+import e2e_util
+from e2e_util import CLI, QuillServer, run
+
+
+class CliTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.server = QuillServer().__enter__()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.__exit__(None, None, None)
+
+    def test_generate_streams_text_and_reports_on_stderr(self):
+        r = self.server.cli("generate", "--max-tokens", "24", "In the beginning God created")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertTrue(r.stdout.strip(), "no generated text")
+        self.assertRegex(r.stderr, r"\[finish_reason: (LENGTH|EOS|STOP)\]")
+        self.assertRegex(r.stderr, r"usage: \d+ prompt \+ \d+ completion tokens")
+        self.assertRegex(r.stderr, r"ttft [0-9.]+ ms, total [0-9.]+ ms")
+
+    def test_generate_is_deterministic_when_greedy(self):
+        args = ("generate", "--max-tokens", "16", "And God said")
+        first, second = self.server.cli(*args), self.server.cli(*args)
+        self.assertEqual(first.returncode, 0, first.stderr)
+        self.assertEqual(first.stdout, second.stdout)
+
+    def test_generate_reads_the_prompt_from_stdin(self):
+        r = self.server.cli("generate", "--max-tokens", "8", input_text="And the LORD said")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertTrue(r.stdout.strip())
+
+    def test_generate_json_prints_one_object_per_message(self):
+        r = self.server.cli("generate", "--json", "--max-tokens", "12", "--logprobs", "2",
+                            "--temperature", "0.8", "--seed", "3", "In the beginning")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        lines = [json.loads(line) for line in r.stdout.splitlines()]
+        self.assertGreaterEqual(len(lines), 1)
+        tokens = sum(len(m["token_ids"]) for m in lines)
+        last = lines[-1]
+        self.assertIn(last["finish_reason"], ("LENGTH", "EOS", "STOP"))
+        self.assertEqual(last["usage"]["completion_tokens"], tokens)
+        self.assertLessEqual(tokens, 12)
+        with_logprobs = [m for m in lines if m["token_ids"]]
+        for message in with_logprobs:
+            self.assertEqual(len(message["logprobs"]), len(message["token_ids"]))
+            for entry in message["logprobs"]:
+                self.assertLessEqual(entry["logprob"], 0.0)
+                self.assertEqual(len(entry["top"]), 2)
+        for message in lines[:-1]:
+            self.assertNotIn("finish_reason", message)
+
+    def test_generate_stops_at_max_tokens_with_length(self):
+        r = self.server.cli("generate", "--json", "--max-tokens", "5", "--ignore-eos", "And")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        lines = [json.loads(line) for line in r.stdout.splitlines()]
+        self.assertEqual(lines[-1]["finish_reason"], "LENGTH")
+        self.assertEqual(sum(len(m["token_ids"]) for m in lines), 5)
+
+    def test_generate_error_shows_status_code_and_message(self):
+        r = self.server.cli("generate", "--max-tokens", "0", "hello")
+        self.assertEqual(r.returncode, 1)
+        self.assertRegex(r.stderr, r"error: INVALID_ARGUMENT: \S+")
+        r = self.server.cli("generate", "--json", "--max-tokens", "0", "hello")
+        self.assertEqual(r.returncode, 1)
+        error = json.loads(r.stdout.splitlines()[-1])["error"]
+        self.assertEqual(error["code"], "INVALID_ARGUMENT")
+        self.assertTrue(error["message"])
+
+    def test_tokenize(self):
+        r = self.server.cli("tokenize", "--json", "In the beginning")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        result = json.loads(r.stdout)
+        self.assertGreater(len(result["token_ids"]), 0)
+        self.assertEqual(len(result["pieces"]), len(result["token_ids"]))
+        self.assertEqual(result["text"], "In the beginning")
+        special = json.loads(self.server.cli("tokenize", "--json", "--add-special-tokens",
+                                             "In the beginning").stdout)
+        self.assertEqual(special["token_ids"][0], 1)  # kjv-1m's BOS
+        human = self.server.cli("tokenize", "In the beginning")
+        self.assertEqual(human.returncode, 0, human.stderr)
+        self.assertIn("%d tokens; decoded: \"In the beginning\"" % len(result["token_ids"]), human.stdout)
+
+    def test_info(self):
+        r = self.server.cli("info", "--json")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        info = json.loads(r.stdout)
+        self.assertEqual(info["vocab_size"], 1024)
+        self.assertEqual(info["context_length"], 256)
+        self.assertEqual(info["block_count"], 4)
+        self.assertEqual(info["bos_token_id"], 1)
+        self.assertGreater(info["limits"]["kv_cache_blocks"], 0)
+        human = self.server.cli("info")
+        self.assertEqual(human.returncode, 0, human.stderr)
+        self.assertIn("Context                256 tokens", human.stdout)
+        self.assertIn("4 layers, 4 heads / 2 KV heads", human.stdout)
+
+    def test_health(self):
+        r = self.server.cli("health")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout.strip(), "SERVING")
+        r = self.server.cli("health", "--service", "quill.v1.Generator")
+        self.assertEqual(r.returncode, 0, r.stderr)
+
+    def test_health_of_a_dead_address_fails(self):
+        r = run([CLI, "health", "--addr", "127.0.0.1:%d" % e2e_util.free_port(), "--timeout", "2s"])
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("error: UNAVAILABLE", r.stderr)
+
+    def test_help(self):
+        for args in (["help"], ["--help"]):
+            r = run([CLI] + args)
+            self.assertEqual(r.returncode, 0)
+            for command in ("generate", "tokenize", "info", "health", "bench"):
+                self.assertIn(command, r.stdout)
+        for command in ("generate", "tokenize", "info", "health", "bench"):
+            r = run([CLI, command, "--help"])
+            self.assertEqual(r.returncode, 0, command)
+            self.assertIn("--addr", r.stdout)
+            self.assertEqual(run([CLI, "help", command]).stdout, r.stdout)
+        r = run([CLI, "generate", "--no-such-flag"])
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("unknown flag --no-such-flag", r.stderr)
+        self.assertEqual(run([CLI, "frobnicate"]).returncode, 2)
+
+
+if __name__ == "__main__":
+    e2e_util.main()
