@@ -1,0 +1,95 @@
+#pragma once
+
+// Internals shared by the linear*.cc files (not part of the public contract). Tests and the
+// benchmark include it to reach the individual kernels.
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "engine/kernels/linear.h"
+
+namespace quill::engine::kernels::linear_internal {
+
+inline constexpr int64_t kQ8BlockSize = 32;   // values per Q8_0 block
+inline constexpr int64_t kQ8BlockBytes = 34;  // fp16 scale + 32 int8
+
+// Bytes of one stored row of `w`.
+int64_t RowBytes(WeightType type, int64_t cols);
+const char* WeightTypeName(WeightType type);
+
+inline int64_t RoundUp(int64_t v, int64_t multiple) { return (v + multiple - 1) / multiple * multiple; }
+
+// A 64-byte aligned, zero-initialized heap buffer of T (never reallocated).
+template <typename T>
+class AlignedBuffer {
+ public:
+  AlignedBuffer() = default;
+  explicit AlignedBuffer(size_t count) : size_(count) {
+    if (count == 0) return;
+    const size_t bytes = RoundUp(static_cast<int64_t>(count * sizeof(T)), 64);
+    data_.reset(static_cast<T*>(std::aligned_alloc(64, bytes)));
+    std::memset(static_cast<void*>(data_.get()), 0, bytes);
+  }
+  T* data() { return data_.get(); }
+  const T* data() const { return data_.get(); }
+  size_t size() const { return size_; }
+  size_t bytes() const { return size_ * sizeof(T); }
+
+ private:
+  struct Free {
+    void operator()(T* p) const { std::free(p); }
+  };
+  std::unique_ptr<T, Free> data_;
+  size_t size_ = 0;
+};
+
+// Total rows of the fused parts (validated by the caller).
+int64_t TotalRows(absl::Span<const WeightView> parts);
+
+// Widens all fused parts to f32, row after row, into out[rows x out_stride]; the
+// columns in [cols, out_stride) are left untouched (callers pass zeroed buffers).
+void WidenPartsToF32(absl::Span<const WeightView> parts, float* out, int64_t out_stride);
+// Converts all fused parts to bf16 (round to nearest even), row-major [rows x out_stride].
+void ConvertPartsToBf16(absl::Span<const WeightView> parts, uint16_t* out, int64_t out_stride);
+
+// ---- Exact kernel (linear_exact.cc) ----
+// The fixed summation order of every output (i, n): 16 lane partial sums, lane l holding
+// fma-accumulated products x[k]*w[k] for k = l, l+16, l+32, ... in increasing k (the
+// padding up to a multiple of 16 adds fma(0, 0, s)); then s[l] += s[l+8] for l < 8,
+// s[l] += s[l+4] for l < 4, s[l] += s[l+2] for l < 2, and y = s[0] + s[1].
+inline constexpr int64_t kExactLanes = 16;
+
+enum class ExactIsa { kAvx512, kAvx2 };
+// y[m x n] (row stride y_stride) = x[m x k] (row stride x_stride) * w^T, where w is
+// [n x k_padded] f32 with zero columns past k and k_padded = RoundUp(k, 16). Single
+// threaded; the caller splits n across threads.
+void ExactGemmTile(ExactIsa isa, const float* x, int64_t x_stride, int m, const float* w,
+                   int64_t k, int64_t n, float* y, int64_t y_stride);
+
+absl::StatusOr<std::unique_ptr<Linear>> CreateExactLinear(absl::Span<const WeightView> parts,
+                                                          int max_tokens);
+
+// ---- Fast paths (linear_fast.cc, linear_onednn.cc, linear_gemv_bf16.cc, linear_q8.cc) ----
+absl::StatusOr<std::unique_ptr<Linear>> CreateFastLinear(absl::Span<const WeightView> parts,
+                                                         int max_tokens);
+
+// bf16 GEMV over oneDNN's BA16a64b2a weights layout: w holds n_padded/64 column blocks,
+// each [k_padded/2 pairs][64 columns][2] bf16 (k_padded % 32 == 0, zero padded). x is m
+// rows of k_padded bf16 with row stride x_stride (zero past k). Parallel over column blocks.
+void GemvBf16Blocked(const uint16_t* w, int64_t k_padded, int64_t n, const uint16_t* x,
+                     int64_t x_stride, int m, float* y, int64_t y_stride);
+// x[m x k] f32 -> bf16 rows of stride out_stride, zero-filled up to out_stride.
+void ConvertRowsToBf16(const float* x, int m, int64_t k, uint16_t* out, int64_t out_stride);
+
+// f32 GEMV over oneDNN's BA16a64b layout (f32 blocks [k_padded][64 columns]); reads only
+// the k real columns of each x row.
+void GemvF32Blocked(const float* w, int64_t k, int64_t k_padded, int64_t n, const float* x,
+                    int64_t x_stride, int m, float* y, int64_t y_stride);
+
+}  // namespace quill::engine::kernels::linear_internal

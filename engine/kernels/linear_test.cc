@@ -1,0 +1,520 @@
+#include "engine/kernels/linear.h"
+
+#include <immintrin.h>
+#include <omp.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "engine/base/cpu_features.h"
+#include "engine/kernels/linear_internal.h"
+#include "engine/kernels/reference/reference_kernels.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace quill::engine::kernels {
+namespace {
+
+using ::testing::HasSubstr;
+
+uint32_t Bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof(u));
+  return u;
+}
+
+float FromBits(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, sizeof(f));
+  return f;
+}
+
+const char* TypeName(WeightType t) { return linear_internal::WeightTypeName(t); }
+
+// A weight matrix in its GGUF encoding plus a view of it.
+struct TestWeight {
+  std::vector<uint8_t> bytes;
+  WeightView view;
+};
+
+TestWeight MakeWeight(WeightType type, int64_t rows, int64_t cols, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  TestWeight w;
+  w.bytes.resize(rows * linear_internal::RowBytes(type, cols));
+  uint8_t* p = w.bytes.data();
+  auto put16 = [](uint8_t* dst, uint16_t v) {
+    dst[0] = v & 0xff;
+    dst[1] = v >> 8;
+  };
+  for (int64_t r = 0; r < rows; ++r) {
+    switch (type) {
+      case WeightType::kF32:
+        for (int64_t c = 0; c < cols; ++c, p += 4) {
+          const float v = normal(rng);
+          std::memcpy(p, &v, 4);
+        }
+        break;
+      case WeightType::kF16:
+        for (int64_t c = 0; c < cols; ++c, p += 2) put16(p, FloatToFp16(normal(rng)));
+        break;
+      case WeightType::kBF16:
+        for (int64_t c = 0; c < cols; ++c, p += 2) put16(p, FloatToBf16(normal(rng)));
+        break;
+      case WeightType::kQ8_0:
+        for (int64_t b = 0; b < cols / 32; ++b) {
+          std::uniform_real_distribution<float> scale(0.005f, 0.02f);
+          std::uniform_int_distribution<int> q(-127, 127);
+          put16(p, FloatToFp16(scale(rng)));
+          p += 2;
+          for (int j = 0; j < 32; ++j) *p++ = static_cast<uint8_t>(static_cast<int8_t>(q(rng)));
+        }
+        break;
+    }
+  }
+  w.view = WeightView{type, w.bytes.data(), rows, cols};
+  return w;
+}
+
+std::vector<float> RandomVector(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& f : v) f = normal(rng);
+  return v;
+}
+
+// Reference output of fused parts: each part's columns side by side.
+std::vector<float> ReferenceFused(const std::vector<TestWeight>& parts, const std::vector<float>& x,
+                                  int m) {
+  int64_t n_total = 0;
+  for (const auto& p : parts) n_total += p.view.rows;
+  std::vector<float> y(static_cast<size_t>(m) * n_total);
+  int64_t n0 = 0;
+  for (const auto& p : parts) {
+    std::vector<float> yp(static_cast<size_t>(m) * p.view.rows);
+    reference::Linear(p.view, x.data(), m, yp.data());
+    for (int i = 0; i < m; ++i)
+      for (int64_t n = 0; n < p.view.rows; ++n) y[i * n_total + n0 + n] = yp[i * p.view.rows + n];
+    n0 += p.view.rows;
+  }
+  return y;
+}
+
+std::vector<WeightView> Views(const std::vector<TestWeight>& parts) {
+  std::vector<WeightView> v;
+  for (const auto& p : parts) v.push_back(p.view);
+  return v;
+}
+
+// Splits n rows into up to three parts (Q|K|V style), or one part.
+std::vector<TestWeight> MakeParts(WeightType type, int64_t n, int64_t k, bool fused, uint32_t seed) {
+  std::vector<int64_t> sizes;
+  if (fused && n >= 3) {
+    sizes = {n / 2, n / 3, n - n / 2 - n / 3};
+  } else {
+    sizes = {n};
+  }
+  std::vector<TestWeight> parts;
+  for (size_t i = 0; i < sizes.size(); ++i) parts.push_back(MakeWeight(type, sizes[i], k, seed + 17 * i));
+  return parts;
+}
+
+// ||got - want|| / ||scale||, where want is the double-accumulated reference and scale is
+// want itself (exact, f32) or |x| * |W|^T (bf16):
+//  exact: f32 rounding of K/16-term lane sums, ~eps*sqrt(K/32) in practice; 1e-6*ln K
+//         leaves > 10x margin at every K tested.
+//  fast f32: oneDNN's own f32 summation order; same scale, 5x looser.
+//  fast bf16: x and w are each rounded to bf16 (relative error <= 2^-9), so every product
+//         is off by at most ~2^-8 |x_k w_k| and |y_err| <= 2^-8 sum_k |x_k w_k| + the f32
+//         accumulation error: a worst-case bound of ~4e-3 relative to |x| |W|^T, whatever
+//         the cancellation in y. (Relative to ||y|| the random-data error is ~1.6e-3.)
+struct Check {
+  bool against_abs;  // measure against |x| |W|^T rather than y
+  double tolerance;
+};
+
+Check ToleranceFor(Precision precision, WeightType type, int64_t k) {
+  const double log_k = std::log(std::max<double>(2.0, k));
+  if (precision == Precision::kExact) return {false, 1e-6 * log_k};
+  const bool bf16 = type != WeightType::kF32 && HasAvx512Bf16();
+  if (bf16) return {true, 5e-3};
+  return {false, 5e-6 * log_k};
+}
+
+// |x| |W|^T of fused parts.
+std::vector<float> AbsProduct(const std::vector<TestWeight>& parts, const std::vector<float>& x, int m) {
+  std::vector<float> abs_x(x.size());
+  for (size_t i = 0; i < x.size(); ++i) abs_x[i] = std::fabs(x[i]);
+  int64_t n_total = 0;
+  for (const auto& p : parts) n_total += p.view.rows;
+  const int64_t k = parts[0].view.cols;
+  std::vector<float> y(static_cast<size_t>(m) * n_total), row(k);
+  int64_t n0 = 0;
+  for (const auto& p : parts) {
+    for (int64_t r = 0; r < p.view.rows; ++r) {
+      DequantizeRow(p.view, r, row.data());
+      for (int i = 0; i < m; ++i) {
+        double s = 0;
+        for (int64_t c = 0; c < k; ++c) s += std::fabs(row[c]) * abs_x[i * k + c];
+        y[i * n_total + n0 + r] = static_cast<float>(s);
+      }
+    }
+    n0 += p.view.rows;
+  }
+  return y;
+}
+
+double ErrorNorm(const std::vector<float>& got, const std::vector<float>& want,
+                 const std::vector<float>& scale) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double d = static_cast<double>(got[i]) - want[i];
+    num += d * d;
+    den += static_cast<double>(scale[i]) * scale[i];
+  }
+  return std::sqrt(num / std::max(den, 1e-300));
+}
+
+// ---------------------------------------------------------------------------------------
+// Matches the reference over shapes, types, precisions, fused parts.
+
+using LinearParam = std::tuple<WeightType, Precision, bool /*fused*/, int64_t /*k*/, int64_t /*n*/>;
+
+class LinearMatchesReference : public ::testing::TestWithParam<LinearParam> {};
+
+TEST_P(LinearMatchesReference, AllBatchSizes) {
+  const auto [type, precision, fused, k, n] = GetParam();
+  if (type == WeightType::kQ8_0 && k % 32 != 0) GTEST_SKIP() << "q8_0 needs k % 32 == 0";
+  const std::vector<TestWeight> parts = MakeParts(type, n, k, fused, /*seed=*/7);
+  constexpr int kMaxTokens = 130;
+  auto linear = Linear::Create(Views(parts), precision, kMaxTokens);
+  ASSERT_TRUE(linear.ok()) << linear.status();
+  EXPECT_EQ((*linear)->in_features(), k);
+  EXPECT_EQ((*linear)->out_features(), n);
+  EXPECT_GT((*linear)->packed_bytes(), 0);
+  // Big shapes get fewer batch sizes to keep the reference cheap.
+  std::vector<int> ms = {1, 2, 3, 7, 16, 33, 130};
+  if (k * n > 2048 * 100) ms = {1, 33};
+  for (int m : ms) {
+    SCOPED_TRACE(testing::Message() << "m=" << m << " kernel=" << (*linear)->kernel_name());
+    const std::vector<float> x = RandomVector(static_cast<size_t>(m) * k, 1000 + m);
+    std::vector<float> y(static_cast<size_t>(m) * n, std::nanf(""));
+    (*linear)->Run(x.data(), m, y.data());
+    const std::vector<float> want = ReferenceFused(parts, x, m);
+    const Check check = ToleranceFor(precision, type, k);
+    const double error = ErrorNorm(y, want, check.against_abs ? AbsProduct(parts, x, m) : want);
+    EXPECT_LE(error, check.tolerance);
+  }
+}
+
+std::string ParamName(const testing::TestParamInfo<LinearParam>& info) {
+  const auto [type, precision, fused, k, n] = info.param;
+  return std::string(TypeName(type)) + (precision == Precision::kExact ? "_exact" : "_fast") +
+         (fused ? "_fused" : "_single") + "_k" + std::to_string(k) + "_n" + std::to_string(n);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, LinearMatchesReference,
+    testing::Combine(testing::Values(WeightType::kF32, WeightType::kF16, WeightType::kBF16,
+                                     WeightType::kQ8_0),
+                     testing::Values(Precision::kExact, Precision::kFast), testing::Bool(),
+                     testing::Values<int64_t>(5, 32, 64, 96, 129, 2048),
+                     testing::Values<int64_t>(1, 5, 33, 100, 1000)),
+    ParamName);
+
+// ---------------------------------------------------------------------------------------
+// Exact mode: batch invariance, determinism, thread-count invariance, and the documented
+// summation order.
+
+// Scalar model of the documented exact order (linear_internal.h).
+float CanonicalDot(const float* x, const float* w, int64_t k) {
+  float lane[16] = {};
+  for (int64_t k0 = 0; k0 < linear_internal::RoundUp(k, 16); k0 += 16)
+    for (int l = 0; l < 16; ++l) {
+      const float xv = k0 + l < k ? x[k0 + l] : 0.0f;
+      const float wv = k0 + l < k ? w[k0 + l] : 0.0f;
+      lane[l] = std::fma(xv, wv, lane[l]);
+    }
+  for (int width = 8; width >= 1; width /= 2)
+    for (int l = 0; l < width; ++l) lane[l] = lane[l] + lane[l + width];
+  return lane[0];
+}
+
+class ExactInvariance : public ::testing::TestWithParam<std::tuple<WeightType, int64_t>> {};
+
+TEST_P(ExactInvariance, BatchThreadsAndRunsGiveSameBits) {
+  const auto [type, k] = GetParam();
+  if (type == WeightType::kQ8_0 && k % 32 != 0) GTEST_SKIP();
+  constexpr int64_t kN = 100;
+  constexpr int kM = 33;
+  const std::vector<TestWeight> parts = MakeParts(type, kN, k, /*fused=*/true, 3);
+  auto linear = Linear::Create(Views(parts), Precision::kExact, kM);
+  ASSERT_TRUE(linear.ok()) << linear.status();
+  const std::vector<float> x = RandomVector(kM * k, 5);
+  std::vector<float> batch(kM * kN), again(kM * kN), single(kN);
+  (*linear)->Run(x.data(), kM, batch.data());
+  (*linear)->Run(x.data(), kM, again.data());
+  EXPECT_EQ(std::memcmp(batch.data(), again.data(), batch.size() * 4), 0) << "not deterministic";
+
+  for (int i = 0; i < kM; ++i) {
+    (*linear)->Run(x.data() + i * k, 1, single.data());
+    EXPECT_EQ(std::memcmp(single.data(), batch.data() + i * kN, kN * 4), 0) << "row " << i;
+  }
+  // Rows 5..11 as a batch of 7 (a different tiling of m).
+  std::vector<float> seven(7 * kN);
+  (*linear)->Run(x.data() + 5 * k, 7, seven.data());
+  EXPECT_EQ(std::memcmp(seven.data(), batch.data() + 5 * kN, seven.size() * 4), 0);
+
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+  std::vector<float> one_thread(kM * kN);
+  (*linear)->Run(x.data(), kM, one_thread.data());
+  omp_set_num_threads(threads);
+  EXPECT_EQ(std::memcmp(one_thread.data(), batch.data(), batch.size() * 4), 0) << "thread count";
+
+  // Bit-exact against the scalar model of the fixed order.
+  std::vector<float> w_row(k);
+  int64_t n0 = 0;
+  for (const auto& p : parts) {
+    for (int64_t r = 0; r < p.view.rows; ++r) {
+      DequantizeRow(p.view, r, w_row.data());
+      for (int i = 0; i < kM; i += 8) {
+        const float want = CanonicalDot(x.data() + i * k, w_row.data(), k);
+        EXPECT_EQ(Bits(batch[i * kN + n0 + r]), Bits(want)) << "i=" << i << " n=" << n0 + r;
+      }
+    }
+    n0 += p.view.rows;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, ExactInvariance,
+                         testing::Combine(testing::Values(WeightType::kF32, WeightType::kF16,
+                                                          WeightType::kBF16, WeightType::kQ8_0),
+                                          testing::Values<int64_t>(5, 96, 129, 2048)),
+                         [](const auto& info) {
+                           return std::string(TypeName(std::get<0>(info.param))) + "_k" +
+                                  std::to_string(std::get<1>(info.param));
+                         });
+
+// Both ISA variants of the exact kernel follow the same order, so they agree bit for bit
+// (a model computed on an AVX2-only machine matches one computed with AVX-512).
+TEST(ExactKernel, Avx512AndAvx2GiveSameBits) {
+  using linear_internal::ExactIsa;
+  for (int64_t k : {1, 15, 16, 17, 100, 1000}) {
+    const int m = 9, n = 11;
+    const int64_t kp = linear_internal::RoundUp(k, 16);
+    const std::vector<float> x = RandomVector(m * k, 11);
+    std::vector<float> w = RandomVector(n * kp, 12);
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t c = k; c < kp; ++c) w[r * kp + c] = 0.0f;
+    std::vector<float> y2(m * n), y512(m * n);
+    linear_internal::ExactGemmTile(ExactIsa::kAvx2, x.data(), k, m, w.data(), k, n, y2.data(), n);
+    for (int i = 0; i < m; ++i)
+      for (int j = 0; j < n; ++j)
+        ASSERT_EQ(Bits(y2[i * n + j]), Bits(CanonicalDot(x.data() + i * k, w.data() + j * kp, k)))
+            << "avx2 k=" << k << " i=" << i << " j=" << j;
+    if (!GetCpuFeatures().avx512f) continue;
+    linear_internal::ExactGemmTile(ExactIsa::kAvx512, x.data(), k, m, w.data(), k, n, y512.data(), n);
+    EXPECT_EQ(std::memcmp(y2.data(), y512.data(), y2.size() * 4), 0) << "k=" << k;
+  }
+}
+
+TEST(LinearNames, SayWhichPathRuns) {
+  const TestWeight w = MakeWeight(WeightType::kBF16, 64, 64, 1);
+  auto exact = Linear::Create({w.view}, Precision::kExact, 4);
+  ASSERT_TRUE(exact.ok());
+  EXPECT_THAT((*exact)->kernel_name(), HasSubstr("exact-f32"));
+  auto fast = Linear::Create({w.view}, Precision::kFast, 64);
+  ASSERT_TRUE(fast.ok());
+  EXPECT_THAT((*fast)->kernel_name(), HasSubstr(HasAvx512Bf16() ? "bf16" : "f32"));
+  EXPECT_THAT((*fast)->kernel_name(), HasSubstr("onednn"));
+}
+
+// ---------------------------------------------------------------------------------------
+// Conversions against known bit patterns.
+
+TEST(Fp16ToFloat, KnownValues) {
+  EXPECT_EQ(Fp16ToFloat(0x3c00), 1.0f);
+  EXPECT_EQ(Fp16ToFloat(0xc000), -2.0f);
+  EXPECT_EQ(Fp16ToFloat(0x7bff), 65504.0f);
+  EXPECT_EQ(Fp16ToFloat(0x3555), 0.333251953125f);
+  EXPECT_EQ(Fp16ToFloat(0x0001), std::ldexp(1.0f, -24));  // smallest subnormal
+  EXPECT_EQ(Fp16ToFloat(0x03ff), std::ldexp(1023.0f, -24));  // largest subnormal
+  EXPECT_EQ(Fp16ToFloat(0x0400), std::ldexp(1.0f, -14));  // smallest normal
+  EXPECT_EQ(Bits(Fp16ToFloat(0x8000)), 0x80000000u);  // -0
+  EXPECT_EQ(Fp16ToFloat(0x7c00), std::numeric_limits<float>::infinity());
+  EXPECT_EQ(Fp16ToFloat(0xfc00), -std::numeric_limits<float>::infinity());
+  EXPECT_TRUE(std::isnan(Fp16ToFloat(0x7e00)));
+  EXPECT_TRUE(std::isnan(Fp16ToFloat(0x7c01)));  // signalling pattern stays nan
+}
+
+TEST(FloatToFp16, KnownValuesAndTies) {
+  EXPECT_EQ(FloatToFp16(1.0f), 0x3c00);
+  EXPECT_EQ(FloatToFp16(-2.0f), 0xc000);
+  EXPECT_EQ(FloatToFp16(65504.0f), 0x7bff);
+  EXPECT_EQ(FloatToFp16(65519.996f), 0x7bff);  // just below the tie
+  EXPECT_EQ(FloatToFp16(65520.0f), 0x7c00);    // tie rounds to even = inf
+  EXPECT_EQ(FloatToFp16(1e6f), 0x7c00);
+  EXPECT_EQ(FloatToFp16(-1e6f), 0xfc00);
+  EXPECT_EQ(FloatToFp16(1.0f + std::ldexp(1.0f, -11)), 0x3c00);      // tie -> even (down)
+  EXPECT_EQ(FloatToFp16(1.0f + 3 * std::ldexp(1.0f, -11)), 0x3c02);  // tie -> even (up)
+  EXPECT_EQ(FloatToFp16(1.0f + std::ldexp(1.0f, -11) + std::ldexp(1.0f, -20)), 0x3c01);
+  EXPECT_EQ(FloatToFp16(std::ldexp(1.0f, -24)), 0x0001);
+  EXPECT_EQ(FloatToFp16(std::ldexp(1.0f, -25)), 0x0000);           // subnormal tie -> 0
+  EXPECT_EQ(FloatToFp16(std::ldexp(1.5f, -25)), 0x0001);
+  EXPECT_EQ(FloatToFp16(std::ldexp(3.0f, -25)), 0x0002);           // 1.5 units: tie -> 2
+  EXPECT_EQ(FloatToFp16(std::ldexp(2047.0f, -25)), 0x0400);        // rounds up to a normal
+  EXPECT_EQ(FloatToFp16(std::ldexp(1.0f, -30)), 0x0000);
+  EXPECT_EQ(FloatToFp16(FromBits(0x00000001)), 0x0000);            // f32 subnormal
+  EXPECT_EQ(FloatToFp16(-0.0f), 0x8000);
+  EXPECT_EQ(FloatToFp16(std::numeric_limits<float>::infinity()), 0x7c00);
+  const uint16_t nan = FloatToFp16(std::nanf(""));
+  EXPECT_EQ(nan & 0x7c00, 0x7c00);
+  EXPECT_NE(nan & 0x03ff, 0);
+  const uint16_t low_payload_nan = FloatToFp16(FromBits(0x7f800001));  // payload below fp16's
+  EXPECT_NE(low_payload_nan & 0x03ff, 0) << "nan must not become inf";
+}
+
+// The CPU's F16C instructions (round to nearest even) are an independent oracle.
+TEST(Fp16Conversions, MatchF16cHardware) {
+  for (uint32_t h = 0; h < 65536; ++h) {
+    const float hw = _cvtsh_ss(static_cast<uint16_t>(h));
+    const float sw = Fp16ToFloat(static_cast<uint16_t>(h));
+    if (std::isnan(hw)) {
+      EXPECT_TRUE(std::isnan(sw)) << h;
+      continue;
+    }
+    ASSERT_EQ(Bits(sw), Bits(hw)) << "h=" << h;
+    ASSERT_EQ(FloatToFp16(sw), h) << "round trip h=" << h;
+  }
+  std::mt19937 rng(42);
+  for (int i = 0; i < 1000000; ++i) {
+    // Bias exponents towards fp16's range so subnormal/overflow rounding is exercised.
+    uint32_t bits = rng();
+    bits = (bits & 0x807fffffu) | ((100 + (bits >> 23) % 50) << 23);
+    const float f = FromBits(bits);
+    const uint16_t hw = _cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT);
+    ASSERT_EQ(FloatToFp16(f), hw) << "bits=" << std::hex << bits;
+  }
+}
+
+TEST(Bf16Conversions, KnownValuesTiesAndSpecials) {
+  EXPECT_EQ(Bf16ToFloat(0x3f80), 1.0f);
+  EXPECT_EQ(Bf16ToFloat(0xc040), -3.0f);
+  EXPECT_EQ(Bits(Bf16ToFloat(0x0001)), 0x00010000u);  // subnormal
+  EXPECT_EQ(Bf16ToFloat(0x7f80), std::numeric_limits<float>::infinity());
+  EXPECT_TRUE(std::isnan(Bf16ToFloat(0x7fc0)));
+  EXPECT_EQ(FloatToBf16(1.0f), 0x3f80);
+  EXPECT_EQ(FloatToBf16(FromBits(0x3f808000)), 0x3f80);  // tie -> even (down)
+  EXPECT_EQ(FloatToBf16(FromBits(0x3f818000)), 0x3f82);  // tie -> even (up)
+  EXPECT_EQ(FloatToBf16(FromBits(0x3f808001)), 0x3f81);  // above the tie
+  EXPECT_EQ(FloatToBf16(FromBits(0x3f807fff)), 0x3f80);  // below the tie
+  EXPECT_EQ(FloatToBf16(FromBits(0x00008000)), 0x0000);  // subnormal tie -> 0
+  EXPECT_EQ(FloatToBf16(FromBits(0x00018000)), 0x0002);  // subnormal tie -> even
+  EXPECT_EQ(FloatToBf16(FromBits(0x7f7fffff)), 0x7f80);  // max float rounds to inf
+  EXPECT_EQ(FloatToBf16(-std::numeric_limits<float>::infinity()), 0xff80);
+  EXPECT_EQ(FloatToBf16(-0.0f), 0x8000);
+  const uint16_t nan = FloatToBf16(FromBits(0x7f800001));  // payload only in the low bits
+  EXPECT_EQ(nan & 0x7f80, 0x7f80);
+  EXPECT_NE(nan & 0x007f, 0) << "nan must not become inf";
+  for (uint32_t b = 0; b < 65536; ++b) {
+    const float f = Bf16ToFloat(static_cast<uint16_t>(b));
+    if (std::isnan(f)) continue;
+    ASSERT_EQ(FloatToBf16(f), b);
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// DequantizeRow.
+
+TEST(DequantizeRow, Q8_0HandMadeBlocks) {
+  // Two rows of 64 columns: two blocks per row.
+  std::vector<uint8_t> data(2 * 2 * 34, 0);
+  auto block = [&](int row, int b) { return data.data() + (row * 2 + b) * 34; };
+  // Row 1 block 0: d = 0.5 (0x3800), q = j - 16. Row 1 block 1: d = -2 (0xc000), q = 3,
+  // except q[31] = -128.
+  uint8_t* b0 = block(1, 0);
+  b0[0] = 0x00;
+  b0[1] = 0x38;
+  for (int j = 0; j < 32; ++j) b0[2 + j] = static_cast<uint8_t>(static_cast<int8_t>(j - 16));
+  uint8_t* b1 = block(1, 1);
+  b1[0] = 0x00;
+  b1[1] = 0xc0;
+  for (int j = 0; j < 32; ++j) b1[2 + j] = 3;
+  b1[2 + 31] = 0x80;
+  const WeightView w{WeightType::kQ8_0, data.data(), 2, 64};
+  std::vector<float> out(64);
+  DequantizeRow(w, 1, out.data());
+  for (int j = 0; j < 32; ++j) EXPECT_EQ(out[j], 0.5f * (j - 16)) << j;
+  for (int j = 32; j < 63; ++j) EXPECT_EQ(out[j], -6.0f) << j;
+  EXPECT_EQ(out[63], 256.0f);
+  DequantizeRow(w, 0, out.data());  // all-zero row
+  for (float v : out) EXPECT_EQ(v, 0.0f);
+}
+
+TEST(DequantizeRow, F16Bf16F32Rows) {
+  const uint16_t f16[2][3] = {{0x3c00, 0xc000, 0x0001}, {0x7bff, 0x3555, 0x8000}};
+  const uint16_t bf16[2][3] = {{0x3f80, 0xc040, 0x4049}, {0x0001, 0x7f80, 0xbf00}};
+  const float f32[2][3] = {{1.5f, -2.25f, 3.0f}, {4.0f, 5.5f, -6.0f}};
+  float out[3];
+  DequantizeRow(WeightView{WeightType::kF16, f16, 2, 3}, 1, out);
+  EXPECT_EQ(out[0], 65504.0f);
+  EXPECT_EQ(out[1], 0.333251953125f);
+  EXPECT_EQ(Bits(out[2]), 0x80000000u);
+  DequantizeRow(WeightView{WeightType::kBF16, bf16, 2, 3}, 0, out);
+  EXPECT_EQ(out[0], 1.0f);
+  EXPECT_EQ(out[1], -3.0f);
+  EXPECT_EQ(out[2], 3.140625f);
+  DequantizeRow(WeightView{WeightType::kBF16, bf16, 2, 3}, 1, out);
+  EXPECT_EQ(out[2], -0.5f);
+  DequantizeRow(WeightView{WeightType::kF32, f32, 2, 3}, 1, out);
+  EXPECT_EQ(out[0], 4.0f);
+  EXPECT_EQ(out[2], -6.0f);
+}
+
+// ---------------------------------------------------------------------------------------
+// Errors.
+
+TEST(LinearCreate, RejectsBadInput) {
+  const TestWeight a = MakeWeight(WeightType::kF16, 8, 64, 1);
+  const TestWeight b = MakeWeight(WeightType::kF16, 8, 32, 2);
+  const TestWeight c = MakeWeight(WeightType::kBF16, 8, 64, 3);
+  const TestWeight q = MakeWeight(WeightType::kQ8_0, 2, 64, 4);
+  for (Precision p : {Precision::kExact, Precision::kFast}) {
+    auto code = [&](std::vector<WeightView> parts, int max_tokens = 8) {
+      return Linear::Create(parts, p, max_tokens).status().code();
+    };
+    const auto kInvalid = absl::StatusCode::kInvalidArgument;
+    EXPECT_EQ(code({}), kInvalid) << "no parts";
+    EXPECT_EQ(code({a.view, b.view}), kInvalid) << "cols mismatch";
+    EXPECT_EQ(code({a.view, c.view}), kInvalid) << "type mismatch";
+    EXPECT_EQ(code({a.view}, 0), kInvalid) << "max_tokens 0";
+    WeightView bad = a.view;
+    bad.rows = 0;
+    EXPECT_EQ(code({bad}), kInvalid) << "zero rows";
+    bad = a.view;
+    bad.cols = -4;
+    EXPECT_EQ(code({bad}), kInvalid) << "negative cols";
+    bad = a.view;
+    bad.data = nullptr;
+    EXPECT_EQ(code({bad}), kInvalid) << "null data";
+    bad = q.view;
+    bad.cols = 48;
+    EXPECT_EQ(code({bad}), kInvalid) << "q8_0 cols % 32";
+    bad = a.view;
+    bad.type = static_cast<WeightType>(42);
+    EXPECT_EQ(code({bad}), kInvalid) << "unknown type";
+    EXPECT_TRUE(Linear::Create({a.view, a.view}, p, 8).ok());
+  }
+  EXPECT_EQ(Linear::Create({a.view}, static_cast<Precision>(7), 8).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace quill::engine::kernels
