@@ -7,6 +7,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 
 namespace quill::engine {
 
@@ -45,6 +46,9 @@ enum class GgufValueType : uint32_t {
   kFloat32 = 6, kBool = 7, kString = 8, kArray = 9, kUint64 = 10, kInt64 = 11, kFloat64 = 12,
 };
 
+// "uint32", "string", "array", ...; "unknown(N)" otherwise.
+std::string GgufValueTypeName(GgufValueType type);
+
 struct GgufTensorInfo {
   std::string name;
   GgmlType type;
@@ -62,6 +66,9 @@ class GgufFile {
  public:
   // NOT_FOUND if the file does not exist; INVALID_ARGUMENT (DATA_LOSS for truncation)
   // with a message naming the offending key/tensor and offset for a malformed file.
+  // Anything that reaches past the end of the file (a read, a declared length or count
+  // that cannot fit in the remaining bytes, tensor data beyond the end) is DATA_LOSS, as
+  // it is indistinguishable from a truncated file; every other defect is INVALID_ARGUMENT.
   static absl::StatusOr<std::unique_ptr<GgufFile>> Open(const std::string& path);
 
   ~GgufFile();
@@ -91,6 +98,11 @@ class GgufFile {
   absl::StatusOr<std::vector<int32_t>> GetInt32Array(absl::string_view key) const;
   // Length of an array value (any element type).
   absl::StatusOr<uint64_t> GetArrayLength(absl::string_view key) const;
+  // Element type of an array value; INVALID_ARGUMENT if the key is not an array.
+  absl::StatusOr<GgufValueType> ArrayElementType(absl::string_view key) const;
+  // The value's bytes exactly as encoded in the file (for an array: element type, count,
+  // then the elements), pointing into the mapping. Used to copy keys between files.
+  absl::StatusOr<absl::Span<const uint8_t>> RawValue(absl::string_view key) const;
 
   const std::vector<GgufTensorInfo>& tensors() const;
   // nullptr if absent.

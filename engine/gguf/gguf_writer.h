@@ -1,10 +1,14 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "engine/gguf/gguf_file.h"
@@ -32,10 +36,43 @@ class GgufWriter {
   void AddTensor(absl::string_view name, GgmlType type, std::vector<int64_t> dims,
                  std::vector<uint8_t> data);
 
-  // Serializes the whole file (v3, alignment 32).
+  // Produces a tensor's bytes on demand: fills `out` (cleared by the caller) with exactly
+  // the tensor's encoded bytes.
+  using TensorProducer = std::function<absl::Status(std::vector<uint8_t>* out)>;
+  // Declares a tensor whose bytes are produced only while the file is written, one tensor
+  // at a time, so that a multi-gigabyte model is never held in memory whole.
+  void AddStreamedTensor(absl::string_view name, GgmlType type, std::vector<int64_t> dims,
+                         TensorProducer producer);
+
+  // Serializes the whole file (v3, alignment 32 unless general.alignment was set).
+  // Setting a key twice keeps its first position and the last value. INVALID_ARGUMENT
+  // for duplicate tensor names, bad dims, or data whose size does not match.
   absl::StatusOr<std::vector<uint8_t>> Serialize() const;
+  // Streams the file to `path` (through a temporary file renamed at the end, so a failed
+  // write never leaves a partial file under `path`).
   absl::Status WriteFile(const std::string& path) const;
-  // ... (private representation chosen by the implementation)
+
+ private:
+  struct Kv {
+    std::string key;
+    GgufValueType type;
+    std::vector<uint8_t> value;  // encoded exactly as in the file
+  };
+  struct Tensor {
+    std::string name;
+    GgmlType type;
+    std::vector<int64_t> dims;
+    std::vector<uint8_t> data;  // used when producer is empty
+    TensorProducer producer;
+  };
+
+  void SetRaw(absl::string_view key, GgufValueType type, std::vector<uint8_t> value);
+  // Serializes through `write`, which appends bytes to the output.
+  absl::Status WriteTo(absl::FunctionRef<absl::Status(absl::Span<const uint8_t>)> write) const;
+
+  std::vector<Kv> kvs_;
+  absl::flat_hash_map<std::string, size_t> kv_index_;
+  std::vector<Tensor> tensors_;
 };
 
 }  // namespace quill::engine
