@@ -1,0 +1,729 @@
+// Engine loop tests over a scripted fake model: the next token is a fixed function of the
+// last one, so every expected output below is worked out by hand from that rule.
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "engine/runtime/engine.h"
+#include "gtest/gtest.h"
+
+namespace quill::engine {
+namespace {
+
+constexpr int kVocab = 64;
+constexpr TokenId kBos = 1;
+constexpr TokenId kEos = 2;
+constexpr int kContext = 128;
+
+// Ids 3..28 are "A".."Z", 29..54 are "a".."z", 55..63 are "0".."8".
+class FakeTokenizer final : public Tokenizer {
+ public:
+  absl::StatusOr<std::vector<TokenId>> Encode(absl::string_view text,
+                                              bool add_special) const override {
+    return absl::UnimplementedError("not needed");
+  }
+  std::string TokenBytes(TokenId id) const override {
+    if (id < 3 || id >= kVocab) return "";
+    if (id < 29) return std::string(1, static_cast<char>('A' + id - 3));
+    if (id < 55) return std::string(1, static_cast<char>('a' + id - 29));
+    return std::string(1, static_cast<char>('0' + id - 55));
+  }
+  int vocab_size() const override { return kVocab; }
+  TokenId bos_id() const override { return kBos; }
+  TokenId eos_id() const override { return kEos; }
+  bool add_bos() const override { return true; }
+  bool IsEndOfGeneration(TokenId id) const override { return id == kEos; }
+  bool IsControl(TokenId id) const override { return id < 3; }
+  std::string model_name() const override { return "fake"; }
+};
+
+TokenId Letter(char c) { return c >= 'a' ? 29 + (c - 'a') : 3 + (c - 'A'); }
+
+// The rule: after token t comes t + 1, except that "Z" is followed by EOS and EOS by "A".
+TokenId NextToken(TokenId t) {
+  if (t == Letter('Z')) return kEos;
+  if (t == kEos) return Letter('A');
+  return t + 1 < kVocab ? t + 1 : 3;
+}
+
+// Applies the rule as logits. Checks the KV capacity and that every sequence's positions
+// arrive contiguously, records each step's shape, and can be paused or made to fail.
+class FakeStepModel final : public StepModel {
+ public:
+  struct Shared {
+    absl::Mutex mu;
+    bool paused ABSL_GUARDED_BY(mu) = false;
+    bool fail_next ABSL_GUARDED_BY(mu) = false;
+    int forwards_entered ABSL_GUARDED_BY(mu) = 0;
+    std::vector<std::vector<int>> steps ABSL_GUARDED_BY(mu);  // token counts per entry
+    std::string error ABSL_GUARDED_BY(mu);                    // first contract violation
+  };
+
+  explicit FakeStepModel(std::shared_ptr<Shared> shared) : shared_(std::move(shared)) {}
+
+  const Tokenizer& tokenizer() const override { return tokenizer_; }
+  int vocab_size() const override { return kVocab; }
+  int context_length() const override { return kContext; }
+  int max_batch_tokens() const override { return 512; }
+  KvCacheOptions MakeKvCacheOptions(int64_t budget_bytes, int block_size) const override {
+    KvCacheOptions o;
+    o.num_layers = 1;
+    o.num_kv_heads = 1;
+    o.head_dim = 4;  // 32 bytes per token
+    o.block_size_tokens = block_size;
+    o.budget_bytes = budget_bytes;
+    return o;
+  }
+
+  absl::Status Forward(absl::Span<const BatchEntry> batch, KvCache& cache,
+                       float* logits) override {
+    absl::MutexLock lock(&shared_->mu);
+    ++shared_->forwards_entered;
+    shared_->mu.Await(absl::Condition(
+        +[](bool* paused) { return !*paused; }, &shared_->paused));
+    std::vector<int> shape;
+    for (const BatchEntry& e : batch) shape.push_back(static_cast<int>(e.tokens.size()));
+    shared_->steps.push_back(shape);
+    if (shared_->fail_next) {
+      shared_->fail_next = false;
+      return absl::InternalError("injected failure");
+    }
+    int row = 0;
+    for (const BatchEntry& e : batch) {
+      int64_t& next = next_pos_[e.seq];
+      if (e.first_pos == 0) next = 0;  // ids are never reused, but be explicit
+      if (e.first_pos != next || e.tokens.empty() ||
+          cache.capacity_tokens(e.seq) < e.first_pos + static_cast<int64_t>(e.tokens.size())) {
+        if (shared_->error.empty()) {
+          shared_->error = absl::StrCat("bad entry seq ", e.seq, " first_pos ", e.first_pos,
+                                        " expected ", next);
+        }
+      }
+      next = e.first_pos + static_cast<int64_t>(e.tokens.size());
+      if (!e.want_logits) continue;
+      float* out = logits + static_cast<size_t>(row) * kVocab;
+      std::fill(out, out + kVocab, 0.0f);
+      out[NextToken(e.tokens.back())] = 10.0f;
+      ++row;
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  FakeTokenizer tokenizer_;
+  std::shared_ptr<Shared> shared_;
+  absl::flat_hash_map<KvCache::SeqId, int64_t> next_pos_;
+};
+
+class RecordingSink final : public TokenSink {
+ public:
+  explicit RecordingSink(int accept_chunks = -1) : accept_chunks_(accept_chunks) {}
+
+  bool OnChunk(TokenChunk chunk) override {
+    absl::MutexLock lock(&mu_);
+    if (finished_) violations_ += "chunk after finish; ";
+    chunks_.push_back(std::move(chunk));
+    return accept_chunks_ < 0 || static_cast<int>(chunks_.size()) < accept_chunks_;
+  }
+  void OnFinish(const FinishInfo& info) override {
+    absl::MutexLock lock(&mu_);
+    if (finished_) violations_ += "second finish; ";
+    finished_ = true;
+    info_ = info;
+    done_.Notify();
+  }
+
+  // Waits for OnFinish (bounded only so a bug cannot hang the suite).
+  bool Wait() { return done_.WaitForNotificationWithTimeout(absl::Seconds(60)); }
+
+  std::vector<TokenId> ids() {
+    absl::MutexLock lock(&mu_);
+    std::vector<TokenId> ids;
+    for (const TokenChunk& c : chunks_)
+      for (const GeneratedToken& t : c.tokens) ids.push_back(t.id);
+    return ids;
+  }
+  std::string text() {
+    absl::MutexLock lock(&mu_);
+    std::string text;
+    for (const TokenChunk& c : chunks_) text += c.text;
+    return text;
+  }
+  std::vector<TokenChunk> chunks() {
+    absl::MutexLock lock(&mu_);
+    return chunks_;
+  }
+  FinishInfo info() {
+    absl::MutexLock lock(&mu_);
+    return info_;
+  }
+  bool called() {
+    absl::MutexLock lock(&mu_);
+    return finished_ || !chunks_.empty();
+  }
+  std::string violations() {
+    absl::MutexLock lock(&mu_);
+    return violations_;
+  }
+
+ private:
+  const int accept_chunks_;
+  absl::Mutex mu_;
+  std::vector<TokenChunk> chunks_ ABSL_GUARDED_BY(mu_);
+  FinishInfo info_ ABSL_GUARDED_BY(mu_);
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  std::string violations_ ABSL_GUARDED_BY(mu_);
+  absl::Notification done_;
+};
+
+class RecordingObserver final : public EngineObserver {
+ public:
+  void OnStep(const StepStats& stats, const EngineGauges& gauges) override {
+    absl::MutexLock lock(&mu_);
+    steps_.push_back(stats);
+    steps_.back().inter_token_latencies = {};
+    itl_count_ += stats.inter_token_latencies.size();
+  }
+  void OnRequestFinished(const FinishInfo& info) override {
+    absl::MutexLock lock(&mu_);
+    ++finished_;
+  }
+  std::vector<StepStats> steps() {
+    absl::MutexLock lock(&mu_);
+    return steps_;
+  }
+  int finished() {
+    absl::MutexLock lock(&mu_);
+    return finished_;
+  }
+  size_t itl_count() {
+    absl::MutexLock lock(&mu_);
+    return itl_count_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<StepStats> steps_ ABSL_GUARDED_BY(mu_);
+  int finished_ ABSL_GUARDED_BY(mu_) = 0;
+  size_t itl_count_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+class ManualClock final : public Clock {
+ public:
+  absl::Time Now() const override {
+    absl::MutexLock lock(&mu_);
+    return now_;
+  }
+  void Advance(absl::Duration d) {
+    absl::MutexLock lock(&mu_);
+    now_ += d;
+  }
+
+ private:
+  mutable absl::Mutex mu_;
+  absl::Time now_ ABSL_GUARDED_BY(mu_) = absl::FromUnixSeconds(1000000);
+};
+
+GenerationRequest Request(std::string id, std::vector<TokenId> prompt, int max_tokens) {
+  GenerationRequest r;
+  r.request_id = std::move(id);
+  r.prompt_ids = std::move(prompt);
+  r.max_tokens = max_tokens;
+  r.sampling.temperature = 0.0f;
+  return r;
+}
+
+class EngineFakeTest : public ::testing::Test {
+ protected:
+  // Small default pool (the 256 MiB default takes longer to zero than the test runs).
+  static EngineOptions SmallOptions() {
+    EngineOptions options;
+    options.kv_cache_bytes = 32 * 16 * 64;  // 64 blocks of 16 tokens
+    return options;
+  }
+  void Start(EngineOptions options = SmallOptions(), const Clock* clock = nullptr) {
+    SCOPED_TRACE("Start");
+    auto engine = Engine::CreateWithStepModel(std::make_unique<FakeStepModel>(shared_), options,
+                                              &observer_, clock);
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    engine_ = std::move(engine).value();
+  }
+  void SetPaused(bool paused) {
+    absl::MutexLock lock(&shared_->mu);
+    shared_->paused = paused;
+  }
+  void WaitForwardsEntered(int n) {
+    std::pair<FakeStepModel::Shared*, int> arg(shared_.get(), n);
+    absl::MutexLock lock(&shared_->mu);
+    shared_->mu.Await(absl::Condition(
+        +[](std::pair<FakeStepModel::Shared*, int>* a) {
+          a->first->mu.AssertHeld();
+          return a->first->forwards_entered >= a->second;
+        },
+        &arg));
+  }
+  std::string ModelError() {
+    absl::MutexLock lock(&shared_->mu);
+    return shared_->error;
+  }
+  std::vector<std::vector<int>> Steps() {
+    absl::MutexLock lock(&shared_->mu);
+    return shared_->steps;
+  }
+  void TearDown() override {
+    if (engine_ != nullptr) {
+      engine_->Shutdown(absl::Seconds(30));
+      EXPECT_EQ(engine_->gauges().kv_blocks_used, 0);
+    }
+    EXPECT_EQ(ModelError(), "");
+  }
+
+  std::shared_ptr<FakeStepModel::Shared> shared_ = std::make_shared<FakeStepModel::Shared>();
+  RecordingObserver observer_;
+  std::unique_ptr<Engine> engine_;
+};
+
+TEST_F(EngineFakeTest, GeneratesByTheRuleUntilMaxTokens) {
+  Start();
+  auto sink = std::make_shared<RecordingSink>();
+  ASSERT_TRUE(engine_->Submit(Request("r", {kBos, Letter('C')}, 4), sink).ok());
+  ASSERT_TRUE(sink->Wait());
+  EXPECT_EQ(sink->ids(),
+            (std::vector<TokenId>{Letter('D'), Letter('E'), Letter('F'), Letter('G')}));
+  EXPECT_EQ(sink->text(), "DEFG");
+  EXPECT_EQ(sink->chunks().size(), 4u);  // one chunk per step
+  const FinishInfo info = sink->info();
+  EXPECT_EQ(info.reason, FinishReason::kLength);
+  EXPECT_TRUE(info.status.ok());
+  EXPECT_EQ(info.prompt_tokens, 2);
+  EXPECT_EQ(info.completion_tokens, 4);
+  // The first token comes out of the step that finishes the prompt.
+  EXPECT_EQ(info.timings.time_to_first_token, info.timings.queue_wait + info.timings.prefill);
+  EXPECT_EQ(info.timings.total, info.timings.time_to_first_token + info.timings.decode);
+  EXPECT_EQ(sink->violations(), "");
+}
+
+TEST_F(EngineFakeTest, EosEndsWithoutBeingEmitted) {
+  Start();
+  auto sink = std::make_shared<RecordingSink>();
+  ASSERT_TRUE(engine_->Submit(Request("r", {kBos, Letter('X')}, 10), sink).ok());
+  ASSERT_TRUE(sink->Wait());
+  EXPECT_EQ(sink->ids(), (std::vector<TokenId>{Letter('Y'), Letter('Z')}));
+  EXPECT_EQ(sink->info().reason, FinishReason::kEos);
+  EXPECT_EQ(sink->info().completion_tokens, 2);
+}
+
+TEST_F(EngineFakeTest, IgnoreEosKeepsGoing) {
+  Start();
+  auto sink = std::make_shared<RecordingSink>();
+  GenerationRequest r = Request("r", {kBos, Letter('Y')}, 4);
+  r.ignore_eos = true;
+  ASSERT_TRUE(engine_->Submit(r, sink).ok());
+  ASSERT_TRUE(sink->Wait());
+  EXPECT_EQ(sink->ids(), (std::vector<TokenId>{Letter('Z'), kEos, Letter('A'), Letter('B')}));
+  EXPECT_EQ(sink->text(), "ZAB");
+  EXPECT_EQ(sink->info().reason, FinishReason::kLength);
+}
+
+TEST_F(EngineFakeTest, StopTokenEndsWithoutBeingEmitted) {
+  Start();
+  auto sink = std::make_shared<RecordingSink>();
+  GenerationRequest r = Request("r", {kBos, Letter('a')}, 10);
+  r.stop_token_ids = {Letter('d')};
+  ASSERT_TRUE(engine_->Submit(r, sink).ok());
+  ASSERT_TRUE(sink->Wait());
+  EXPECT_EQ(sink->ids(), (std::vector<TokenId>{Letter('b'), Letter('c')}));
+  EXPECT_EQ(sink->text(), "bc");
+  EXPECT_EQ(sink->info().reason, FinishReason::kStop);
+  EXPECT_EQ(sink->info().completion_tokens, 2);
+}
+
+TEST_F(EngineFakeTest, StopStringSpanningTokensCutsTheText) {
+  Start();
+  auto sink = std::make_shared<RecordingSink>();
+  GenerationRequest r = Request("r", {kBos, Letter('a')}, 20);
+  r.stop = {"xyz", "efg"};
+  ASSERT_TRUE(engine_->Submit(r, sink).ok());
+  ASSERT_TRUE(sink->Wait());
+  // b c d e f g: "efg" completes with the 6th token; the text ends before it.
+  EXPECT_EQ(sink->text(), "bcd");
+  EXPECT_EQ(sink->ids().size(), 6u);
+  EXPECT_EQ(sink->info().reason, FinishReason::kStop);
+  EXPECT_EQ(sink->info().completion_tokens, 6);
+  // "e" and "f" were held back while they could begin "efg": those chunks had no text.
+  const std::vector<TokenChunk> chunks = sink->chunks();
+  ASSERT_EQ(chunks.size(), 6u);
+  EXPECT_EQ(chunks[3].text, "");
+  EXPECT_EQ(chunks[4].text, "");
+}
+
+TEST_F(EngineFakeTest, HeldTextIsReleasedWhenTheRequestEndsOtherwise) {
+  Start();
+  auto sink = std::make_shared<RecordingSink>();
+  GenerationRequest r = Request("r", {kBos, Letter('a')}, 3);
+  r.stop = {"dX"};
+  ASSERT_TRUE(engine_->Submit(r, sink).ok());
+  ASSERT_TRUE(sink->Wait());
+  EXPECT_EQ(sink->text(), "bcd");  // "d" was held, then released at max_tokens
+  EXPECT_EQ(sink->info().reason, FinishReason::kLength);
+}
+
+TEST_F(EngineFakeTest, LogprobsFromRawLogits) {
+  Start();
+  auto sink = std::make_shared<RecordingSink>();
+  GenerationRequest r = Request("r", {kBos, Letter('a')}, 1);
+  r.logprobs = 2;
+  ASSERT_TRUE(engine_->Submit(r, sink).ok());
+  ASSERT_TRUE(sink->Wait());
+  const std::vector<TokenChunk> chunks = sink->chunks();
+  ASSERT_EQ(chunks.size(), 1u);
+  ASSERT_EQ(chunks[0].tokens.size(), 1u);
+  const GeneratedToken& t = chunks[0].tokens[0];
+  // One logit of 10, 63 of 0: log softmax = 10 - log(e^10 + 63).
+  const float expected = 10.0f - std::log(std::exp(10.0f) + 63.0f);
+  EXPECT_NEAR(t.logprob, expected, 1e-5);
+  ASSERT_EQ(t.top_logprobs.size(), 2u);
+  EXPECT_EQ(t.top_logprobs[0].id, Letter('b'));
+  EXPECT_EQ(t.top_logprobs[1].id, 0);  // ties by lowest id
+  EXPECT_NEAR(t.top_logprobs[1].logprob, -std::log(std::exp(10.0f) + 63.0f), 1e-5);
+}
+
+TEST_F(EngineFakeTest, ValidationErrorsNameTheFieldAndNeverCallTheSink) {
+  EngineOptions options = SmallOptions();
+  options.kv_cache_bytes = 32 * 16 * 4;  // 4 blocks of 16 tokens = 64 tokens
+  options.max_tokens_limit = 100;
+  Start(options);
+  struct Case {
+    std::string field;
+    std::function<void(GenerationRequest&)> mutate;
+  };
+  const std::vector<Case> cases = {
+      {"request_id", [](GenerationRequest& r) { r.request_id.clear(); }},
+      {"prompt", [](GenerationRequest& r) { r.prompt_ids.clear(); }},
+      {"prompt_token_ids[1]", [](GenerationRequest& r) { r.prompt_ids[1] = kVocab; }},
+      {"prompt_token_ids[0]", [](GenerationRequest& r) { r.prompt_ids[0] = -1; }},
+      {"max_tokens", [](GenerationRequest& r) { r.max_tokens = 0; }},
+      {"max_tokens", [](GenerationRequest& r) { r.max_tokens = 101; }},
+      {"max_tokens", [](GenerationRequest& r) { r.prompt_ids.resize(100, 5); r.max_tokens = 30; }},
+      {"prompt", [](GenerationRequest& r) { r.prompt_ids.resize(kContext, 5); }},
+      {"prompt", [](GenerationRequest& r) { r.prompt_ids.resize(70, 5); }},  // > 4 blocks
+      {"max_tokens", [](GenerationRequest& r) { r.prompt_ids.resize(60, 5); r.max_tokens = 5; }},
+      {"sampling.temperature", [](GenerationRequest& r) { r.sampling.temperature = -1; }},
+      {"sampling.temperature",
+       [](GenerationRequest& r) { r.sampling.temperature = std::nanf(""); }},
+      {"sampling.top_p", [](GenerationRequest& r) { r.sampling.top_p = 0.0f; }},
+      {"sampling.top_k", [](GenerationRequest& r) { r.sampling.top_k = -1; }},
+      {"logprobs", [](GenerationRequest& r) { r.logprobs = 21; }},
+      {"logprobs", [](GenerationRequest& r) { r.logprobs = -1; }},
+      {"stop[0]", [](GenerationRequest& r) { r.stop = {"\xC3"}; }},
+      {"stop[1]", [](GenerationRequest& r) { r.stop = {"a", std::string(257, 'x')}; }},
+      {"stop", [](GenerationRequest& r) { r.stop.assign(17, "x"); }},
+      {"stop_token_ids[0]", [](GenerationRequest& r) { r.stop_token_ids = {kVocab}; }},
+  };
+  for (const Case& c : cases) {
+    GenerationRequest r = Request("bad", {kBos, 5}, 4);
+    c.mutate(r);
+    auto sink = std::make_shared<RecordingSink>();
+    const absl::Status status = engine_->Submit(r, sink);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << c.field << ": " << status;
+    EXPECT_TRUE(absl::StartsWith(status.message(), c.field)) << c.field << ": " << status;
+    EXPECT_FALSE(sink->called()) << c.field;
+  }
+  EXPECT_EQ(engine_->Submit(Request("ok", {kBos, 5}, 4), nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
+  // The largest request the pool can hold is fine.
+  auto sink = std::make_shared<RecordingSink>();
+  GenerationRequest r = Request("ok", {kBos, 5}, 62);
+  r.ignore_eos = true;
+  ASSERT_TRUE(engine_->Submit(r, sink).ok());
+  ASSERT_TRUE(sink->Wait());
+  EXPECT_EQ(sink->info().completion_tokens, 62);
+}
+
+TEST_F(EngineFakeTest, DuplicateLiveIdIsRejectedAndReusableAfterFinish) {
+  Start();
+  SetPaused(true);
+  auto first = std::make_shared<RecordingSink>();
+  ASSERT_TRUE(engine_->Submit(Request("same", {kBos, 5}, 3), first).ok());
+  auto second = std::make_shared<RecordingSink>();
+  EXPECT_EQ(engine_->Submit(Request("same", {kBos, 6}, 3), second).code(),
+            absl::StatusCode::kAlreadyExists);
+  EXPECT_FALSE(second->called());
+  SetPaused(false);
+  ASSERT_TRUE(first->Wait());
+  ASSERT_TRUE(engine_->Submit(Request("same", {kBos, 6}, 3), second).ok());
+  ASSERT_TRUE(second->Wait());
+  EXPECT_EQ(second->info().reason, FinishReason::kLength);
+}
+
+TEST_F(EngineFakeTest, QueueFullIsRefusedImmediately) {
+  EngineOptions options = SmallOptions();
+  options.kv_cache_bytes = 32 * 16 * 2;  // 2 blocks: one request of <= 32 tokens at a time
+  options.max_queue = 2;
+  Start(options);
+  SetPaused(true);
+  auto running = std::make_shared<RecordingSink>();
+  ASSERT_TRUE(engine_->Submit(Request("run", {kBos, 5}, 20), running).ok());
+  WaitForwardsEntered(1);  // admitted: it holds both blocks
+  std::vector<std::shared_ptr<RecordingSink>> queued;
+  for (int i = 0; i < 2; ++i) {
+    queued.push_back(std::make_shared<RecordingSink>());
+    ASSERT_TRUE(engine_->Submit(Request(absl::StrCat("q", i), {kBos, 5}, 20), queued[i]).ok());
+  }
+  auto refused = std::make_shared<RecordingSink>();
+  EXPECT_EQ(engine_->Submit(Request("over", {kBos, 5}, 20), refused).code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_FALSE(refused->called());
+  SetPaused(false);
+  for (auto& sink : queued) {
+    ASSERT_TRUE(sink->Wait());
+    EXPECT_EQ(sink->info().reason, FinishReason::kLength);
+    EXPECT_GT(sink->info().timings.queue_wait, absl::ZeroDuration());
+  }
+  ASSERT_TRUE(running->Wait());
+}
+
+TEST_F(EngineFakeTest, CancelWaitingAndRunning) {
+  EngineOptions options = SmallOptions();
+  options.kv_cache_bytes = 32 * 16 * 2;
+  Start(options);
+  SetPaused(true);
+  auto running = std::make_shared<RecordingSink>();
+  ASSERT_TRUE(engine_->Submit(Request("run", {kBos, 5}, 20), running).ok());
+  WaitForwardsEntered(1);
+  auto waiting = std::make_shared<RecordingSink>();
+  ASSERT_TRUE(engine_->Submit(Request("wait", {kBos, 5}, 20), waiting).ok());
+  engine_->Cancel("wait");
+  engine_->Cancel("run");
+  engine_->Cancel("nobody");
+  SetPaused(false);
+  ASSERT_TRUE(running->Wait());
+  ASSERT_TRUE(waiting->Wait());
+  EXPECT_EQ(running->info().reason, FinishReason::kCancelled);
+  EXPECT_EQ(running->info().status.code(), absl::StatusCode::kCancelled);
+  EXPECT_LT(running->ids().size(), 20u);
+  EXPECT_EQ(waiting->info().reason, FinishReason::kCancelled);
+  EXPECT_TRUE(waiting->ids().empty());
+  engine_->Shutdown(absl::Seconds(10));
+  EXPECT_EQ(observer_.finished(), 2);
+}
+
+TEST_F(EngineFakeTest, SinkReturningFalseStopsWithinOneStep) {
+  Start();
+  auto sink = std::make_shared<RecordingSink>(/*accept_chunks=*/3);
+  ASSERT_TRUE(engine_->Submit(Request("r", {kBos, 5}, 50), sink).ok());
+  ASSERT_TRUE(sink->Wait());
+  EXPECT_EQ(sink->chunks().size(), 3u);  // the third OnChunk returned false
+  EXPECT_EQ(sink->info().reason, FinishReason::kCancelled);
+  EXPECT_EQ(sink->violations(), "");
+}
+
+TEST_F(EngineFakeTest, DeadlineInThePastAndDuringDecode) {
+  ManualClock clock;
+  Start(SmallOptions(), &clock);
+  auto late = std::make_shared<RecordingSink>();
+  GenerationRequest r = Request("late", {kBos, 5}, 10);
+  r.deadline = clock.Now() - absl::Seconds(1);
+  ASSERT_TRUE(engine_->Submit(r, late).ok());
+  ASSERT_TRUE(late->Wait());
+  EXPECT_EQ(late->info().reason, FinishReason::kDeadline);
+  EXPECT_EQ(late->info().status.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_TRUE(late->ids().empty());
+
+  // Time jumps past the deadline while the first token is being delivered.
+  class AdvancingSink final : public TokenSink {
+   public:
+    AdvancingSink(ManualClock* clock, std::shared_ptr<RecordingSink> inner)
+        : clock_(clock), inner_(std::move(inner)) {}
+    bool OnChunk(TokenChunk chunk) override {
+      clock_->Advance(absl::Seconds(10));
+      return inner_->OnChunk(std::move(chunk));
+    }
+    void OnFinish(const FinishInfo& info) override { inner_->OnFinish(info); }
+
+   private:
+    ManualClock* clock_;
+    std::shared_ptr<RecordingSink> inner_;
+  };
+  auto recorded = std::make_shared<RecordingSink>();
+  r = Request("expiring", {kBos, 5}, 10);
+  r.deadline = clock.Now() + absl::Seconds(5);
+  ASSERT_TRUE(engine_->Submit(r, std::make_shared<AdvancingSink>(&clock, recorded)).ok());
+  ASSERT_TRUE(recorded->Wait());
+  EXPECT_EQ(recorded->info().reason, FinishReason::kDeadline);
+  EXPECT_EQ(recorded->ids().size(), 1u);
+  engine_->Shutdown(absl::ZeroDuration());  // before `clock` goes away
+}
+
+TEST_F(EngineFakeTest, ForwardFailureEndsTheBatchAndServingContinues) {
+  Start();
+  {
+    absl::MutexLock lock(&shared_->mu);
+    shared_->fail_next = true;
+  }
+  auto failed = std::make_shared<RecordingSink>();
+  ASSERT_TRUE(engine_->Submit(Request("f", {kBos, 5}, 5), failed).ok());
+  ASSERT_TRUE(failed->Wait());
+  EXPECT_EQ(failed->info().reason, FinishReason::kError);
+  EXPECT_EQ(failed->info().status.code(), absl::StatusCode::kInternal);
+  auto ok = std::make_shared<RecordingSink>();
+  ASSERT_TRUE(engine_->Submit(Request("ok", {kBos, 5}, 5), ok).ok());
+  ASSERT_TRUE(ok->Wait());
+  EXPECT_EQ(ok->info().reason, FinishReason::kLength);
+}
+
+TEST_F(EngineFakeTest, ChunkedPrefillNextToDecodersAndStepStats) {
+  EngineOptions options = SmallOptions();
+  options.prefill_chunk_tokens = 8;
+  options.max_batch_tokens = 16;
+  options.max_running = 4;
+  Start(options);
+  SetPaused(true);
+  auto decoder = std::make_shared<RecordingSink>();
+  ASSERT_TRUE(engine_->Submit(Request("dec", {kBos, 5}, 12), decoder).ok());
+  WaitForwardsEntered(1);  // its prefill step is in flight
+  auto long_one = std::make_shared<RecordingSink>();
+  std::vector<TokenId> prompt(30, Letter('a'));
+  prompt[0] = kBos;
+  prompt.back() = Letter('k');
+  ASSERT_TRUE(engine_->Submit(Request("long", prompt, 2), long_one).ok());
+  SetPaused(false);
+  ASSERT_TRUE(decoder->Wait());
+  ASSERT_TRUE(long_one->Wait());
+  EXPECT_EQ(long_one->ids(), (std::vector<TokenId>{Letter('l'), Letter('m')}));
+  engine_->Shutdown(absl::Seconds(10));  // the last OnStep follows the last OnFinish
+
+  // Step 1: the short prompt. Steps 2..5: its decode token + chunks 8, 8, 8, 6.
+  const std::vector<std::vector<int>> steps = Steps();
+  ASSERT_EQ(steps.size(), 12u);  // 1 prefill + 11 more tokens of "dec"
+  EXPECT_EQ(steps[0], (std::vector<int>{2}));
+  EXPECT_EQ(steps[1], (std::vector<int>{1, 8}));
+  EXPECT_EQ(steps[2], (std::vector<int>{1, 8}));
+  EXPECT_EQ(steps[3], (std::vector<int>{1, 8}));
+  EXPECT_EQ(steps[4], (std::vector<int>{1, 6}));
+  EXPECT_EQ(steps[5], (std::vector<int>{1, 1}));
+
+  const std::vector<StepStats> stats = observer_.steps();
+  ASSERT_EQ(stats.size(), steps.size());
+  EXPECT_EQ(stats[0].phase, StepPhase::kPrefill);
+  EXPECT_EQ(stats[0].prefill_tokens, 2);
+  EXPECT_EQ(stats[1].phase, StepPhase::kMixed);
+  EXPECT_EQ(stats[1].decode_tokens, 1);
+  EXPECT_EQ(stats[1].prefill_tokens, 8);
+  EXPECT_EQ(stats[5].phase, StepPhase::kDecode);
+  EXPECT_EQ(stats[5].num_sequences, 2);
+  // One inter-token gap per decode token emitted: 11 for "dec", 1 for "long".
+  EXPECT_EQ(observer_.itl_count(), 12u);
+}
+
+TEST_F(EngineFakeTest, ShutdownDrainsRunningRequests) {
+  Start();
+  std::vector<std::shared_ptr<RecordingSink>> sinks;
+  for (int i = 0; i < 5; ++i) {
+    sinks.push_back(std::make_shared<RecordingSink>());
+    ASSERT_TRUE(engine_->Submit(Request(absl::StrCat("r", i), {kBos, Letter('a')}, 30), sinks[i])
+                    .ok());
+  }
+  engine_->Shutdown(absl::InfiniteDuration());
+  for (auto& sink : sinks) {
+    ASSERT_TRUE(sink->Wait());
+    EXPECT_EQ(sink->info().reason, FinishReason::kLength);
+    EXPECT_EQ(sink->ids().size(), 30u);
+  }
+  EXPECT_EQ(engine_->Submit(Request("after", {kBos, 5}, 3), std::make_shared<RecordingSink>())
+                .code(),
+            absl::StatusCode::kUnavailable);
+  engine_->Shutdown(absl::ZeroDuration());  // idempotent
+}
+
+TEST_F(EngineFakeTest, ShutdownWithoutDrainEndsEverythingUnavailable) {
+  EngineOptions options = SmallOptions();
+  options.kv_cache_bytes = 32 * 16 * 2;
+  Start(options);
+  SetPaused(true);
+  auto running = std::make_shared<RecordingSink>();
+  ASSERT_TRUE(engine_->Submit(Request("run", {kBos, 5}, 20), running).ok());
+  WaitForwardsEntered(1);
+  auto waiting = std::make_shared<RecordingSink>();
+  ASSERT_TRUE(engine_->Submit(Request("wait", {kBos, 5}, 20), waiting).ok());
+  // Close the engine while its first step is still in flight, then let it go on.
+  std::thread closer([this] { engine_->Shutdown(absl::ZeroDuration()); });
+  while (engine_->Submit(Request("probe", {kBos, 5}, 1), std::make_shared<RecordingSink>())
+             .code() != absl::StatusCode::kUnavailable) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  SetPaused(false);
+  closer.join();
+  ASSERT_TRUE(running->Wait());
+  ASSERT_TRUE(waiting->Wait());
+  EXPECT_EQ(running->info().reason, FinishReason::kShutdown);
+  EXPECT_EQ(running->info().status.code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(waiting->info().reason, FinishReason::kShutdown);
+  EXPECT_EQ(engine_->gauges().requests_running, 0);
+  EXPECT_EQ(engine_->gauges().requests_waiting, 0);
+}
+
+TEST_F(EngineFakeTest, DestructorShutsDown) {
+  Start();
+  auto sink = std::make_shared<RecordingSink>();
+  ASSERT_TRUE(engine_->Submit(Request("r", {kBos, 5}, 100), sink).ok());
+  engine_.reset();
+  EXPECT_TRUE(sink->Wait());
+  EXPECT_EQ(sink->violations(), "");
+}
+
+TEST_F(EngineFakeTest, CreateRejectsBadOptions) {
+  EngineOptions options = SmallOptions();
+  options.max_running = 600;  // more decode tokens than max_batch_tokens
+  auto engine = Engine::CreateWithStepModel(std::make_unique<FakeStepModel>(shared_), options,
+                                            nullptr);
+  EXPECT_EQ(engine.status().code(), absl::StatusCode::kInvalidArgument);
+  options = EngineOptions();
+  options.max_batch_tokens = 1024;  // beyond the model's 512
+  engine = Engine::CreateWithStepModel(std::make_unique<FakeStepModel>(shared_), options, nullptr);
+  EXPECT_EQ(engine.status().code(), absl::StatusCode::kInvalidArgument);
+  options = EngineOptions();
+  options.kv_cache_bytes = 100;  // less than one block
+  engine = Engine::CreateWithStepModel(std::make_unique<FakeStepModel>(shared_), options, nullptr);
+  EXPECT_FALSE(engine.ok());
+}
+
+TEST_F(EngineFakeTest, ManyConcurrentRequestsAllFinishAndBlocksReturn) {
+  EngineOptions options = SmallOptions();
+  options.max_running = 8;
+  options.kv_cache_bytes = 32 * 16 * 12;
+  Start(options);
+  std::vector<std::shared_ptr<RecordingSink>> sinks;
+  for (int i = 0; i < 40; ++i) {
+    sinks.push_back(std::make_shared<RecordingSink>());
+    const TokenId start = Letter('a') + i % 20;
+    ASSERT_TRUE(
+        engine_->Submit(Request(absl::StrCat("r", i), {kBos, start}, 3 + i % 7), sinks[i]).ok());
+  }
+  for (int i = 0; i < 40; ++i) {
+    ASSERT_TRUE(sinks[i]->Wait());
+    std::vector<TokenId> expected;
+    TokenId t = Letter('a') + i % 20;
+    for (int k = 0; k < 3 + i % 7; ++k) expected.push_back(t = NextToken(t));
+    EXPECT_EQ(sinks[i]->ids(), expected) << i;
+  }
+  for (const StepStats& s : observer_.steps()) EXPECT_LE(s.num_sequences, 8);
+  engine_->Shutdown(absl::Seconds(10));
+  EXPECT_EQ(engine_->gauges().kv_blocks_used, 0);
+  EXPECT_EQ(observer_.finished(), 40);
+}
+
+}  // namespace
+}  // namespace quill::engine
