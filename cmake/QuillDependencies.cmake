@@ -13,3 +13,8 @@ set_target_properties(DNNL::dnnl PROPERTIES
 find_package(spdlog CONFIG REQUIRED)
 find_package(GTest CONFIG REQUIRED)
 find_package(nlohmann_json CONFIG REQUIRED)
+# gRPC/protobuf are found here (not in proto/) so their imported targets are visible to
+# server/, client/ and tests/. Only quill_proto and what depends on it link them.
+find_package(Protobuf REQUIRED)
+find_package(gRPC CONFIG REQUIRED)
+find_program(GRPC_CPP_PLUGIN grpc_cpp_plugin REQUIRED)
