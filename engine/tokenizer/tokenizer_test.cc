@@ -1,0 +1,363 @@
+// The tokenizers read from real GGUF files: every vector in /work/shared/vocab, every
+// golden prompt in /work/shared/golden, round trips, streaming detokenization, and
+// FromGguf's validation on small written fixtures.
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "engine/gguf/gguf_file.h"
+#include "engine/gguf/gguf_writer.h"
+#include "engine/tokenizer/tokenizer.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+
+namespace quill::engine {
+namespace {
+
+using ::testing::Contains;
+using ::testing::ElementsAre;
+using ::testing::ElementsAreArray;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+std::string SharedDir() {
+  const char* dir = std::getenv("QUILL_SHARED_DIR");
+  return dir != nullptr ? dir : "";
+}
+
+bool ReadFile(const std::string& path, std::string* contents) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return false;
+  std::ostringstream s;
+  s << in.rdbuf();
+  *contents = s.str();
+  return true;
+}
+
+#define SKIP_IF_NO_SHARED(path)                                            \
+  do {                                                                     \
+    std::ifstream probe_(path);                                            \
+    if (SharedDir().empty() || !probe_) {                                  \
+      GTEST_SKIP() << "shared assets not found at '" << (path) << "'";     \
+    }                                                                      \
+  } while (0)
+
+std::unique_ptr<Tokenizer> LoadTokenizer(const std::string& path) {
+  auto file = GgufFile::Open(path);
+  EXPECT_TRUE(file.ok()) << file.status();
+  if (!file.ok()) return nullptr;
+  auto tokenizer = Tokenizer::FromGguf(**file);
+  EXPECT_TRUE(tokenizer.ok()) << tokenizer.status();
+  return tokenizer.ok() ? std::move(tokenizer).value() : nullptr;
+}
+
+std::vector<TokenId> EncodeOrDie(const Tokenizer& t, absl::string_view text, bool add_special) {
+  auto ids = t.Encode(text, add_special);
+  EXPECT_TRUE(ids.ok()) << ids.status();
+  return ids.ok() ? *ids : std::vector<TokenId>{};
+}
+
+// --- The llama.cpp tokenizer test vectors ---------------------------------------------
+
+class VocabVectorsTest : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(VocabVectorsTest, EveryVectorMatches) {
+  const std::string base = absl::StrCat(SharedDir(), "/vocab/", GetParam());
+  SKIP_IF_NO_SHARED(base);
+  auto tokenizer = LoadTokenizer(base);
+  ASSERT_NE(tokenizer, nullptr);
+
+  std::string inp, out;
+  ASSERT_TRUE(ReadFile(base + ".inp", &inp));
+  ASSERT_TRUE(ReadFile(base + ".out", &out));
+  std::vector<std::string> texts = absl::StrSplit(inp, "\n__ggml_vocab_test__\n");
+  ASSERT_EQ(texts.back(), "");  // the file ends with the separator
+  texts.pop_back();
+  ASSERT_EQ(texts.size(), 46u);
+  std::vector<std::string> lines = absl::StrSplit(out, '\n');
+  ASSERT_GE(lines.size(), texts.size());
+
+  for (size_t i = 0; i < texts.size(); ++i) {
+    std::vector<TokenId> expected;
+    std::istringstream ids(lines[i]);
+    for (TokenId id; ids >> id;) expected.push_back(id);
+    EXPECT_THAT(EncodeOrDie(*tokenizer, texts[i], /*add_special=*/false),
+                ElementsAreArray(expected))
+        << "vector " << i << " text \"" << texts[i] << "\"";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Vocabs, VocabVectorsTest,
+                         ::testing::Values("ggml-vocab-llama-spm.gguf", "ggml-vocab-gpt-2.gguf"));
+
+// --- Golden prompts --------------------------------------------------------------------
+
+TEST(GoldenPromptsTest, PromptIdsMatchForEveryModel) {
+  const std::string dir = SharedDir();
+  SKIP_IF_NO_SHARED(dir + "/golden/kjv-1m.json");
+  int cases = 0;
+  for (const char* name : {"kjv-1m", "llama-2-tiny-random", "micro-random-gpt2vocab-f16",
+                           "mini-random-bf16", "mini-random-q8_0"}) {
+    std::string text;
+    ASSERT_TRUE(ReadFile(absl::StrCat(dir, "/golden/", name, ".json"), &text)) << name;
+    const nlohmann::json golden = nlohmann::json::parse(text);
+    auto tokenizer = LoadTokenizer(absl::StrCat(dir, "/models/", golden.at("model").get<std::string>()));
+    ASSERT_NE(tokenizer, nullptr) << name;
+    for (const auto& c : golden.at("cases")) {
+      const std::string prompt = c.at("prompt").get<std::string>();
+      const std::vector<TokenId> expected = c.at("prompt_ids").get<std::vector<TokenId>>();
+      EXPECT_THAT(EncodeOrDie(*tokenizer, prompt, /*add_special=*/true), ElementsAreArray(expected))
+          << name << " prompt \"" << prompt << "\"";
+      ++cases;
+    }
+  }
+  EXPECT_EQ(cases, 28);
+}
+
+// --- Round trips, detokenization, special text -----------------------------------------
+
+class VocabTest : public ::testing::TestWithParam<const char*> {
+ protected:
+  void SetUp() override {
+    path_ = absl::StrCat(SharedDir(), "/vocab/", GetParam());
+    std::ifstream probe(path_);
+    if (SharedDir().empty() || !probe) GTEST_SKIP() << "shared assets not found at '" << path_ << "'";
+    tokenizer_ = LoadTokenizer(path_);
+    ASSERT_NE(tokenizer_, nullptr);
+  }
+  bool is_llama() const { return tokenizer_->model_name() == "llama"; }
+
+  // Text -> ids -> text, through Decode and through the streaming detokenizer.
+  void ExpectRoundTrip(const std::string& text) {
+    const std::vector<TokenId> ids = EncodeOrDie(*tokenizer_, text, /*add_special=*/true);
+    EXPECT_EQ(tokenizer_->Decode(ids, /*strip_leading_space=*/true), text);
+    IncrementalDetokenizer detok(*tokenizer_, /*strip_leading_space=*/true);
+    std::string streamed;
+    for (TokenId id : ids) streamed += detok.Push(id);
+    streamed += detok.Flush();
+    EXPECT_EQ(streamed, text);
+  }
+
+  std::string path_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+};
+
+TEST_P(VocabTest, RoundTripsVariedText) {
+  for (const std::string text : {
+           "Hello world", "  leading spaces and trailing   ", "ASCII: 0123456789 !@#$%^&*()",
+           "caf\xC3\xA9 na\xC3\xAFve J\xC3\xA9rusalem \xC3\x84pfel",
+           "\xE6\x88\x91\xE6\x83\xB3\xE5\x9C\xA8 apple \xE5\xB7\xA5\xE4\xBD\x9C",  // 我想在 apple 工作
+           "\xF0\x9F\xA6\x99\xF0\x9F\x9A\x80 emoji \xF0\x9F\x98\xB6\xE2\x80\x8D\xF0\x9F\x8C\xAB\xEF\xB8\x8F",
+           "tabs\tand\nnewlines\n\n\r\n", "\n", " ", "x",
+           "\xD0\xBD\xD0\xB5\xD1\x89\xD0\xBE \xD0\xBD\xD0\xB0",                    // нещо на
+           "\xE1\x9E\x80\xE1\x9E\xB6\xE1\x9E\x93\xE1\x9F\x8B",                    // Khmer
+           "<s> </s> <unk> <|endoftext|> <0x41>"}) {
+    SCOPED_TRACE(text);
+    ExpectRoundTrip(text);
+  }
+}
+
+TEST_P(VocabTest, ControlTokenTextIsNotSpecial) {
+  const std::vector<TokenId> ids = EncodeOrDie(*tokenizer_, "<s></s><|endoftext|>", false);
+  for (TokenId id : ids) EXPECT_FALSE(tokenizer_->IsControl(id)) << id;
+  if (is_llama()) {
+    EXPECT_THAT(ids, Not(Contains(1)));
+    EXPECT_THAT(ids, Not(Contains(2)));
+    const std::vector<TokenId> with_bos = EncodeOrDie(*tokenizer_, "<s>", true);
+    ASSERT_FALSE(with_bos.empty());
+    EXPECT_EQ(with_bos[0], 1);
+    EXPECT_THAT(std::vector<TokenId>(with_bos.begin() + 1, with_bos.end()), Not(Contains(1)));
+  } else {
+    EXPECT_THAT(ids, Not(Contains(50256)));
+  }
+}
+
+TEST_P(VocabTest, SpecialIdsAndFlags) {
+  if (is_llama()) {
+    EXPECT_EQ(tokenizer_->vocab_size(), 32000);
+    EXPECT_EQ(tokenizer_->bos_id(), 1);
+    EXPECT_EQ(tokenizer_->eos_id(), 2);
+    EXPECT_TRUE(tokenizer_->add_bos());
+    EXPECT_TRUE(tokenizer_->IsEndOfGeneration(2));
+    EXPECT_TRUE(tokenizer_->IsControl(1));
+    EXPECT_EQ(tokenizer_->TokenBytes(1), "");
+    EXPECT_EQ(tokenizer_->TokenBytes(3 + 0x41), "A");   // <0x41>
+    EXPECT_EQ(tokenizer_->TokenBytes(15043), " Hello");  // ▁Hello
+  } else {
+    EXPECT_EQ(tokenizer_->vocab_size(), 50257);
+    EXPECT_EQ(tokenizer_->eos_id(), 50256);
+    EXPECT_FALSE(tokenizer_->add_bos());
+    EXPECT_TRUE(tokenizer_->IsEndOfGeneration(50256));
+    EXPECT_EQ(tokenizer_->TokenBytes(50256), "");
+    EXPECT_EQ(tokenizer_->TokenBytes(18435), " Hello");  // ĠHello
+    EXPECT_EQ(tokenizer_->TokenBytes(198), "\n");        // Ċ
+  }
+  EXPECT_FALSE(tokenizer_->IsEndOfGeneration(100));
+}
+
+TEST_P(VocabTest, RejectsInvalidUtf8) {
+  for (const std::string bad : {"abc\xFF", "\xC0\x80", "x\xED\xA0\x80", "\xF4\x90\x80\x80", "\xE2\x82"}) {
+    const auto ids = tokenizer_->Encode(bad, true);
+    EXPECT_EQ(ids.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+  }
+  EXPECT_THAT(std::string(tokenizer_->Encode("abc\xFF", true).status().message()),
+              HasSubstr("at byte 3"));
+}
+
+TEST_P(VocabTest, StreamsASplitEmojiOnlyWhenComplete) {
+  // 🦙 is F0 9F A6 99; both vocabularies split it across several tokens (llama: byte
+  // pieces <0xF0> <0x9F> <0xA6> <0x99>; gpt2: "Ġð\x9f" "¦" "\x99" in byte-level symbols).
+  const std::vector<TokenId> ids = EncodeOrDie(*tokenizer_, " \xF0\x9F\xA6\x99", false);
+  if (is_llama()) {
+    ASSERT_THAT(ids, ElementsAre(259, 243, 162, 169, 156));  // "▁▁" then bytes
+  } else {
+    ASSERT_THAT(ids, ElementsAre(12520, 99, 247));
+  }
+  IncrementalDetokenizer detok(*tokenizer_);
+  std::vector<std::string> chunks;
+  for (TokenId id : ids) chunks.push_back(detok.Push(id));
+  if (is_llama()) {
+    EXPECT_THAT(chunks, ElementsAre("  ", "", "", "", "\xF0\x9F\xA6\x99"));
+  } else {
+    EXPECT_THAT(chunks, ElementsAre(" ", "", "\xF0\x9F\xA6\x99"));
+  }
+  EXPECT_EQ(detok.Flush(), "");
+}
+
+TEST_P(VocabTest, DetokenizerNeverEmitsInvalidUtf8) {
+  // Random token sequences, including lone byte tokens and control tokens.
+  std::mt19937 rng(1234);
+  std::uniform_int_distribution<TokenId> any(0, tokenizer_->vocab_size() - 1);
+  std::uniform_int_distribution<TokenId> low(0, 300);  // llama byte pieces live at 3..258
+  for (int seq = 0; seq < 200; ++seq) {
+    std::vector<TokenId> ids;
+    for (int k = 0; k < 24; ++k) ids.push_back(k % 2 ? any(rng) : low(rng));
+    IncrementalDetokenizer detok(*tokenizer_);
+    std::string all;
+    for (TokenId id : ids) {
+      const std::string chunk = detok.Push(id);
+      EXPECT_TRUE(IsValidUtf8(chunk)) << "token " << id;
+      all += chunk;
+    }
+    const std::string tail = detok.Flush();
+    EXPECT_TRUE(IsValidUtf8(tail));
+    all += tail;
+    EXPECT_EQ(all, tokenizer_->Decode(ids));
+  }
+}
+
+TEST_P(VocabTest, LongPromptFinishes) {
+  std::string text;
+  const std::string block =
+      "In the beginning God created the heaven and the earth. caf\xC3\xA9 \xE6\x88\x91\xE6\x83\xB3 "
+      "\xF0\x9F\xA6\x99 12345   \n\t x=y+z; ";
+  while (text.size() < 100 * 1024) text += block;
+  text += std::string(5000, 'a');  // one long word (a single pre-tokenizer word for gpt2)
+  const auto start = std::chrono::steady_clock::now();
+  const std::vector<TokenId> ids = EncodeOrDie(*tokenizer_, text, /*add_special=*/false);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::cout << GetParam() << ": " << text.size() << " bytes -> " << ids.size() << " tokens in "
+            << seconds * 1e3 << " ms\n";
+  EXPECT_GT(ids.size(), text.size() / 10);
+  EXPECT_EQ(tokenizer_->Decode(ids, /*strip_leading_space=*/true), text);
+}
+
+INSTANTIATE_TEST_SUITE_P(Vocabs, VocabTest,
+                         ::testing::Values("ggml-vocab-llama-spm.gguf", "ggml-vocab-gpt-2.gguf"));
+
+// --- FromGguf on written fixtures ------------------------------------------------------
+
+class FromGgufTest : public ::testing::Test {
+ protected:
+  // A four-token SentencePiece vocabulary: <unk> <s> </s> ▁a.
+  GgufWriter ValidWriter() {
+    GgufWriter w;
+    w.SetString("tokenizer.ggml.model", "llama");
+    w.SetStringArray("tokenizer.ggml.tokens", std::vector<std::string>{"<unk>", "<s>", "</s>", "\xE2\x96\x81" "a", "a"});
+    w.SetFloat32Array("tokenizer.ggml.scores", std::vector<float>{0, 0, 0, -1, -2});
+    w.SetInt32Array("tokenizer.ggml.token_type", std::vector<int32_t>{2, 3, 3, 1, 1});
+    w.SetUint32("tokenizer.ggml.bos_token_id", 1);
+    w.SetUint32("tokenizer.ggml.eos_token_id", 2);
+    return w;
+  }
+  absl::StatusOr<std::unique_ptr<Tokenizer>> Load(const GgufWriter& w) {
+    const std::string path = absl::StrCat(::testing::TempDir(), "/tokenizer_fixture_",
+                                          ::testing::UnitTest::GetInstance()->current_test_info()->name(),
+                                          ".gguf");
+    const absl::Status written = w.WriteFile(path);
+    if (!written.ok()) return written;
+    auto file = GgufFile::Open(path);
+    std::remove(path.c_str());
+    if (!file.ok()) return file.status();
+    return Tokenizer::FromGguf(**file);
+  }
+};
+
+TEST_F(FromGgufTest, ReadsTheFlags) {
+  GgufWriter w = ValidWriter();
+  w.SetBool("tokenizer.ggml.add_space_prefix", false);
+  w.SetBool("tokenizer.ggml.add_eos_token", true);
+  w.SetUint32("tokenizer.ggml.eot_token_id", 0);
+  auto t = Load(w);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_THAT(EncodeOrDie(**t, "a", true), ElementsAre(1, 4, 2));  // no ▁ prefix
+  EXPECT_TRUE((*t)->IsEndOfGeneration(0));
+  EXPECT_FALSE((*t)->adds_space_prefix());
+
+  auto defaults = Load(ValidWriter());
+  ASSERT_TRUE(defaults.ok()) << defaults.status();
+  EXPECT_THAT(EncodeOrDie(**defaults, "a", true), ElementsAre(1, 3));  // ▁a, BOS by default
+}
+
+TEST_F(FromGgufTest, RejectsBadMetadata) {
+  const auto kInvalid = absl::StatusCode::kInvalidArgument;
+  {
+    GgufWriter w;
+    w.SetStringArray("tokenizer.ggml.tokens", std::vector<std::string>{"a"});
+    EXPECT_EQ(Load(w).status().code(), kInvalid);  // no tokenizer.ggml.model
+  }
+  {
+    GgufWriter w = ValidWriter();
+    w.SetString("tokenizer.ggml.model", "t5");
+    EXPECT_EQ(Load(w).status().code(), kInvalid);
+  }
+  {
+    GgufWriter w = ValidWriter();
+    w.SetFloat32Array("tokenizer.ggml.scores", std::vector<float>{0, 0});
+    EXPECT_EQ(Load(w).status().code(), kInvalid);
+  }
+  {
+    GgufWriter w = ValidWriter();
+    w.SetInt32Array("tokenizer.ggml.token_type", std::vector<int32_t>{2, 3, 3, 1});
+    EXPECT_EQ(Load(w).status().code(), kInvalid);
+  }
+  {
+    GgufWriter w = ValidWriter();
+    w.SetUint32("tokenizer.ggml.eos_token_id", 5);
+    EXPECT_EQ(Load(w).status().code(), kInvalid);
+  }
+  {
+    GgufWriter w = ValidWriter();
+    w.SetString("tokenizer.ggml.scores", "not an array");
+    EXPECT_EQ(Load(w).status().code(), kInvalid);
+  }
+  {
+    GgufWriter w = ValidWriter();
+    w.SetString("tokenizer.ggml.model", "gpt2");  // no byte-level alphabet
+    EXPECT_EQ(Load(w).status().code(), kInvalid);
+  }
+}
+
+}  // namespace
+}  // namespace quill::engine
