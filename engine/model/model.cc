@@ -333,11 +333,16 @@ absl::Status Model::Impl::ValidateBatch(absl::Span<const BatchEntry> batch,
         ") does not match the model (", n_kv, " x ", head_dim, ")"));
   }
   int64_t total = 0;
+  for (const BatchEntry& e : batch) total += static_cast<int64_t>(e.tokens.size());
+  if (total > options.max_batch_tokens) {
+    return absl::InvalidArgumentError(absl::StrCat("batch has ", total,
+                                                   " tokens, more than max_batch_tokens ",
+                                                   options.max_batch_tokens));
+  }
   for (size_t i = 0; i < batch.size(); ++i) {
     const BatchEntry& e = batch[i];
     const int64_t n = static_cast<int64_t>(e.tokens.size());
     if (n == 0) return absl::InvalidArgumentError(absl::StrCat("batch entry ", i, " has no tokens"));
-    total += n;
     if (e.first_pos < 0) {
       return absl::InvalidArgumentError(absl::StrCat("batch entry ", i, ": negative first_pos ", e.first_pos));
     }
@@ -368,11 +373,6 @@ absl::Status Model::Impl::ValidateBatch(absl::Span<const BatchEntry> batch,
             absl::StrCat("sequence ", e.seq, " appears twice in the batch"));
       }
     }
-  }
-  if (total > options.max_batch_tokens) {
-    return absl::InvalidArgumentError(absl::StrCat("batch has ", total,
-                                                   " tokens, more than max_batch_tokens ",
-                                                   options.max_batch_tokens));
   }
   return absl::OkStatus();
 }

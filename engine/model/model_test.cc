@@ -329,16 +329,19 @@ TEST_F(ForwardValidationTest, RejectsBadBatches) {
   EXPECT_EQ(Run({{1, ok, -1, true}}), absl::StatusCode::kInvalidArgument);
   // More tokens than max_batch_tokens (16), even across entries.
   ASSERT_TRUE(cache_->Reserve(2, 64).ok());
+  ASSERT_TRUE(cache_->Reserve(4, 300).ok());
   EXPECT_EQ(Run({{2, many, 0, true}}), absl::StatusCode::kInvalidArgument);
   const std::vector<TokenId> nine(9, 5);
-  EXPECT_EQ(Run({{2, nine, 0, true}, {1, ok, 0, true}, {3, ok, 0, true}}),
+  const std::vector<TokenId> eleven(11, 5);  // 11 + 3 + 3 = 17 > 16
+  EXPECT_EQ(Run({{2, eleven, 0, true}, {1, ok, 0, true}, {4, ok, 0, true}}),
             absl::StatusCode::kInvalidArgument);
   // Beyond the context (256).
-  ASSERT_TRUE(cache_->Reserve(4, 300).ok());
   EXPECT_EQ(Run({{4, ok, 254, true}}), absl::StatusCode::kInvalidArgument);
   // Unknown sequence, and one without the capacity for its positions.
   EXPECT_EQ(Run({{77, ok, 0, true}}), absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(Run({{1, ok, 6, true}}), absl::StatusCode::kFailedPrecondition);
+  const int32_t cap = static_cast<int32_t>(cache_->capacity_tokens(1));  // 8 rounded up to blocks
+  EXPECT_EQ(Run({{1, ok, cap - 2, true}}), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(Run({{1, ok, cap - 3, true}}), absl::StatusCode::kOk);
   // The same sequence twice in one step.
   EXPECT_EQ(Run({{1, ok, 0, false}, {1, ok, 3, true}}), absl::StatusCode::kInvalidArgument);
   // Logits wanted but nowhere to put them.
