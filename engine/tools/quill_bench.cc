@@ -230,6 +230,7 @@ int Main(int argc, char** argv) {
       "\n"
       "Prints one markdown table row per model and test: t/s is the mean +- stddev over the\n"
       "repetitions. Short aliases: -m --model, -t --threads, -r --reps, -h --help.");
+  tools::ShowToolFlagsInHelp();
   std::vector<std::string> args = tools::NormalizeArgs(
       argc, argv, {{"m", "model"}, {"t", "threads"}, {"r", "reps"}, {"h", "help"}});
   if (std::string bad = tools::FirstUnknownFlag(args); !bad.empty()) {

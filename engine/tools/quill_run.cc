@@ -303,6 +303,7 @@ int Main(int argc, char** argv) {
       "Short aliases: -m --model, -p --prompt, -n --n_predict, -t --threads, -s --seed,\n"
       "-c --ctx, -h --help. Dashes and underscores in long flag names are equivalent.\n"
       "Exit codes: 0 ok, 1 internal error, 2 usage, 3 model load error, 4 bad prompt.");
+  tools::ShowToolFlagsInHelp();
   std::vector<std::string> args =
       tools::NormalizeArgs(argc, argv,
                            {{"m", "model"}, {"p", "prompt"}, {"n", "n_predict"},

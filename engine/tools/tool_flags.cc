@@ -1,6 +1,9 @@
 #include "engine/tools/tool_flags.h"
 
+#include "absl/flags/commandlineflag.h"
 #include "absl/flags/reflection.h"
+#include "absl/flags/usage_config.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
@@ -52,11 +55,23 @@ std::vector<std::string> NormalizeArgs(
       if (!matched) out.push_back("-" + name + (has_value ? "=" + value : ""));
       continue;
     }
-    // Long flag: dashes in the name become underscores.
+    // Long flag: dashes in the name become underscores; "--no-x" is absl's "--nox".
     size_t eq = arg.find('=');
     size_t end = eq == std::string::npos ? arg.size() : eq;
     for (size_t j = 2; j < end; ++j) {
       if (arg[j] == '-') arg[j] = '_';
+    }
+    std::string name = arg.substr(2, end - 2);
+    if (absl::StartsWith(name, "no_") && absl::FindCommandLineFlag(name) == nullptr &&
+        absl::FindCommandLineFlag(name.substr(3)) != nullptr) {
+      name = "no" + name.substr(3);
+      arg = "--" + name + arg.substr(end);
+    }
+    // "--name VALUE" for a non-boolean flag becomes "--name=VALUE", so that a value
+    // such as "-1" is never mistaken for a flag.
+    const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
+    if (eq == std::string::npos && flag != nullptr && !flag->IsOfType<bool>() && i + 1 < argc) {
+      arg += "=" + std::string(argv[++i]);
     }
     out.push_back(arg);
   }
@@ -82,6 +97,17 @@ std::string FirstUnknownFlag(const std::vector<std::string>& args) {
     return a;
   }
   return "";
+}
+
+void ShowToolFlagsInHelp() {
+  absl::FlagsUsageConfig config;
+  // absl's --help lists the flags of files named like the binary; quill-run is built
+  // from quill_run.cc, so name the tools directory instead.
+  config.contains_help_flags = [](absl::string_view file) {
+    return absl::StrContains(file, "engine/tools/");
+  };
+  config.contains_helpshort_flags = config.contains_help_flags;
+  absl::SetFlagsUsageConfig(config);
 }
 
 bool ParseIdList(absl::string_view text, std::vector<int>* out) {

@@ -19,6 +19,9 @@ std::vector<std::string> NormalizeArgs(
 // own exit code instead of absl's.
 std::string FirstUnknownFlag(const std::vector<std::string>& args);
 
+// Makes --help list the flags defined in engine/tools/ sources.
+void ShowToolFlagsInHelp();
+
 // Parses "1,2, 3" into ints; false on any malformed or out-of-range item.
 bool ParseIdList(absl::string_view text, std::vector<int>* out);
 
