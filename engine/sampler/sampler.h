@@ -43,10 +43,23 @@ class Sampler {
   const SamplingParams& params() const { return params_; }
 
  private:
+  // The chain's steps work on scratch_ (x: logits, then weights) and candidates_ (cand).
+  void ApplyRepetitionPenalty(absl::Span<const TokenId> history, float* x, int n);
+  // Top-p over the whole vocabulary (weights x[0, n)): writes the nucleus to cand in a
+  // canonical order and returns its size.
+  int TopPOverVocabulary(const float* x, int n, TokenId* cand);
+  // Puts cand[0, kept) in ascending id order.
+  void SortIds(TokenId* cand, int kept, int n);
+  // Uniform double in [0, 1) from the top 53 bits of one rng_() draw: the same on every
+  // standard library (std::uniform_real_distribution is not).
+  double NextUniform();
+
   SamplingParams params_;
   std::mt19937_64 rng_;
-  std::vector<float> scratch_;
-  std::vector<TokenId> candidates_;
+  std::vector<float> scratch_;       // penalized, tempered logits, then exp(x - max)
+  std::vector<TokenId> candidates_;  // kept token ids, in canonical order
+  std::vector<uint8_t> seen_;        // per-token flags; all zero between calls
+  std::vector<double> bucket_mass_;  // top-p histograms of the weights' float bits
 };
 
 // log-softmax of the raw logits: the chosen token's logprob, and the `top_n` most likely
