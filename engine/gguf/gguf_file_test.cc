@@ -359,6 +359,70 @@ TEST(GgufFileTest, GetterErrors) {
   EXPECT_EQ(f.GetString("strs").status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+TEST(GgufFileTest, AllThirteenValueTypes) {
+  RawSpec spec;
+  spec.kvs = {
+      Kv("u8", 0, Bytes().U8(200)),
+      Kv("i8", 1, Bytes().Put<int8_t>(-100)),
+      Kv("u16", 2, Bytes().Put<uint16_t>(60000)),
+      Kv("i16", 3, Bytes().Put<int16_t>(-30000)),
+      Kv("u32", 4, Bytes().U32(4000000000u)),
+      Kv("i32", 5, Bytes().I32(-2000000000)),
+      Kv("f32", 6, Bytes().F32(0.25f)),
+      Kv("bool", 7, Bytes().U8(1)),
+      Kv("str", 8, Bytes().Str("text")),
+      Kv("u64", 10, Bytes().U64(1ull << 40)),
+      Kv("i64", 11, Bytes().Put<int64_t>(-(1ll << 40))),
+      Kv("f64", 12, Bytes().Put<double>(-1.5)),
+      Kv("arr_i16", 9, Bytes().U32(3).U64(3).Put<int16_t>(-1).Put<int16_t>(2).Put<int16_t>(-3)),
+      Kv("arr_f64", 9, Bytes().U32(12).U64(2).Put<double>(0.5).Put<double>(4.0)),
+      Kv("arr_bool", 9, Bytes().U32(7).U64(3).U8(1).U8(0).U8(1)),
+      Kv("arr_u8", 9, Bytes().U32(0).U64(0)),
+      // array<array<uint32>> (one level of nesting is allowed).
+      Kv("arr_arr", 9, Bytes().U32(9).U64(2).U32(4).U64(1).U32(7).U32(4).U64(2).U32(8).U32(9)),
+  };
+  auto file_or = OpenBytes(Build(spec), "all_types");
+  ASSERT_TRUE(file_or.ok()) << file_or.status();
+  const GgufFile& f = **file_or;
+  EXPECT_EQ(*f.GetUint("u8"), 200u);
+  EXPECT_EQ(*f.GetInt("i8"), -100);
+  EXPECT_EQ(*f.GetUint("u16"), 60000u);
+  EXPECT_EQ(*f.GetInt("i16"), -30000);
+  EXPECT_EQ(*f.GetUint("u32"), 4000000000u);
+  EXPECT_EQ(*f.GetInt("i32"), -2000000000);
+  EXPECT_FLOAT_EQ(*f.GetFloat("f32"), 0.25f);
+  EXPECT_TRUE(*f.GetBool("bool"));
+  EXPECT_EQ(*f.GetString("str"), "text");
+  EXPECT_EQ(*f.GetUint("u64"), 1ull << 40);
+  EXPECT_EQ(*f.GetInt("i64"), -(1ll << 40));
+  EXPECT_FLOAT_EQ(*f.GetFloat("f64"), -1.5f);
+  EXPECT_EQ(*f.TypeOf("i8"), GgufValueType::kInt8);
+  EXPECT_EQ(*f.TypeOf("f64"), GgufValueType::kFloat64);
+  EXPECT_EQ(f.GetUint("i64").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(*f.GetInt32Array("arr_i16"), ElementsAre(-1, 2, -3));
+  EXPECT_THAT(*f.GetFloatArray("arr_f64"), ElementsAre(0.5f, 4.0f));
+  EXPECT_EQ(*f.GetArrayLength("arr_bool"), 3u);
+  EXPECT_EQ(*f.ArrayElementType("arr_bool"), GgufValueType::kBool);
+  EXPECT_EQ(*f.GetArrayLength("arr_u8"), 0u);
+  EXPECT_EQ(*f.GetArrayLength("arr_arr"), 2u);
+  EXPECT_EQ(*f.ArrayElementType("arr_arr"), GgufValueType::kArray);
+  EXPECT_EQ(f.GetInt32Array("arr_arr").status().code(), absl::StatusCode::kInvalidArgument);
+  // The raw bytes of a value are exactly what was written after the type field.
+  auto raw = f.RawValue("u16");
+  ASSERT_TRUE(raw.ok());
+  EXPECT_THAT(std::vector<uint8_t>(raw->begin(), raw->end()), ElementsAre(0x60, 0xEA));
+  EXPECT_EQ(f.RawValue("arr_arr")->size(), 12u + 2 * (12 + 4) + 4);
+  // Every type survives a CopyKeys round trip through the writer.
+  GgufWriter w;
+  ASSERT_TRUE(w.CopyKeys(f, "").ok());
+  auto copy = OpenBytes(*w.Serialize(), "all_types_copy");
+  ASSERT_TRUE(copy.ok()) << copy.status();
+  EXPECT_EQ((*copy)->Keys(), f.Keys());
+  EXPECT_EQ(*(*copy)->GetInt("i16"), -30000);
+  EXPECT_EQ(*(*copy)->GetArrayLength("arr_arr"), 2u);
+  EXPECT_THAT(*(*copy)->GetFloatArray("arr_f64"), ElementsAre(0.5f, 4.0f));
+}
+
 TEST(GgufFileTest, Int32ArrayRejectsValuesThatDoNotFit) {
   // An array of uint32 holding 3e9.
   RawSpec spec;

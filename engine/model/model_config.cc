@@ -63,12 +63,13 @@ absl::Status CheckTensor(const GgufFile& file, const std::string& name,
   return absl::OkStatus();
 }
 
-absl::Status CheckPositive(const char* what, int64_t value, int64_t max) {
+absl::Status CheckPositive(const char* what, int64_t value, int64_t max,
+                           const char* max_name = "the limit") {
   if (value <= 0) {
     return absl::InvalidArgumentError(absl::StrCat(what, " must be positive, got ", value));
   }
   if (value > max) {
-    return absl::InvalidArgumentError(absl::StrCat(what, " ", value, " exceeds the limit ", max));
+    return absl::InvalidArgumentError(absl::StrCat(what, " ", value, " exceeds ", max_name, " ", max));
   }
   return absl::OkStatus();
 }
@@ -177,8 +178,8 @@ absl::Status ModelConfig::Validate() const {
   QUILL_RETURN_IF_ERROR(CheckPositive("vocab_size", vocab_size, kMaxVocabSize));
   QUILL_RETURN_IF_ERROR(CheckPositive("embedding_length", embedding_length, kMaxEmbeddingLength));
   QUILL_RETURN_IF_ERROR(CheckPositive("block_count", block_count, kMaxBlockCount));
-  QUILL_RETURN_IF_ERROR(CheckPositive("head_count", head_count, embedding_length));
-  QUILL_RETURN_IF_ERROR(CheckPositive("head_count_kv", head_count_kv, head_count));
+  QUILL_RETURN_IF_ERROR(CheckPositive("head_count", head_count, embedding_length, "embedding_length"));
+  QUILL_RETURN_IF_ERROR(CheckPositive("head_count_kv", head_count_kv, head_count, "head_count"));
   QUILL_RETURN_IF_ERROR(
       CheckPositive("feed_forward_length", feed_forward_length, kMaxFeedForwardLength));
   QUILL_RETURN_IF_ERROR(CheckPositive("context_length", context_length, kMaxContextLength));
