@@ -1,0 +1,562 @@
+// Engine tests on the real kjv-1m model in exact mode, where Forward is batch-invariant,
+// so a request must give the same tokens alone, among others, or chunked.
+
+#include <algorithm>
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "engine/kv_cache/kv_cache.h"
+#include "engine/runtime/engine.h"
+#include "engine/sampler/sampler.h"
+#include "gtest/gtest.h"
+
+namespace quill::engine {
+namespace {
+
+std::string ModelPath() {
+  const char* dir = std::getenv("QUILL_SHARED_DIR");
+  return dir == nullptr ? "" : std::string(dir) + "/models/kjv-1m.gguf";
+}
+
+std::unique_ptr<Model> LoadModel() {
+  ModelOptions options;
+  options.path = ModelPath();
+  options.precision = kernels::Precision::kExact;
+  options.max_batch_tokens = 512;
+  auto model = Model::Load(options);
+  EXPECT_TRUE(model.ok()) << model.status();
+  return model.ok() ? std::move(model).value() : nullptr;
+}
+
+// Records everything; optionally blocks inside its `gate_chunk`-th OnChunk until
+// Release(), which pins the engine thread mid-step so the test can act deterministically.
+class RecordingSink final : public TokenSink {
+ public:
+  explicit RecordingSink(int gate_chunk = 0, int accept_chunks = -1)
+      : gate_chunk_(gate_chunk), accept_chunks_(accept_chunks) {}
+
+  bool OnChunk(TokenChunk chunk) override {
+    int n;
+    {
+      absl::MutexLock lock(&mu_);
+      chunks_.push_back(std::move(chunk));
+      n = static_cast<int>(chunks_.size());
+    }
+    if (n == 1) first_chunk_.Notify();
+    if (n == gate_chunk_) {
+      gated_.Notify();
+      release_.WaitForNotification();
+    }
+    return accept_chunks_ < 0 || n < accept_chunks_;
+  }
+  void OnFinish(const FinishInfo& info) override {
+    {
+      absl::MutexLock lock(&mu_);
+      ++finishes_;
+      info_ = info;
+    }
+    if (!done_.HasBeenNotified()) done_.Notify();  // a second finish is caught by finishes()
+  }
+
+  bool Wait() { return done_.WaitForNotificationWithTimeout(absl::Seconds(120)); }
+  void WaitGated() { gated_.WaitForNotification(); }
+  void WaitFirstChunk() { first_chunk_.WaitForNotification(); }
+  void Release() { release_.Notify(); }
+
+  std::vector<TokenId> ids() {
+    absl::MutexLock lock(&mu_);
+    std::vector<TokenId> ids;
+    for (const TokenChunk& c : chunks_)
+      for (const GeneratedToken& t : c.tokens) ids.push_back(t.id);
+    return ids;
+  }
+  std::string text() {
+    absl::MutexLock lock(&mu_);
+    std::string text;
+    for (const TokenChunk& c : chunks_) text += c.text;
+    return text;
+  }
+  std::vector<TokenChunk> chunks() {
+    absl::MutexLock lock(&mu_);
+    return chunks_;
+  }
+  FinishInfo info() {
+    absl::MutexLock lock(&mu_);
+    return info_;
+  }
+  int finishes() {
+    absl::MutexLock lock(&mu_);
+    return finishes_;
+  }
+
+ private:
+  const int gate_chunk_;
+  const int accept_chunks_;
+  absl::Mutex mu_;
+  std::vector<TokenChunk> chunks_ ABSL_GUARDED_BY(mu_);
+  FinishInfo info_ ABSL_GUARDED_BY(mu_);
+  int finishes_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Notification first_chunk_, gated_, release_, done_;
+};
+
+class StepRecorder final : public EngineObserver {
+ public:
+  struct Step {
+    int prefill_tokens;
+    int decode_tokens;
+  };
+  void OnStep(const StepStats& stats, const EngineGauges& gauges) override {
+    absl::MutexLock lock(&mu_);
+    steps_.push_back({stats.prefill_tokens, stats.decode_tokens});
+  }
+  std::vector<Step> steps() {
+    absl::MutexLock lock(&mu_);
+    return steps_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<Step> steps_ ABSL_GUARDED_BY(mu_);
+};
+
+class EngineTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::string path = ModelPath();
+    if (path.empty() || !std::ifstream(path).good()) {
+      GTEST_SKIP() << "shared assets not found at '" << path << "'";
+    }
+    reference_model_ = LoadModel();
+    ASSERT_NE(reference_model_, nullptr);
+    vocab_ = static_cast<int>(reference_model_->config().vocab_size);
+  }
+
+  static EngineOptions DefaultOptions() {
+    EngineOptions options;
+    options.kv_cache_bytes = int64_t{8} << 20;
+    return options;
+  }
+
+  void Start(EngineOptions options = DefaultOptions(), EngineObserver* observer = nullptr) {
+    std::unique_ptr<Model> model = LoadModel();
+    ASSERT_NE(model, nullptr);
+    auto engine = Engine::Create(std::move(model), options, observer);
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    engine_ = std::move(engine).value();
+  }
+
+  void TearDown() override {
+    if (engine_ == nullptr) return;
+    engine_->Shutdown(absl::Seconds(60));
+    EXPECT_EQ(engine_->gauges().kv_blocks_used, 0);
+  }
+
+  std::vector<TokenId> Encode(const std::string& text) {
+    auto ids = reference_model_->tokenizer().Encode(text, /*add_special=*/true);
+    EXPECT_TRUE(ids.ok()) << ids.status();
+    return ids.ok() ? *ids : std::vector<TokenId>{};
+  }
+
+  // The reference: the whole prompt in one Forward, then one token per Forward, sampled
+  // by a fresh Sampler; stops at max_tokens or an end-of-generation token.
+  std::vector<TokenId> ReferenceLoop(const GenerationRequest& r) {
+    KvCacheOptions kv_options = reference_model_->MakeKvCacheOptions(int64_t{4} << 20, 16);
+    auto kv = KvCache::Create(kv_options);
+    EXPECT_TRUE(kv.ok());
+    if (!kv.ok()) return {};
+    KvCache& cache = **kv;
+    EXPECT_TRUE(cache.Reserve(1, r.prompt_ids.size() + r.max_tokens).ok());
+    Sampler sampler(r.sampling, vocab_);
+    std::vector<TokenId> history = r.prompt_ids;
+    std::vector<TokenId> out;
+    std::vector<float> logits(vocab_);
+    BatchEntry entry;
+    entry.seq = 1;
+    entry.tokens = history;
+    entry.first_pos = 0;
+    entry.want_logits = true;
+    while (true) {
+      EXPECT_TRUE(reference_model_->Forward({&entry, 1}, cache, logits.data()).ok());
+      const TokenId next = sampler.Sample(logits, history);
+      if (!r.ignore_eos && reference_model_->tokenizer().IsEndOfGeneration(next)) break;
+      out.push_back(next);
+      history.push_back(next);
+      if (static_cast<int>(out.size()) >= r.max_tokens) break;
+      entry.first_pos = static_cast<int32_t>(history.size() - 1);
+      entry.tokens = absl::MakeConstSpan(&history.back(), 1);
+    }
+    return out;
+  }
+
+  GenerationRequest Request(std::string id, const std::string& prompt, int max_tokens) {
+    GenerationRequest r;
+    r.request_id = std::move(id);
+    r.prompt_ids = Encode(prompt);
+    r.max_tokens = max_tokens;
+    r.sampling.temperature = 0.0f;
+    return r;
+  }
+
+  // Runs `r` through the engine alone and returns its sink.
+  std::shared_ptr<RecordingSink> RunAlone(const GenerationRequest& r) {
+    auto sink = std::make_shared<RecordingSink>();
+    EXPECT_TRUE(engine_->Submit(r, sink).ok());
+    EXPECT_TRUE(sink->Wait());
+    return sink;
+  }
+
+  std::unique_ptr<Model> reference_model_;
+  int vocab_ = 0;
+  std::unique_ptr<Engine> engine_;
+};
+
+const char* const kPrompts[] = {
+    "In the beginning",
+    "And the LORD said unto Moses,",
+    "Blessed are the",
+    "And it came to pass, when",
+    "The LORD is my shepherd;",
+    "For God so loved",
+    "And Jesus answered and said",
+    "Then said he unto them,",
+};
+
+SamplingParams Seeded(uint64_t seed) {
+  SamplingParams p;
+  p.temperature = 0.8f;
+  p.top_p = 0.9f;
+  p.seed = seed;
+  return p;
+}
+
+TEST_F(EngineTest, GreedyAndSeededEqualTheReferenceLoop) {
+  Start();
+  for (int i = 0; i < 4; ++i) {
+    GenerationRequest r = Request(absl::StrCat("g", i), kPrompts[i], 24);
+    const std::vector<TokenId> expected = ReferenceLoop(r);
+    ASSERT_FALSE(expected.empty());
+    EXPECT_EQ(RunAlone(r)->ids(), expected) << kPrompts[i];
+
+    r.request_id = absl::StrCat("s", i);
+    r.sampling = Seeded(42 + i);
+    EXPECT_EQ(RunAlone(r)->ids(), ReferenceLoop(r)) << kPrompts[i] << " seeded";
+  }
+}
+
+TEST_F(EngineTest, ThirtyTwoConcurrentRequestsEqualTheirSoloRuns) {
+  Start();
+  std::vector<GenerationRequest> requests;
+  for (int i = 0; i < 32; ++i) {
+    GenerationRequest r = Request(absl::StrCat("r", i), kPrompts[i % 8], 8 + (i * 7) % 33);
+    if (i % 2 == 1) r.sampling = Seeded(1000 + i);
+    if (i % 3 == 0) {  // longer prompts too
+      const std::vector<TokenId> copy = r.prompt_ids;
+      r.prompt_ids.insert(r.prompt_ids.end(), copy.begin() + 1, copy.end());
+    }
+    requests.push_back(std::move(r));
+  }
+  std::vector<std::vector<TokenId>> solo;
+  for (const GenerationRequest& r : requests) solo.push_back(RunAlone(r)->ids());
+
+  std::vector<std::shared_ptr<RecordingSink>> sinks;
+  for (const GenerationRequest& r : requests) {
+    sinks.push_back(std::make_shared<RecordingSink>());
+    ASSERT_TRUE(engine_->Submit(r, sinks.back()).ok());
+  }
+  for (int i = 0; i < 32; ++i) {
+    ASSERT_TRUE(sinks[i]->Wait());
+    EXPECT_EQ(sinks[i]->ids(), solo[i]) << "request " << i;
+    EXPECT_EQ(sinks[i]->finishes(), 1);
+  }
+}
+
+TEST_F(EngineTest, LongPromptIsChunkedWhileOthersKeepDecoding) {
+  EngineOptions options = DefaultOptions();
+  options.prefill_chunk_tokens = 16;
+  Start(options);
+
+  std::string text;
+  for (int i = 0; i < 8; ++i) absl::StrAppend(&text, kPrompts[i], " ");
+  std::vector<TokenId> prompt = Encode(text + text + text + text + text + text);
+  ASSERT_GE(prompt.size(), 200u);
+  prompt.resize(200);
+  GenerationRequest long_request;
+  long_request.request_id = "long";
+  long_request.prompt_ids = prompt;
+  long_request.max_tokens = 20;
+  long_request.sampling.temperature = 0.0f;
+  long_request.ignore_eos = true;
+  const std::vector<TokenId> long_solo = RunAlone(long_request)->ids();
+  EXPECT_EQ(long_solo, ReferenceLoop(long_request));  // chunking does not change the result
+
+  // A fresh engine whose every step is recorded.
+  engine_->Shutdown(absl::Seconds(30));
+  StepRecorder recorder;
+  Start(options, &recorder);
+  // Decoder 0 pins the engine in its prefill step while 1..3 queue up; decoder 3 pins it
+  // in the next step while the long request arrives, so all four decode from then on.
+  std::vector<std::shared_ptr<RecordingSink>> decoders;
+  for (int i = 0; i < 4; ++i) {
+    decoders.push_back(std::make_shared<RecordingSink>(/*gate_chunk=*/i == 0 || i == 3 ? 1 : 0));
+    GenerationRequest r = Request(absl::StrCat("d", i), kPrompts[i], 40);
+    r.ignore_eos = true;
+    ASSERT_TRUE(engine_->Submit(r, decoders.back()).ok());
+    if (i == 0) decoders[0]->WaitGated();
+  }
+  decoders[0]->Release();
+  decoders[3]->WaitGated();
+  auto long_sink = std::make_shared<RecordingSink>();
+  ASSERT_TRUE(engine_->Submit(long_request, long_sink).ok());
+  decoders[3]->Release();
+  ASSERT_TRUE(long_sink->Wait());
+  for (auto& d : decoders) ASSERT_TRUE(d->Wait());
+  EXPECT_EQ(long_sink->ids(), long_solo);
+  engine_->Shutdown(absl::Seconds(30));  // every OnStep has been delivered
+
+  // Step 0 is decoder 0's prefill. From then on no step lacks decode tokens, and every
+  // step that carries part of the long prompt carries all four decoders' tokens.
+  const std::vector<StepRecorder::Step> steps = recorder.steps();
+  ASSERT_GT(steps.size(), 15u);
+  EXPECT_EQ(steps[0].decode_tokens, 0);
+  EXPECT_EQ(steps[1].decode_tokens, 1);
+  int long_chunks = 0;
+  for (size_t i = 1; i < steps.size(); ++i) {
+    EXPECT_GE(steps[i].decode_tokens, 1) << "step " << i;
+    if (i >= 2 && steps[i].prefill_tokens > 0) {
+      EXPECT_LE(steps[i].prefill_tokens, 16) << "step " << i;
+      EXPECT_EQ(steps[i].decode_tokens, 4) << "step " << i;
+      ++long_chunks;
+    }
+  }
+  EXPECT_EQ(long_chunks, 13);  // 12 chunks of 16 and one of 8
+}
+
+TEST_F(EngineTest, CancelTwentyOfThirty) {
+  Start();
+  // Stream 0 pins the engine in its first step while the other 29 queue up; stream 29
+  // pins it again in the step that admits them, so all 30 are running at the cancels.
+  std::vector<std::shared_ptr<RecordingSink>> sinks;
+  for (int i = 0; i < 30; ++i) {
+    sinks.push_back(std::make_shared<RecordingSink>(/*gate_chunk=*/i == 0 || i == 29 ? 1 : 0));
+    GenerationRequest r = Request(absl::StrCat("c", i), kPrompts[i % 8], 100);
+    r.ignore_eos = true;
+    ASSERT_TRUE(engine_->Submit(r, sinks.back()).ok());
+    if (i == 0) sinks[0]->WaitGated();
+  }
+  sinks[0]->Release();
+  sinks[29]->WaitGated();
+  for (int i = 0; i < 30; i += 3) {
+    engine_->Cancel(absl::StrCat("c", i + 1));
+    engine_->Cancel(absl::StrCat("c", i + 2));
+  }
+  EXPECT_GT(engine_->gauges().kv_blocks_used, 0);
+  sinks[29]->Release();
+  for (int i = 0; i < 30; ++i) {
+    ASSERT_TRUE(sinks[i]->Wait());
+    const FinishInfo info = sinks[i]->info();
+    if (i % 3 == 0) {
+      EXPECT_EQ(info.reason, FinishReason::kLength) << i;
+      EXPECT_EQ(sinks[i]->ids().size(), 100u) << i;
+    } else {
+      EXPECT_EQ(info.reason, FinishReason::kCancelled) << i;
+      EXPECT_EQ(info.status.code(), absl::StatusCode::kCancelled) << i;
+      EXPECT_LT(sinks[i]->ids().size(), 10u) << i;
+    }
+    EXPECT_EQ(sinks[i]->finishes(), 1);
+  }
+  engine_->Shutdown(absl::Seconds(30));
+  EXPECT_EQ(engine_->gauges().kv_blocks_used, 0);
+  EXPECT_EQ(engine_->gauges().requests_running, 0);
+}
+
+TEST_F(EngineTest, StopStringSpanningTwoTokens) {
+  Start();
+  GenerationRequest r = Request("plain", "And the LORD said unto Moses,", 30);
+  r.ignore_eos = true;
+  const std::vector<TokenChunk> chunks = RunAlone(r)->chunks();
+  std::string text;
+  std::vector<size_t> token_start;  // where each token's text begins
+  for (const TokenChunk& c : chunks) {
+    token_start.push_back(text.size());
+    text += c.text;
+  }
+  // A stop string that starts one byte into a token of at least 2 bytes and runs into
+  // the next token.
+  size_t start = std::string::npos;
+  for (size_t k = 3; k + 1 < chunks.size(); ++k) {
+    if (chunks[k].text.size() >= 2 && !chunks[k + 1].text.empty()) {
+      start = token_start[k] + 1;
+      break;
+    }
+  }
+  ASSERT_NE(start, std::string::npos) << text;
+  size_t k = 0;
+  while (k + 1 < token_start.size() && token_start[k + 1] <= start) ++k;
+  // The rest of token k plus up to two bytes of token k + 1.
+  const size_t end = token_start[k + 1] + std::min<size_t>(2, chunks[k + 1].text.size());
+  const std::string stop = text.substr(start, end - start);
+  const size_t first = text.find(stop);
+  ASSERT_LE(first, start);
+
+  r.request_id = "stopped";
+  r.stop = {"never appears 123", stop};
+  auto sink = RunAlone(r);
+  EXPECT_EQ(sink->text(), text.substr(0, first)) << "stop \"" << stop << "\"";
+  EXPECT_EQ(sink->info().reason, FinishReason::kStop);
+  EXPECT_TRUE(sink->info().status.ok());
+}
+
+TEST_F(EngineTest, StopTokenIdsAndMaxTokens) {
+  Start();
+  GenerationRequest r = Request("plain", "In the beginning", 20);
+  r.ignore_eos = true;
+  auto plain = RunAlone(r);
+  const std::vector<TokenId> ids = plain->ids();
+  ASSERT_EQ(ids.size(), 20u);
+  EXPECT_EQ(plain->info().reason, FinishReason::kLength);
+  EXPECT_EQ(plain->info().completion_tokens, 20);
+
+  r.request_id = "stopped";
+  r.stop_token_ids = {ids[5]};
+  auto stopped = RunAlone(r);
+  const size_t cut = std::find(ids.begin(), ids.end(), ids[5]) - ids.begin();
+  EXPECT_EQ(stopped->ids(), std::vector<TokenId>(ids.begin(), ids.begin() + cut));
+  EXPECT_EQ(stopped->info().reason, FinishReason::kStop);
+  EXPECT_EQ(stopped->info().completion_tokens, static_cast<int>(cut));
+}
+
+// EOS handling (not emitted, not counted; ignore_eos) is tested on the scripted model in
+// engine_fake_test.cc: kjv-1m does not produce EOS within its context on these prompts.
+
+TEST_F(EngineTest, LogprobsMatchComputeLogprobsOnReferenceLogits) {
+  Start();
+  GenerationRequest r = Request("lp", "Blessed are the", 1);
+  r.logprobs = 5;
+  auto sink = RunAlone(r);
+  const std::vector<TokenChunk> chunks = sink->chunks();
+  ASSERT_EQ(chunks.size(), 1u);
+  ASSERT_EQ(chunks[0].tokens.size(), 1u);
+  const GeneratedToken& t = chunks[0].tokens[0];
+
+  auto kv = KvCache::Create(reference_model_->MakeKvCacheOptions(int64_t{1} << 20, 16));
+  ASSERT_TRUE(kv.ok());
+  ASSERT_TRUE((*kv)->Reserve(1, r.prompt_ids.size()).ok());
+  std::vector<float> logits(vocab_);
+  BatchEntry entry{1, r.prompt_ids, 0, true};
+  ASSERT_TRUE(reference_model_->Forward({&entry, 1}, **kv, logits.data()).ok());
+  std::vector<TokenLogprob> top;
+  const float expected = ComputeLogprobs(logits, t.id, 5, &top);
+  EXPECT_EQ(t.logprob, expected);
+  ASSERT_EQ(t.top_logprobs.size(), 5u);
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_EQ(t.top_logprobs[i].id, top[i].id);
+    EXPECT_EQ(t.top_logprobs[i].logprob, top[i].logprob);
+  }
+  EXPECT_EQ(t.top_logprobs[0].id, t.id);  // greedy picks the most likely
+}
+
+TEST_F(EngineTest, QueueFullWithATinyKvBudget) {
+  EngineOptions options = DefaultOptions();
+  auto probe = KvCache::Create(reference_model_->MakeKvCacheOptions(int64_t{1} << 20, 16));
+  ASSERT_TRUE(probe.ok());
+  const int64_t block_bytes = (*probe)->block_bytes();
+  options.kv_cache_bytes = block_bytes * 8;  // 128 tokens: one request at a time
+  options.max_queue = 2;
+  Start(options);
+  EXPECT_EQ(engine_->gauges().kv_blocks_total, 8);
+  auto running = std::make_shared<RecordingSink>(/*gate_chunk=*/1);
+  GenerationRequest r = Request("run", "In the beginning", 100);
+  r.ignore_eos = true;
+  ASSERT_TRUE(engine_->Submit(r, running).ok());
+  running->WaitGated();
+  std::vector<std::shared_ptr<RecordingSink>> queued;
+  for (int i = 0; i < 2; ++i) {
+    queued.push_back(std::make_shared<RecordingSink>());
+    r.request_id = absl::StrCat("q", i);
+    ASSERT_TRUE(engine_->Submit(r, queued.back()).ok());
+  }
+  auto refused = std::make_shared<RecordingSink>();
+  r.request_id = "refused";
+  const absl::Status status = engine_->Submit(r, refused);
+  EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted) << status;
+  r.request_id = "q0";
+  EXPECT_EQ(engine_->Submit(r, refused).code(), absl::StatusCode::kAlreadyExists);
+  running->Release();
+  ASSERT_TRUE(running->Wait());
+  for (auto& q : queued) {
+    ASSERT_TRUE(q->Wait());
+    EXPECT_EQ(q->ids(), running->ids());
+  }
+  EXPECT_TRUE(refused->chunks().empty());
+  EXPECT_EQ(refused->finishes(), 0);
+}
+
+TEST_F(EngineTest, DeadlineAndShutdown) {
+  Start();
+  GenerationRequest r = Request("late", "In the beginning", 10);
+  r.deadline = absl::Now() - absl::Seconds(1);
+  auto late = RunAlone(r);
+  EXPECT_EQ(late->info().reason, FinishReason::kDeadline);
+  EXPECT_EQ(late->info().status.code(), absl::StatusCode::kDeadlineExceeded);
+
+  // Drain: the running requests complete.
+  std::vector<std::shared_ptr<RecordingSink>> sinks;
+  for (int i = 0; i < 3; ++i) {
+    sinks.push_back(std::make_shared<RecordingSink>());
+    GenerationRequest d = Request(absl::StrCat("d", i), kPrompts[i], 30);
+    d.ignore_eos = true;
+    ASSERT_TRUE(engine_->Submit(d, sinks.back()).ok());
+  }
+  engine_->Shutdown(absl::Seconds(60));
+  for (auto& s : sinks) {
+    ASSERT_TRUE(s->Wait());
+    EXPECT_EQ(s->info().reason, FinishReason::kLength);
+    EXPECT_EQ(s->ids().size(), 30u);
+  }
+  r.request_id = "after";
+  r.deadline = absl::InfiniteFuture();
+  EXPECT_EQ(engine_->Submit(r, std::make_shared<RecordingSink>()).code(),
+            absl::StatusCode::kUnavailable);
+}
+
+TEST_F(EngineTest, ZeroDrainEndsRunningRequestsWithShutdown) {
+  Start();
+  auto running = std::make_shared<RecordingSink>(/*gate_chunk=*/1);
+  GenerationRequest r = Request("run", "In the beginning", 50);
+  r.ignore_eos = true;
+  ASSERT_TRUE(engine_->Submit(r, running).ok());
+  running->WaitGated();
+  std::thread closer([this] { engine_->Shutdown(absl::ZeroDuration()); });
+  while (engine_->Submit(Request("probe", "x", 1), std::make_shared<RecordingSink>()).code() !=
+         absl::StatusCode::kUnavailable) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  running->Release();
+  closer.join();
+  ASSERT_TRUE(running->Wait());
+  EXPECT_EQ(running->info().reason, FinishReason::kShutdown);
+  EXPECT_EQ(running->info().status.code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(running->ids().size(), 1u);
+}
+
+TEST_F(EngineTest, SinkReturningFalseStopsTheRequest) {
+  Start();
+  auto sink = std::make_shared<RecordingSink>(/*gate_chunk=*/0, /*accept_chunks=*/2);
+  GenerationRequest r = Request("gone", "In the beginning", 50);
+  r.ignore_eos = true;
+  ASSERT_TRUE(engine_->Submit(r, sink).ok());
+  ASSERT_TRUE(sink->Wait());
+  EXPECT_EQ(sink->chunks().size(), 2u);
+  EXPECT_EQ(sink->info().reason, FinishReason::kCancelled);
+}
+
+}  // namespace
+}  // namespace quill::engine
