@@ -1,0 +1,215 @@
+#include "engine/kernels/attention.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine/kernels/kernel_test_util.h"
+#include "engine/kernels/reference/reference_kernels.h"
+#include "gtest/gtest.h"
+
+namespace quill::engine::kernels {
+namespace {
+
+using testing::MaxAbsDiff;
+using testing::Path;
+using testing::PathName;
+using testing::PathTest;
+using testing::RandomVector;
+
+constexpr int kBlockSize = 16;
+
+// A paged cache holding several sequences whose blocks are scattered over the pool.
+struct PagedCache {
+  KvLayout layout;
+  std::vector<float> k, v;
+  std::vector<std::vector<int32_t>> tables;  // one per sequence
+};
+
+PagedCache MakeCache(const std::vector<int>& lengths, int n_kv, int head_dim, uint64_t seed) {
+  PagedCache c;
+  c.layout = {kBlockSize, n_kv, head_dim};
+  int total_blocks = 0;
+  for (int len : lengths) total_blocks += (len + kBlockSize - 1) / kBlockSize;
+  total_blocks += 3;  // some blocks nobody owns
+  std::vector<int32_t> ids(total_blocks);
+  std::iota(ids.begin(), ids.end(), 0);
+  std::shuffle(ids.begin(), ids.end(), std::mt19937_64(seed));
+  size_t next = 0;
+  for (int len : lengths) {
+    c.tables.emplace_back();
+    for (int b = 0; b < (len + kBlockSize - 1) / kBlockSize; ++b) c.tables.back().push_back(ids[next++]);
+  }
+  const int64_t floats = int64_t{total_blocks} * kBlockSize * n_kv * head_dim;
+  c.k = RandomVector(floats, seed + 1);
+  c.v = RandomVector(floats, seed + 2);
+  return c;
+}
+
+struct Shape {
+  int head_dim, n_heads, n_kv;
+};
+
+std::string ShapeName(const Shape& s) {
+  return "hd" + std::to_string(s.head_dim) + "_h" + std::to_string(s.n_heads) + "_kv" +
+         std::to_string(s.n_kv);
+}
+
+// Runs one batch; returns out (rows x n_heads x head_dim).
+std::vector<float> RunAttention(bool use_reference, const PagedCache& c, const std::vector<float>& q,
+                       const std::vector<AttentionSequence>& seqs, int n_heads, float scale) {
+  std::vector<float> out(q.size(), std::nanf(""));
+  auto* fn = use_reference ? &reference::PagedAttention : &PagedAttention;
+  fn(q.data(), c.k.data(), c.v.data(), c.layout, seqs, n_heads, scale, out.data());
+  return out;
+}
+
+class AttentionTest : public PathTest {};
+
+const std::vector<Shape> kShapes = {
+    {32, 4, 2},  {64, 4, 2}, {128, 4, 2},  // GQA
+    {64, 8, 1},                            // MQA
+    {64, 4, 4},                            // MHA
+    {8, 4, 2},   {4, 2, 2},  {24, 6, 3},   // the tiny test models, and a ragged head_dim
+    {256, 2, 1},
+};
+
+// Decode rows, whole prefills and mid-sequence chunks of sequences of lengths 1..300.
+TEST_P(AttentionTest, MatchesReference) {
+  const std::vector<int> lengths = {1, 15, 16, 17, 100, 300};
+  for (const Shape& s : kShapes) {
+    SCOPED_TRACE(ShapeName(s));
+    const PagedCache c = MakeCache(lengths, s.n_kv, s.head_dim, s.head_dim * 31 + s.n_heads);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
+    // Batch: seq 0..5 as whole prefills; then decode rows of each; then chunks.
+    std::vector<AttentionSequence> seqs;
+    int rows = 0;
+    auto add = [&](int i, int first_pos, int num_q) {
+      seqs.push_back({c.tables[i].data(), rows, num_q, first_pos});
+      rows += num_q;
+    };
+    for (int i = 0; i < 6; ++i) add(i, 0, lengths[i]);
+    for (int i = 0; i < 6; ++i) add(i, lengths[i] - 1, 1);
+    add(4, 40, 60);   // prefill chunk in the middle of a sequence
+    add(5, 250, 50);  // last chunk of the long one
+    const std::vector<float> q = RandomVector(int64_t{rows} * s.n_heads * s.head_dim, 77, -2, 2);
+    const std::vector<float> got = RunAttention(false, c, q, seqs, s.n_heads, scale);
+    const std::vector<float> want = RunAttention(true, c, q, seqs, s.n_heads, scale);
+    EXPECT_LT(MaxAbsDiff(got, want), 2e-6);
+  }
+}
+
+// Large scores (sharp softmax) stress the running max and rescaling.
+TEST_P(AttentionTest, SharpSoftmaxMatchesReference) {
+  const Shape s{64, 4, 2};
+  PagedCache c = MakeCache({300}, s.n_kv, s.head_dim, 5);
+  for (float& x : c.k) x *= 6.0f;
+  std::vector<AttentionSequence> seqs = {{c.tables[0].data(), 0, 300, 0}};
+  const std::vector<float> q = RandomVector(300 * s.n_heads * s.head_dim, 6, -3, 3);
+  const std::vector<float> got = RunAttention(false, c, q, seqs, s.n_heads, 0.125f);
+  const std::vector<float> want = RunAttention(true, c, q, seqs, s.n_heads, 0.125f);
+  EXPECT_LT(MaxAbsDiff(got, want), 2e-5);
+}
+
+// The same query gives the same bits alone, inside a batch of 8 other sequences, in a
+// whole prefill, in a chunked prefill, and on one or two threads.
+TEST_P(AttentionTest, BatchInvariantBitForBit) {
+  for (const Shape& s : {Shape{64, 32, 4}, Shape{128, 4, 2}, Shape{64, 8, 8}, Shape{8, 4, 2}}) {
+    SCOPED_TRACE(ShapeName(s));
+    const std::vector<int> lengths = {300, 1, 15, 16, 17, 100, 64, 65, 129};
+    const PagedCache c = MakeCache(lengths, s.n_kv, s.head_dim, 11);
+    const int row = s.n_heads * s.head_dim;
+    const float scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
+    // Query rows for sequence 0 (all 300 positions); other sequences reuse random rows.
+    const std::vector<float> q0 = RandomVector(300 * row, 12, -2, 2);
+
+    // (a) Whole prefill of sequence 0.
+    std::vector<AttentionSequence> whole = {{c.tables[0].data(), 0, 300, 0}};
+    const std::vector<float> ref = RunAttention(false, c, q0, whole, s.n_heads, scale);
+
+    // (b) Chunked prefill: [0, 100), [100, 163), [163, 300).
+    std::vector<float> chunked(q0.size());
+    for (auto [begin, end] : {std::pair{0, 100}, std::pair{100, 163}, std::pair{163, 300}}) {
+      std::vector<float> qc(q0.begin() + begin * row, q0.begin() + end * row);
+      std::vector<AttentionSequence> chunk = {{c.tables[0].data(), 0, end - begin, begin}};
+      const std::vector<float> out = RunAttention(false, c, qc, chunk, s.n_heads, scale);
+      std::copy(out.begin(), out.end(), chunked.begin() + begin * row);
+    }
+    EXPECT_EQ(std::memcmp(chunked.data(), ref.data(), ref.size() * 4), 0) << "chunked";
+
+    for (int pos : {0, 15, 16, 63, 64, 65, 200, 299}) {
+      const std::vector<float> qp(q0.begin() + pos * row, q0.begin() + (pos + 1) * row);
+      // (c) Alone, as a decode row.
+      std::vector<AttentionSequence> alone = {{c.tables[0].data(), 0, 1, pos}};
+      const std::vector<float> one = RunAttention(false, c, qp, alone, s.n_heads, scale);
+      EXPECT_EQ(std::memcmp(one.data(), ref.data() + pos * row, row * 4), 0) << "alone " << pos;
+
+      // (d) In the middle of a batch with 8 other sequences (decode rows and a prefill).
+      std::vector<AttentionSequence> batch;
+      int rows = 0;
+      for (int i = 1; i <= 4; ++i) {
+        batch.push_back({c.tables[i].data(), rows, 1, lengths[i] - 1});
+        rows += 1;
+      }
+      const int mine = rows;
+      batch.push_back({c.tables[0].data(), rows++, 1, pos});
+      batch.push_back({c.tables[5].data(), rows, 100, 0});
+      rows += 100;
+      for (int i = 6; i <= 8; ++i) {
+        batch.push_back({c.tables[i].data(), rows, 1, lengths[i] - 1});
+        rows += 1;
+      }
+      std::vector<float> qb = RandomVector(int64_t{rows} * row, 13 + pos, -2, 2);
+      std::copy(qp.begin(), qp.end(), qb.begin() + mine * row);
+      const std::vector<float> batched = RunAttention(false, c, qb, batch, s.n_heads, scale);
+      EXPECT_EQ(std::memcmp(batched.data() + mine * row, ref.data() + pos * row, row * 4), 0)
+          << "in batch " << pos;
+    }
+
+    // (e) One thread.
+    const int threads = omp_get_max_threads();
+    omp_set_num_threads(1);
+    const std::vector<float> single = RunAttention(false, c, q0, whole, s.n_heads, scale);
+    omp_set_num_threads(threads);
+    EXPECT_EQ(std::memcmp(single.data(), ref.data(), ref.size() * 4), 0) << "one thread";
+  }
+}
+
+// Empty batches and sequences without new tokens are fine and write nothing.
+TEST_P(AttentionTest, EmptyWork) {
+  const PagedCache c = MakeCache({16}, 2, 32, 3);
+  std::vector<float> out(4 * 32, 7.0f);
+  const std::vector<float> q(4 * 32, 1.0f);
+  PagedAttention(q.data(), c.k.data(), c.v.data(), c.layout, {}, 4, 0.1f, out.data());
+  const std::vector<AttentionSequence> none = {{c.tables[0].data(), 0, 0, 5}};
+  PagedAttention(q.data(), c.k.data(), c.v.data(), c.layout, none, 4, 0.1f, out.data());
+  for (float x : out) EXPECT_EQ(x, 7.0f);
+}
+
+// Position 0 attends to itself only: the output is its own V row.
+TEST_P(AttentionTest, FirstPositionReturnsItsValue) {
+  const PagedCache c = MakeCache({1}, 1, 64, 4);
+  const std::vector<float> q = RandomVector(2 * 64, 5);
+  std::vector<float> out(q.size());
+  const std::vector<AttentionSequence> seqs = {{c.tables[0].data(), 0, 1, 0}};
+  PagedAttention(q.data(), c.k.data(), c.v.data(), c.layout, seqs, 2, 0.125f, out.data());
+  const float* v = c.v.data() + int64_t{c.tables[0][0]} * kBlockSize * 64;
+  for (int h = 0; h < 2; ++h) {
+    for (int d = 0; d < 64; ++d) EXPECT_FLOAT_EQ(out[h * 64 + d], v[d]);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Paths, AttentionTest, ::testing::Values(Path::kAvx512, Path::kPortable),
+                         [](const ::testing::TestParamInfo<Path>& info) {
+                           return std::string(PathName(info.param));
+                         });
+
+}  // namespace
+}  // namespace quill::engine::kernels

@@ -1,0 +1,97 @@
+#pragma once
+
+// Internal to engine/kernels (not a public contract): AVX-512 helpers shared by the
+// element-wise and attention kernels. Everything here is compiled for AVX-512 by target
+// attribute, so it may only run when UseAvx512() says so.
+
+#include <immintrin.h>
+
+#include <atomic>
+
+// GCC 12 reports the AVX-512 intrinsics' internal _mm512_undefined_ps() as uninitialized
+// once they inline into our code (a known false positive); silence it for kernel files.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+#include "engine/base/cpu_features.h"
+
+// The ISA set gated by HasAvx512Bf16(); callers and callees share one target string so the
+// helpers inline.
+#define QUILL_AVX512_TARGET \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,avx512vnni")))
+
+namespace quill::engine::kernels::internal {
+
+// Tests set this to run the portable paths on an AVX-512 machine (QUILL_DISABLE_AVX512=1
+// does the same for a whole process).
+inline std::atomic<bool> force_portable_for_testing{false};
+
+inline bool UseAvx512() {
+  return HasAvx512Bf16() && !force_portable_for_testing.load(std::memory_order_relaxed);
+}
+
+// Lanes [0, n) set, for n in [0, 16].
+inline __mmask16 TailMask(int n) {
+  return n >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << n) - 1);
+}
+
+// exp(x) for 16 floats, about 1 ulp over the float range: x = n*ln2 + r with |r| <= ln2/2,
+// exp(r) by its degree-7 Taylor polynomial (truncation < 1e-8 relative), times 2^n via
+// scalef, which also handles overflow (inf) and underflow (0). NaN stays NaN. Every
+// multiply-add is an explicit FMA so the result never depends on compiler contraction.
+QUILL_AVX512_TARGET inline __m512 Exp512(__m512 x) {
+  // max/min return their second operand when either is NaN: NaN passes through.
+  x = _mm512_max_ps(_mm512_set1_ps(-104.0f), x);
+  x = _mm512_min_ps(_mm512_set1_ps(89.0f), x);
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  // ln2 split in two so n*ln2_hi is exact (Cody-Waite).
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.0f / 5040.0f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  return _mm512_scalef_ps(p, n);
+}
+
+// Sum of 16 lanes with a fixed tree: ((lo256 + hi256) folded to 128, 64, 32).
+QUILL_AVX512_TARGET inline float ReduceAdd512(__m512 v) {
+  const __m256 a = _mm256_add_ps(_mm512_castps512_ps256(v),
+                                 _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+  const __m128 b = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+  const __m128 c = _mm_add_ps(b, _mm_movehl_ps(b, b));
+  const __m128 d = _mm_add_ss(c, _mm_movehdup_ps(c));
+  return _mm_cvtss_f32(d);
+}
+
+// r[i] = sum of the 16 lanes of a[i], every lane summed by the same tree whatever its slot:
+// lanes (j, j+2) within each 128-bit segment, then (j, j+1), then segments (0+1) + (2+3).
+QUILL_AVX512_TARGET inline __m512 TransposeReduce16(const __m512 a[16]) {
+  __m512 b[8];
+  for (int k = 0; k < 8; ++k) {
+    b[k] = _mm512_add_ps(_mm512_unpacklo_ps(a[2 * k], a[2 * k + 1]),
+                         _mm512_unpackhi_ps(a[2 * k], a[2 * k + 1]));
+  }
+  __m512 c[4];
+  for (int k = 0; k < 4; ++k) {
+    const __m512d x = _mm512_castps_pd(b[2 * k]);
+    const __m512d y = _mm512_castps_pd(b[2 * k + 1]);
+    c[k] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(x, y)),
+                         _mm512_castpd_ps(_mm512_unpackhi_pd(x, y)));
+  }
+  // c[k] segment s holds the sums of segment s of a[4k .. 4k+3].
+  __m512 f[2];
+  for (int k = 0; k < 2; ++k) {
+    f[k] = _mm512_add_ps(_mm512_shuffle_f32x4(c[2 * k], c[2 * k + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+                         _mm512_shuffle_f32x4(c[2 * k], c[2 * k + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+  }
+  return _mm512_add_ps(_mm512_shuffle_f32x4(f[0], f[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                       _mm512_shuffle_f32x4(f[0], f[1], _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
+}  // namespace quill::engine::kernels::internal
