@@ -162,7 +162,8 @@ class Engine::Impl {
   bool stopped_ ABSL_GUARDED_BY(shutdown_mu_) = false;
   std::thread thread_;
 
-  // Engine thread state.
+  // Engine thread state: touched only by Run() and what it calls (checked in debug builds).
+  std::thread::id engine_thread_;
   std::vector<Command> commands_;
   std::deque<std::unique_ptr<Sequence>> waiting_;   // FIFO
   std::vector<std::unique_ptr<Sequence>> running_;  // admission order
@@ -264,6 +265,7 @@ void Engine::Impl::Shutdown(absl::Duration drain_timeout) {
 }
 
 void Engine::Impl::Run() {
+  engine_thread_ = std::this_thread::get_id();
   while (true) {
     const bool idle = running_.empty() && waiting_.empty();
     commands_.clear();
@@ -319,6 +321,7 @@ void Engine::Impl::MarkAll(FinishReason reason, const absl::Status& status) {
 }
 
 void Engine::Impl::Step() {
+  QUILL_DCHECK(std::this_thread::get_id() == engine_thread_);
   const absl::Time start = clock_->Now();
 
   running_views_.clear();
@@ -471,6 +474,7 @@ int Engine::Impl::FinishMarked(absl::Time now) {
 }
 
 void Engine::Impl::FinishSequence(Sequence& seq, absl::Time now) {
+  QUILL_DCHECK(std::this_thread::get_id() == engine_thread_);
   const bool was_waiting = seq.state() == SequenceState::kWaiting;
   seq.SetState(SequenceState::kFinished);
   kv_->Release(seq.kv_id());

@@ -29,6 +29,16 @@ struct EngineOptions {
 // continuous batching (each step: one decode token per running sequence plus prefill
 // chunks of sequences being admitted, within max_batch_tokens). Other threads talk to it
 // only through Submit()/Cancel() (a command inbox) and the TokenSink they pass in.
+//
+// KV admission policy: a request is admitted (FIFO, no overtaking) only when the pool can
+// reserve blocks for prompt + max_tokens in full. So a running request never runs out of
+// KV because another one grew, nothing is ever preempted, and memory never exceeds
+// kv_cache_bytes; the price is that short answers to long max_tokens hold blocks they may
+// not use. A request whose prompt + max_tokens exceeds the whole pool is INVALID_ARGUMENT.
+//
+// Timings (RequestTimings): queue_wait = submit -> admitted; prefill = admitted -> last
+// prompt chunk done; time_to_first_token = submit -> first token sampled (the step that
+// completes the prompt); decode = first token -> finish; total = submit -> finish.
 class Engine {
  public:
   // Takes the model, sizes the KV pool, and starts the engine thread. `observer` may be
