@@ -1,28 +1,34 @@
-// Precision::kFast for F32 / F16 / BF16 (and Q8_0 via bf16): one packed weight copy in
-// oneDNN's blocked layout, read by static-M oneDNN matmuls for large m and by the
-// hand-written GEMVs (linear_gemv_*.cc) for small m.
+// Precision::kFast. Large m: static-M oneDNN matmuls (bf16, or f32 for F32 weights and on
+// CPUs without AVX512-BF16) over one packed weight copy in oneDNN's blocked layout. Small m
+// (decode): a hand-written kernel that streams the weights once for all rows:
+//   F16/BF16: bf16 GEMV reading that same oneDNN copy (BA16a64b2a);
+//   F32:      f32 GEMV reading oneDNN's BA16a64b copy;
+//   Q8_0:     int8 VNNI GEMV over its own repacked Q8_0 copy (half the bytes of bf16); the
+//             bf16 copy exists only if max_tokens reaches oneDNN's range.
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "engine/base/cpu_features.h"
 #include "engine/base/status_macros.h"
 #include "engine/kernels/linear_internal.h"
 #include "engine/kernels/linear_onednn.h"
+#include "engine/kernels/linear_q8.h"
 
 namespace quill::engine::kernels::linear_internal {
 namespace {
 
 using dnnl::memory;
 
-// The GEMVs serve m below this (a power of two: the smallest oneDNN bucket); measured with
-// quill-linear-bench on TinyLlama shapes, 2 threads.
-constexpr int kBf16GemvBelowRows = 32;
-constexpr int kF32GemvBelowRows = 32;
-// Without a GEMV, rows below this are padded up to one power-of-two bucket (one weight
-// pass) instead of being split into several smaller calls.
+// The small-m kernels serve m below this, oneDNN the rest (a power of two: the smallest
+// oneDNN bucket). Measured with quill-linear-bench on TinyLlama shapes, 2 threads.
+constexpr int kSmallBelowRows = 32;
+// Without a small-m kernel, rows below this are padded up to one power-of-two bucket (one
+// weight pass) instead of being split into several smaller calls.
 constexpr int kPadBelowRows = 32;
+// Largest static M; bigger batches run as several chunks (GFLOP/s is flat from 128 up).
 constexpr int kMaxBucketRows = 256;
 
 int NextPow2(int v) {
@@ -31,30 +37,42 @@ int NextPow2(int v) {
   return p;
 }
 
+enum class SmallM { kPadded, kGemvBf16, kGemvF32, kQ8 };
+
 class FastLinear final : public Linear {
  public:
-  enum class Mode { kBf16, kF32 };
-
   static absl::StatusOr<std::unique_ptr<Linear>> Create(absl::Span<const WeightView> parts,
-                                                        int max_tokens, Mode mode) {
+                                                        int max_tokens) {
     auto lin = std::unique_ptr<FastLinear>(new FastLinear());
-    lin->mode_ = mode;
+    const WeightType type = parts[0].type;
+    lin->bf16_ = type != WeightType::kF32 && HasAvx512Bf16();
     lin->k_ = parts[0].cols;
     lin->n_ = TotalRows(parts);
     lin->max_tokens_ = max_tokens;
-    const CpuFeatures& cpu = GetCpuFeatures();
-    const bool gemv = mode == Mode::kBf16 ? HasAvx512Bf16() : cpu.avx512f;
-    lin->gemv_below_rows_ = gemv ? (mode == Mode::kBf16 ? kBf16GemvBelowRows : kF32GemvBelowRows) : 0;
+    if (type == WeightType::kQ8_0 && HasAvx512Bf16()) {
+      lin->small_ = SmallM::kQ8;
+    } else if (lin->bf16_) {
+      lin->small_ = SmallM::kGemvBf16;
+    } else if (GetCpuFeatures().avx512f) {
+      lin->small_ = SmallM::kGemvF32;
+    } else {
+      lin->small_ = SmallM::kPadded;
+    }
     QUILL_RETURN_IF_ERROR(lin->Pack(parts));
     return lin;
   }
 
   void Run(const float* x, int m, float* y) override {
+    // Rows [0, direct) go to oneDNN buckets applied in place; the rest (< direct_min) to
+    // the small-m kernel or one padded bucket.
+    const int direct_min = small_ == SmallM::kPadded ? kPadBelowRows : kSmallBelowRows;
+    const int direct = matmul_ ? m - m % direct_min : 0;
     const void* src = x;
     int64_t src_stride = k_;
     size_t elem = sizeof(float);
-    if (mode_ == Mode::kBf16) {
-      ConvertRowsToBf16(x, m, k_, x_bf16_.data(), k_padded_);
+    if (bf16_) {
+      const int convert = small_ == SmallM::kGemvBf16 ? m : direct;
+      if (convert > 0) ConvertRowsToBf16(x, convert, k_, x_bf16_.data(), k_padded_);
       src = x_bf16_.data();
       src_stride = k_padded_;
       elem = sizeof(uint16_t);
@@ -62,50 +80,65 @@ class FastLinear final : public Linear {
     const auto row_ptr = [&](int r) {
       return static_cast<const uint8_t*>(src) + static_cast<size_t>(r) * src_stride * elem;
     };
-    // Large chunks: the biggest bucket that fits, applied directly on x and y.
-    const std::vector<int>& buckets = matmul_->buckets();
-    const int direct_min = gemv_below_rows_ > 0 ? gemv_below_rows_ : kPadBelowRows;
+    const std::vector<int>& buckets = matmul_ ? matmul_->buckets() : no_buckets_;
     int r = 0;
-    while (m - r >= direct_min) {
+    while (r < direct) {
       size_t b = buckets.size() - 1;
-      while (buckets[b] > m - r) --b;
+      while (buckets[b] > direct - r) --b;
       matmul_->RunBucket(b, row_ptr(r), y + static_cast<int64_t>(r) * n_);
       r += buckets[b];
     }
     if (r == m) return;
     const int rest = m - r;
     float* y_rest = y + static_cast<int64_t>(r) * n_;
-    if (gemv_below_rows_ > 0) {
-      if (mode_ == Mode::kBf16) {
-        GemvBf16Blocked(gemv_weights_bf16_, k_padded_, n_,
-                        reinterpret_cast<const uint16_t*>(row_ptr(r)), src_stride, rest, y_rest, n_);
-      } else {
-        GemvF32Blocked(gemv_weights_f32_, k_, k_padded_, n_, x + static_cast<int64_t>(r) * k_, k_,
-                       rest, y_rest, n_);
+    switch (small_) {
+      case SmallM::kGemvBf16:
+        GemvBf16Blocked(gemv_bf16_, k_padded_, n_, reinterpret_cast<const uint16_t*>(row_ptr(r)),
+                        src_stride, rest, y_rest, n_);
+        return;
+      case SmallM::kGemvF32:
+        GemvF32Blocked(gemv_f32_, k_, k_padded_, n_, x + static_cast<int64_t>(r) * k_, k_, rest,
+                       y_rest, n_);
+        return;
+      case SmallM::kQ8:
+        q8_->Run(x + static_cast<int64_t>(r) * k_, rest, y_rest, n_);
+        return;
+      case SmallM::kPadded: {
+        // Copy the rest into scratch, run the smallest bucket that holds it, copy back.
+        size_t b = 0;
+        while (buckets[b] < rest) ++b;
+        std::memcpy(x_pad_.data(), row_ptr(r), static_cast<size_t>(rest) * src_stride * elem);
+        matmul_->RunBucket(b, x_pad_.data(), y_pad_.data());
+        std::memcpy(y_rest, y_pad_.data(), static_cast<size_t>(rest) * n_ * sizeof(float));
+        return;
       }
-      return;
     }
-    // Pad the rest up to one bucket: copy it into scratch, run, copy the real rows back.
-    size_t b = 0;
-    while (buckets[b] < rest) ++b;
-    std::memcpy(x_pad_.data(), row_ptr(r), static_cast<size_t>(rest) * src_stride * elem);
-    matmul_->RunBucket(b, x_pad_.data(), y_pad_.data());
-    std::memcpy(y_rest, y_pad_.data(), static_cast<size_t>(rest) * n_ * sizeof(float));
   }
 
   int64_t in_features() const override { return k_; }
   int64_t out_features() const override { return n_; }
   int64_t packed_bytes() const override {
-    return matmul_->packed_bytes() + (gemv_copy_ ? static_cast<int64_t>(gemv_copy_.get_desc().get_size()) : 0);
+    int64_t bytes = matmul_ ? matmul_->packed_bytes() : 0;
+    if (gemv_copy_) bytes += static_cast<int64_t>(gemv_copy_.get_desc().get_size());
+    if (q8_) bytes += q8_->packed_bytes();
+    return bytes;
   }
   std::string kernel_name() const override {
-    std::string name = absl::StrCat("onednn-", mode_ == Mode::kBf16 ? "bf16" : "f32", "(",
-                                    matmul_->impl_name(), ")");
-    if (gemv_below_rows_ > 0) {
-      absl::StrAppend(&name, "+gemv-", mode_ == Mode::kBf16 ? "bf16" : "f32", "-avx512");
-      if (gemv_copy_) absl::StrAppend(&name, "(own copy)");
-    } else {
-      absl::StrAppend(&name, "+padded-small-m");
+    std::string name;
+    if (matmul_) absl::StrAppend(&name, "onednn-", bf16_ ? "bf16" : "f32", "(", matmul_->impl_name(), ")+");
+    switch (small_) {
+      case SmallM::kGemvBf16:
+        absl::StrAppend(&name, "gemv-bf16-avx512", gemv_copy_ ? "(own copy)" : "");
+        break;
+      case SmallM::kGemvF32:
+        absl::StrAppend(&name, "gemv-f32-avx512", gemv_copy_ ? "(own copy)" : "");
+        break;
+      case SmallM::kQ8:
+        absl::StrAppend(&name, "gemv-q8_0-vnni");
+        break;
+      case SmallM::kPadded:
+        absl::StrAppend(&name, "padded-small-m");
+        break;
     }
     return name;
   }
@@ -114,38 +147,45 @@ class FastLinear final : public Linear {
   FastLinear() = default;
 
   absl::Status Pack(absl::Span<const WeightView> parts) {
-    const bool bf16 = mode_ == Mode::kBf16;
-    const memory::data_type type = bf16 ? memory::data_type::bf16 : memory::data_type::f32;
-    // The plain row-major copy exists only until the reorder into the blocked layout.
-    AlignedBuffer<uint16_t> plain16;
-    AlignedBuffer<float> plain32;
-    if (bf16) {
-      plain16 = AlignedBuffer<uint16_t>(static_cast<size_t>(n_ * k_));
-      ConvertPartsToBf16(parts, plain16.data(), k_);
-    } else {
-      plain32 = AlignedBuffer<float>(static_cast<size_t>(n_ * k_));
-      WidenPartsToF32(parts, plain32.data(), k_);
-    }
-    const void* plain = bf16 ? static_cast<const void*>(plain16.data()) : plain32.data();
-
-    // Buckets: powers of two from the smallest row count oneDNN serves up to max_tokens.
-    const int smallest = gemv_below_rows_ > 0 ? gemv_below_rows_ : 1;
-    const int largest = std::max(smallest, std::min(kMaxBucketRows, NextPow2(max_tokens_)));
-    std::vector<int> buckets;
-    for (int b = smallest; b <= largest; b *= 2) buckets.push_back(b);
-    // The GEMV streams BA16a64b2a (bf16: 32-k blocks of 64 columns x 16 k pairs) or
+    const bool need_onednn = small_ == SmallM::kPadded || max_tokens_ >= kSmallBelowRows;
+    const bool gemv = small_ == SmallM::kGemvBf16 || small_ == SmallM::kGemvF32;
+    const memory::data_type type = bf16_ ? memory::data_type::bf16 : memory::data_type::f32;
+    // The GEMVs stream BA16a64b2a (bf16: 32-k blocks of 64 columns x 16 k pairs) or
     // BA16a64b (f32); the bf16 x scratch rows are zero padded to the same k.
     const memory::desc gemv_desc({k_, n_}, type,
-                                 bf16 ? memory::format_tag::BA16a64b2a : memory::format_tag::BA16a64b);
+                                 bf16_ ? memory::format_tag::BA16a64b2a : memory::format_tag::BA16a64b);
     k_padded_ = gemv_desc.data.padded_dims[0];
-    const int64_t src_stride = bf16 ? k_padded_ : k_;
-    QUILL_ASSIGN_OR_RETURN(matmul_, OnednnMatmul::Create(type, k_, n_, src_stride, plain, buckets));
+    const int64_t src_stride = bf16_ ? k_padded_ : k_;
 
-    if (gemv_below_rows_ > 0) {
-      // The GEMV reads oneDNN's copy when oneDNN chose the same layout; otherwise it keeps
-      // its own copy.
-      const void* gemv_weights = matmul_->packed_weights();
-      if (gemv_desc != matmul_->weights_desc()) {
+    if (small_ == SmallM::kQ8) q8_.emplace(parts, std::min(max_tokens_, kSmallBelowRows - 1));
+    if (!need_onednn && !gemv) return absl::OkStatus();
+
+    // The plain row-major copy lives only until the reorders into the blocked layouts.
+    AlignedBuffer<uint16_t> plain16(bf16_ ? static_cast<size_t>(n_ * k_) : 0);
+    AlignedBuffer<float> plain32(bf16_ ? 0 : static_cast<size_t>(n_ * k_));
+    if (bf16_) {
+      ConvertPartsToBf16(parts, plain16.data(), k_);
+    } else {
+      WidenPartsToF32(parts, plain32.data(), k_);
+    }
+    const void* plain = bf16_ ? static_cast<const void*>(plain16.data()) : plain32.data();
+
+    if (need_onednn) {
+      // Powers of two from the smallest row count oneDNN serves up to max_tokens.
+      const int smallest = small_ == SmallM::kPadded ? 1 : kSmallBelowRows;
+      const int largest = std::max(smallest, std::min(kMaxBucketRows, NextPow2(max_tokens_)));
+      std::vector<int> buckets;
+      for (int b = smallest; b <= largest; b *= 2) buckets.push_back(b);
+      QUILL_ASSIGN_OR_RETURN(matmul_, OnednnMatmul::Create(type, k_, n_, src_stride, plain, buckets));
+      if (matmul_->buckets().front() != smallest) {
+        return absl::InternalError("oneDNN refused the smallest static-M bucket");
+      }
+    }
+    if (gemv) {
+      // The GEMV reads oneDNN's copy when oneDNN chose the same layout; otherwise (or with
+      // no oneDNN at all) it keeps its own.
+      const void* weights = matmul_ ? matmul_->packed_weights() : nullptr;
+      if (!matmul_ || gemv_desc != matmul_->weights_desc()) {
         try {
           gemv_copy_ = memory(gemv_desc, DnnlEngine());
           memory plain_mem(memory::desc({k_, n_}, type, memory::format_tag::ba), DnnlEngine(),
@@ -155,30 +195,31 @@ class FastLinear final : public Linear {
         } catch (const dnnl::error& e) {
           return absl::InternalError(absl::StrCat("oneDNN reorder for the GEMV failed: ", e.what()));
         }
-        gemv_weights = gemv_copy_.get_data_handle();
+        weights = gemv_copy_.get_data_handle();
       }
-      gemv_weights_bf16_ = static_cast<const uint16_t*>(gemv_weights);
-      gemv_weights_f32_ = static_cast<const float*>(gemv_weights);
+      gemv_bf16_ = static_cast<const uint16_t*>(weights);
+      gemv_f32_ = static_cast<const float*>(weights);
     }
-
-    if (bf16) x_bf16_ = AlignedBuffer<uint16_t>(static_cast<size_t>(max_tokens_) * k_padded_);
-    if (gemv_below_rows_ == 0) {
+    if (bf16_) x_bf16_ = AlignedBuffer<uint16_t>(static_cast<size_t>(max_tokens_) * k_padded_);
+    if (small_ == SmallM::kPadded) {
       const int pad_rows = NextPow2(std::min(max_tokens_, kPadBelowRows - 1));
-      x_pad_ = AlignedBuffer<uint8_t>(static_cast<size_t>(pad_rows) * src_stride * (bf16 ? 2 : 4));
+      x_pad_ = AlignedBuffer<uint8_t>(static_cast<size_t>(pad_rows) * src_stride * (bf16_ ? 2 : 4));
       y_pad_ = AlignedBuffer<float>(static_cast<size_t>(pad_rows) * n_);
     }
     return absl::OkStatus();
   }
 
-  Mode mode_ = Mode::kBf16;
+  bool bf16_ = false;  // oneDNN (and the GEMV) in bf16; else f32
+  SmallM small_ = SmallM::kPadded;
   int64_t k_ = 0, n_ = 0;
   int64_t k_padded_ = 0;  // k rounded up as in the GEMV's weight layout (and the bf16 x rows)
   int max_tokens_ = 0;
-  int gemv_below_rows_ = 0;  // the GEMV serves m below this; 0: no GEMV on this CPU
-  std::unique_ptr<OnednnMatmul> matmul_;
-  memory gemv_copy_;  // only when oneDNN's layout is not the GEMV's
-  const uint16_t* gemv_weights_bf16_ = nullptr;
-  const float* gemv_weights_f32_ = nullptr;
+  std::unique_ptr<OnednnMatmul> matmul_;  // null when max_tokens stays in the small-m range
+  std::vector<int> no_buckets_;
+  memory gemv_copy_;  // only when oneDNN's layout is not the GEMV's, or there is no oneDNN
+  const uint16_t* gemv_bf16_ = nullptr;
+  const float* gemv_f32_ = nullptr;
+  std::optional<Q8Gemv> q8_;
   AlignedBuffer<uint16_t> x_bf16_;
   AlignedBuffer<uint8_t> x_pad_;
   AlignedBuffer<float> y_pad_;
@@ -188,10 +229,7 @@ class FastLinear final : public Linear {
 
 absl::StatusOr<std::unique_ptr<Linear>> CreateFastLinear(absl::Span<const WeightView> parts,
                                                          int max_tokens) {
-  const WeightType type = parts[0].type;
-  const bool bf16 = type != WeightType::kF32 && HasAvx512Bf16();
-  return FastLinear::Create(parts, max_tokens,
-                            bf16 ? FastLinear::Mode::kBf16 : FastLinear::Mode::kF32);
+  return FastLinear::Create(parts, max_tokens);
 }
 
 }  // namespace quill::engine::kernels::linear_internal

@@ -1,0 +1,179 @@
+// Q8_0 x int8 GEMV with AVX512-VNNI. Per 32-k group g and output n:
+//   y[n] += d_w[n, g] * d_x[g] * (sum_k (q_w + 128) * q_x  -  128 * sum_k q_x)
+// dpbusd needs one unsigned operand: the weights are stored +128 (u8) and the -128*sum(q_x)
+// term seeds the int32 accumulators, so the correction costs nothing in the loop.
+
+#include "engine/kernels/linear_q8.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+// GCC 12's AVX-512 reduce/convert intrinsics start from _mm*_undefined_*() and trip
+// -Wmaybe-uninitialized (GCC bug 105593); the values are fully defined.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+
+namespace quill::engine::kernels::linear_internal {
+namespace {
+
+#define QUILL_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni")))
+
+constexpr int kMaxRows = 4;          // x rows per register tile
+constexpr int64_t kChunkGroups = 32; // 32-k groups per pass when rows need several passes
+constexpr int kMaxGroupRows = 32;
+
+// acc[MR][32] (+)= rows of x against groups [g0, g1) of one column block.
+template <int MR>
+QUILL_VNNI void BlockRows(const uint8_t* wb, int64_t g0, int64_t g1, const int8_t* xq, int64_t k,
+                          const float* xd, const int32_t* xneg, int64_t groups, float* acc, bool init) {
+  __m512 f[MR][2];
+#pragma GCC unroll 4
+  for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 2
+    for (int j = 0; j < 2; ++j)
+      f[i][j] = init ? _mm512_setzero_ps() : _mm512_loadu_ps(acc + i * kQ8BlockCols + 16 * j);
+  const uint8_t* wp = wb + g0 * kQ8GroupBytes;
+  for (int64_t g = g0; g < g1; ++g, wp += kQ8GroupBytes) {
+    __m512i s[MR][2];
+#pragma GCC unroll 4
+    for (int i = 0; i < MR; ++i) s[i][0] = s[i][1] = _mm512_set1_epi32(xneg[i * groups + g]);
+    const uint8_t* qp = wp + 64;
+#pragma GCC unroll 8
+    for (int q = 0; q < 8; ++q) {
+      const __m512i w0 = _mm512_loadu_si512(qp + q * 128);
+      const __m512i w1 = _mm512_loadu_si512(qp + q * 128 + 64);
+#pragma GCC unroll 4
+      for (int i = 0; i < MR; ++i) {
+        int32_t quad;
+        std::memcpy(&quad, xq + i * k + g * 32 + q * 4, sizeof(quad));
+        const __m512i xb = _mm512_set1_epi32(quad);
+        s[i][0] = _mm512_dpbusd_epi32(s[i][0], w0, xb);
+        s[i][1] = _mm512_dpbusd_epi32(s[i][1], w1, xb);
+      }
+    }
+    const __m512 d0 = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wp)));
+    const __m512 d1 = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wp + 32)));
+#pragma GCC unroll 4
+    for (int i = 0; i < MR; ++i) {
+      const __m512 dx = _mm512_set1_ps(xd[i * groups + g]);
+      f[i][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[i][0]), _mm512_mul_ps(d0, dx), f[i][0]);
+      f[i][1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[i][1]), _mm512_mul_ps(d1, dx), f[i][1]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < MR; ++i) {
+    _mm512_storeu_ps(acc + i * kQ8BlockCols, f[i][0]);
+    _mm512_storeu_ps(acc + i * kQ8BlockCols + 16, f[i][1]);
+  }
+}
+
+using BlockRowsFn = void (*)(const uint8_t*, int64_t, int64_t, const int8_t*, int64_t, const float*,
+                             const int32_t*, int64_t, float*, bool);
+constexpr BlockRowsFn kBlockRows[kMaxRows + 1] = {nullptr, BlockRows<1>, BlockRows<2>, BlockRows<3>,
+                                                  BlockRows<4>};
+
+uint16_t LoadU16(const uint8_t* p) { return static_cast<uint16_t>(p[0] | (p[1] << 8)); }
+
+}  // namespace
+
+QUILL_VNNI void QuantizeRowsQ8(const float* x, int m, int64_t k, int8_t* xq, float* xd,
+                               int32_t* xneg) {
+  const int64_t groups = k / 32;
+  for (int i = 0; i < m; ++i) {
+    for (int64_t g = 0; g < groups; ++g) {
+      const float* src = x + i * k + g * 32;
+      const __m512 a = _mm512_loadu_ps(src);
+      const __m512 b = _mm512_loadu_ps(src + 16);
+      const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(a), _mm512_abs_ps(b)));
+      const float d = amax / 127.0f;
+      const float id = amax > 0.0f ? 127.0f / amax : 0.0f;
+      // cvtps2dq rounds to nearest even; |x| * 127 / amax <= 127 (+1 ulp, clamped below).
+      __m512i qa = _mm512_cvtps_epi32(_mm512_mul_ps(a, _mm512_set1_ps(id)));
+      __m512i qb = _mm512_cvtps_epi32(_mm512_mul_ps(b, _mm512_set1_ps(id)));
+      const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127);
+      qa = _mm512_min_epi32(_mm512_max_epi32(qa, lo), hi);
+      qb = _mm512_min_epi32(_mm512_max_epi32(qb, lo), hi);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(xq + i * k + g * 32), _mm512_cvtepi32_epi8(qa));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(xq + i * k + g * 32 + 16), _mm512_cvtepi32_epi8(qb));
+      xd[i * groups + g] = d;
+      xneg[i * groups + g] = -128 * _mm512_reduce_add_epi32(_mm512_add_epi32(qa, qb));
+    }
+  }
+}
+
+Q8Gemv::Q8Gemv(absl::Span<const WeightView> parts, int max_rows)
+    : k_(parts[0].cols),
+      n_(TotalRows(parts)),
+      groups_(parts[0].cols / 32),
+      col_blocks_((TotalRows(parts) + kQ8BlockCols - 1) / kQ8BlockCols),
+      max_rows_(max_rows),
+      w_(static_cast<size_t>(col_blocks_ * groups_ * kQ8GroupBytes)),
+      xq_(static_cast<size_t>(max_rows) * k_),
+      xd_(static_cast<size_t>(max_rows) * groups_),
+      xneg_(static_cast<size_t>(max_rows) * groups_) {
+  // Row pointers of the fused parts, in output order.
+  std::vector<const uint8_t*> rows(n_);
+  int64_t r = 0;
+  for (const WeightView& p : parts)
+    for (int64_t i = 0; i < p.rows; ++i)
+      rows[r++] = static_cast<const uint8_t*>(p.data) + i * RowBytes(p.type, p.cols);
+  const int64_t groups = groups_;
+  std::memset(w_.data(), 128, w_.bytes());  // q = 0 everywhere, incl. padded columns
+#pragma omp parallel for schedule(static) if (n_ * k_ >= (1 << 16))
+  for (int64_t cb = 0; cb < col_blocks_; ++cb) {
+    for (int64_t g = 0; g < groups; ++g) {
+      uint8_t* dst = w_.data() + (cb * groups + g) * kQ8GroupBytes;
+      for (int c = 0; c < kQ8BlockCols; ++c) {
+        const int64_t n = cb * kQ8BlockCols + c;
+        uint16_t scale = 0;
+        if (n < n_) {
+          const uint8_t* block = rows[n] + g * kQ8BlockBytes;
+          scale = LoadU16(block);
+          for (int j = 0; j < 32; ++j) {
+            dst[64 + (j / 4) * (kQ8BlockCols * 4) + c * 4 + j % 4] =
+                static_cast<uint8_t>(static_cast<int8_t>(block[2 + j]) + 128);
+          }
+        }
+        std::memcpy(dst + 2 * c, &scale, 2);
+      }
+    }
+  }
+}
+
+void Q8Gemv::Run(const float* x, int m, float* y, int64_t y_stride) {
+  QuantizeRowsQ8(x, m, k_, xq_.data(), xd_.data(), xneg_.data());
+  const int64_t groups = groups_;
+  const bool parallel = col_blocks_ > 1 && static_cast<int64_t>(m) * n_ * k_ >= (1 << 16);
+#pragma omp parallel for schedule(static) if (parallel)
+  for (int64_t cb = 0; cb < col_blocks_; ++cb) {
+    alignas(64) float acc[kMaxGroupRows * kQ8BlockCols];
+    const uint8_t* wb = w_.data() + cb * groups * kQ8GroupBytes;
+    const int64_t n0 = cb * kQ8BlockCols;
+    const int64_t cols = std::min<int64_t>(kQ8BlockCols, n_ - n0);
+    for (int i0 = 0; i0 < m; i0 += kMaxGroupRows) {
+      const int rows = std::min(kMaxGroupRows, m - i0);
+      const int8_t* xq = xq_.data() + i0 * k_;
+      const float* xd = xd_.data() + i0 * groups;
+      const int32_t* xneg = xneg_.data() + i0 * groups;
+      if (rows <= kMaxRows) {
+        kBlockRows[rows](wb, 0, groups, xq, k_, xd, xneg, groups, acc, true);
+      } else {
+        for (int64_t g0 = 0; g0 < groups; g0 += kChunkGroups) {
+          const int64_t g1 = std::min(groups, g0 + kChunkGroups);
+          for (int i = 0; i < rows; i += kMaxRows) {
+            const int mr = std::min(kMaxRows, rows - i);
+            kBlockRows[mr](wb, g0, g1, xq + i * k_, k_, xd + i * groups, xneg + i * groups, groups,
+                           acc + i * kQ8BlockCols, g0 == 0);
+          }
+        }
+      }
+      for (int i = 0; i < rows; ++i)
+        std::memcpy(y + (i0 + i) * y_stride + n0, acc + i * kQ8BlockCols, cols * sizeof(float));
+    }
+  }
+}
+
+}  // namespace quill::engine::kernels::linear_internal
