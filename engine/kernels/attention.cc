@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <utility>
 #include <vector>
 
 #include "engine/base/check.h"
@@ -25,26 +26,30 @@ using internal::UseAvx512;
 // depend only on the query's own position.
 constexpr int kTile = 64;
 constexpr int kMaxHeadDim = 256;
-// Query heads of one KV group handled by one work item (they share the K/V tile loads).
-constexpr int kMaxHeadsPerItem = 8;
+// Query heads handled by one work item (they share each tile's K/V rows).
+constexpr int kMaxHeadsPerItem = 64;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
-// One work item: one query row, one KV head, a run of the query heads that read it.
+// One work item: one query row and the query heads [head_begin, head_end), which are
+// either part of one KV group or several whole groups. Heads are independent: how they
+// are grouped into items never changes a result.
 struct Item {
-  const float* q;       // first query head of the run
-  float* out;           // its output
-  int num_heads;        // heads in the run, <= kMaxHeadsPerItem
-  int32_t num_keys;     // the query attends to positions [0, num_keys)
+  const float* q;    // the query row (all heads)
+  float* out;        // its output row
+  int head_begin;
+  int head_end;
+  int group;         // query heads per KV head
+  int32_t num_keys;  // the query attends to positions [0, num_keys)
   const int32_t* block_table;
-  const float* k_cache;  // offset to the KV head
+  const float* k_cache;
   const float* v_cache;
   int block_size;
-  int64_t kv_row;  // floats between consecutive slots (num_kv_heads * head_dim)
+  int64_t kv_row;  // floats per slot (num_kv_heads * head_dim)
   int head_dim;
   float scale;
 };
 
-// Fills row pointers for the tile's valid keys [t0, t0 + count).
+// Slot rows (all KV heads) of the tile's keys [t0, t0 + count).
 void TileRows(const Item& it, int t0, int count, const float** k_rows, const float** v_rows) {
   for (int i = 0; i < count; ++i) {
     const int pos = t0 + i;
@@ -58,98 +63,209 @@ void TileRows(const Item& it, int t0, int count, const float** k_rows, const flo
 
 // ---- AVX-512 ---------------------------------------------------------------------------
 
+// Every score is an FMA chain over 16-float chunks of head_dim (in order) followed by
+// TransposeReduce16, whose tree is the same for every lane; every output chunk is an FMA
+// chain over the tile's keys in order. Grouping heads or keys differently below only
+// changes which registers hold what, never a result.
+//
 // kChunks = ceil(head_dim / 16); the last chunk is masked when head_dim % 16 != 0.
 template <int kChunks>
-QUILL_AVX512_TARGET void AttendAvx512(const Item& it) {
-  alignas(64) float scores[kTile];
-  alignas(64) float acc_out[kMaxHeadsPerItem][kChunks * 16];
-  float running_max[kMaxHeadsPerItem];
-  float running_sum[kMaxHeadsPerItem];
-  const float* k_rows[kTile];
-  const float* v_rows[kTile];
-  const __mmask16 last_mask = TailMask(it.head_dim - (kChunks - 1) * 16);
-  auto chunk_mask = [&](int c) { return c == kChunks - 1 ? last_mask : __mmask16(0xffff); };
+struct Avx512Attention {
+  // Heads whose outputs accumulate together in P.V (sharing each V row load): up to 16
+  // accumulator registers.
+  static constexpr int kPvHeads = std::max(1, std::min(4, 16 / kChunks));
 
-  for (int h = 0; h < it.num_heads; ++h) {
-    running_max[h] = kNegInf;
-    running_sum[h] = 0.0f;
-    for (int c = 0; c < kChunks; ++c) _mm512_store_ps(acc_out[h] + 16 * c, _mm512_setzero_ps());
-  }
-  const __m512 scale = _mm512_set1_ps(it.scale);
-
-  for (int t0 = 0; t0 < it.num_keys; t0 += kTile) {
-    const int count = std::min(kTile, it.num_keys - t0);
-    const int padded = (count + 15) / 16 * 16;
-    TileRows(it, t0, count, k_rows, v_rows);
-    // Lanes past the last key compute on a valid row and are masked out below.
-    for (int i = count; i < padded; ++i) k_rows[i] = k_rows[0];
-
-    for (int h = 0; h < it.num_heads; ++h) {
-      const float* q = it.q + static_cast<int64_t>(h) * it.head_dim;
-      // Scores for 16 keys at a time: one accumulator per key, then one transpose-reduce.
-      __m512 tile_max = _mm512_set1_ps(kNegInf);
-      for (int g = 0; g < padded; g += 16) {
-        __m512 dot[16];
-        for (int i = 0; i < 16; ++i) dot[i] = _mm512_setzero_ps();
-        for (int c = 0; c < kChunks; ++c) {
-          const __m512 qc = _mm512_maskz_loadu_ps(chunk_mask(c), q + 16 * c);
-          for (int i = 0; i < 16; ++i) {
-            dot[i] = _mm512_fmadd_ps(
-                qc, _mm512_maskz_loadu_ps(chunk_mask(c), k_rows[g + i] + 16 * c), dot[i]);
-          }
-        }
-        const __mmask16 valid = TailMask(count - g);
-        const __m512 s = _mm512_mask_mov_ps(_mm512_set1_ps(kNegInf), valid,
-                                            _mm512_mul_ps(TransposeReduce16(dot), scale));
-        _mm512_store_ps(scores + g, s);
-        tile_max = _mm512_max_ps(tile_max, s);
-      }
-
-      // Online softmax: rescale what came before to the new running max.
-      const float new_max = std::max(running_max[h], _mm512_reduce_max_ps(tile_max));
-      const float alpha = std::exp(running_max[h] - new_max);  // 0 on the first tile
-      running_max[h] = new_max;
-      const __m512 vmax = _mm512_set1_ps(new_max);
-      __m512 sum = _mm512_setzero_ps();
-      for (int g = 0; g < padded; g += 16) {
-        const __m512 p = _mm512_maskz_mov_ps(
-            TailMask(count - g), Exp512(_mm512_sub_ps(_mm512_load_ps(scores + g), vmax)));
-        _mm512_store_ps(scores + g, p);
-        sum = _mm512_add_ps(sum, p);
-      }
-      running_sum[h] = std::fma(running_sum[h], alpha, ReduceAdd512(sum));
-
-      __m512 o[kChunks];
-      const __m512 valpha = _mm512_set1_ps(alpha);
-      for (int c = 0; c < kChunks; ++c) {
-        o[c] = _mm512_mul_ps(_mm512_load_ps(acc_out[h] + 16 * c), valpha);
-      }
-      for (int i = 0; i < count; ++i) {
-        const __m512 p = _mm512_set1_ps(scores[i]);
-        for (int c = 0; c < kChunks; ++c) {
-          o[c] = _mm512_fmadd_ps(p, _mm512_maskz_loadu_ps(chunk_mask(c), v_rows[i] + 16 * c), o[c]);
-        }
-      }
-      for (int c = 0; c < kChunks; ++c) _mm512_store_ps(acc_out[h] + 16 * c, o[c]);
-    }
+  QUILL_AVX512_TARGET static __mmask16 ChunkMask(int c, __mmask16 last) {
+    return c == kChunks - 1 ? last : static_cast<__mmask16>(0xffff);
   }
 
-  for (int h = 0; h < it.num_heads; ++h) {
-    const __m512 denom = _mm512_set1_ps(running_sum[h]);
-    float* out = it.out + static_cast<int64_t>(h) * it.head_dim;
+  // Dot products of query heads q0 and q1 with 8 keys: lanes 0-7 for q0, 8-15 for q1.
+  QUILL_AVX512_TARGET static __m512 Dots2x8(const float* q0, const float* q1,
+                                            const float* const* k_rows, int64_t offset,
+                                            __mmask16 last) {
+    __m512 dot[16];
+    for (int i = 0; i < 16; ++i) dot[i] = _mm512_setzero_ps();
     for (int c = 0; c < kChunks; ++c) {
-      _mm512_mask_storeu_ps(out + 16 * c, chunk_mask(c),
-                            _mm512_div_ps(_mm512_load_ps(acc_out[h] + 16 * c), denom));
+      const __mmask16 m = ChunkMask(c, last);
+      const __m512 qa = _mm512_maskz_loadu_ps(m, q0 + 16 * c);
+      const __m512 qb = _mm512_maskz_loadu_ps(m, q1 + 16 * c);
+      for (int i = 0; i < 8; ++i) {
+        const __m512 k = _mm512_maskz_loadu_ps(m, k_rows[i] + offset + 16 * c);
+        dot[i] = _mm512_fmadd_ps(qa, k, dot[i]);
+        dot[8 + i] = _mm512_fmadd_ps(qb, k, dot[8 + i]);
+      }
+    }
+    return TransposeReduce16(dot);
+  }
+
+  // Dot products of one query head with 16 keys.
+  QUILL_AVX512_TARGET static __m512 Dots1x16(const float* q, const float* const* k_rows,
+                                             int64_t offset, __mmask16 last) {
+    __m512 dot[16];
+    for (int i = 0; i < 16; ++i) dot[i] = _mm512_setzero_ps();
+    for (int c = 0; c < kChunks; ++c) {
+      const __mmask16 m = ChunkMask(c, last);
+      const __m512 qc = _mm512_maskz_loadu_ps(m, q + 16 * c);
+      for (int i = 0; i < 16; ++i) {
+        dot[i] = _mm512_fmadd_ps(qc, _mm512_maskz_loadu_ps(m, k_rows[i] + offset + 16 * c),
+                                 dot[i]);
+      }
+    }
+    return TransposeReduce16(dot);
+  }
+
+  // scores[h][0, padded) for `num_heads` heads starting at q: scaled dots, -inf past count.
+  QUILL_AVX512_TARGET static void Scores(const float* q, int num_heads, int head_dim,
+                                         const float* const* k_rows, int64_t offset, int count,
+                                         int padded, __mmask16 last, float scale_value,
+                                         float (*scores)[kTile]) {
+    const __m512 scale = _mm512_set1_ps(scale_value);
+    const __m512 neg_inf = _mm512_set1_ps(kNegInf);
+    int h = 0;
+    for (; h + 2 <= num_heads; h += 2) {
+      const float* q0 = q + static_cast<int64_t>(h) * head_dim;
+      for (int g = 0; g < padded; g += 8) {
+        const __mmask16 valid8 = TailMask(std::min(count - g, 8));
+        const __m512 s = _mm512_mask_mov_ps(
+            neg_inf, static_cast<__mmask16>(valid8 | (valid8 << 8)),
+            _mm512_mul_ps(Dots2x8(q0, q0 + head_dim, k_rows + g, offset, last), scale));
+        _mm256_store_ps(scores[h] + g, _mm512_castps512_ps256(s));
+        _mm256_store_ps(scores[h + 1] + g,
+                        _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(s), 1)));
+      }
+    }
+    for (; h < num_heads; ++h) {
+      const float* qh = q + static_cast<int64_t>(h) * head_dim;
+      for (int g = 0; g < padded; g += 16) {
+        const __m512 s = _mm512_mask_mov_ps(
+            neg_inf, TailMask(count - g),
+            _mm512_mul_ps(Dots1x16(qh, k_rows + g, offset, last), scale));
+        _mm512_store_ps(scores[h] + g, s);
+      }
     }
   }
-}
+
+  // Online softmax step for one head: scores become weights exp(s - new max); returns the
+  // factor that rescales what was accumulated before (0 on the first tile).
+  QUILL_AVX512_TARGET static float Softmax(float* scores, int count, int padded,
+                                           float* running_max, float* running_sum) {
+    __m512 tile_max = _mm512_set1_ps(kNegInf);
+    for (int g = 0; g < padded; g += 16) {
+      tile_max = _mm512_max_ps(tile_max, _mm512_load_ps(scores + g));
+    }
+    const float new_max = std::max(*running_max, _mm512_reduce_max_ps(tile_max));
+    const float alpha = std::exp(*running_max - new_max);
+    *running_max = new_max;
+    const __m512 vmax = _mm512_set1_ps(new_max);
+    __m512 sum = _mm512_setzero_ps();
+    for (int g = 0; g < padded; g += 16) {
+      const __m512 p = _mm512_maskz_mov_ps(
+          TailMask(count - g), Exp512(_mm512_sub_ps(_mm512_load_ps(scores + g), vmax)));
+      _mm512_store_ps(scores + g, p);
+      sum = _mm512_add_ps(sum, p);
+    }
+    *running_sum = std::fma(*running_sum, alpha, ReduceAdd512(sum));
+    return alpha;
+  }
+
+  // acc[h] = acc[h] * alpha[h] + sum_i weights[h][i] * V_i, for kHeads heads at once.
+  template <int kHeads>
+  QUILL_AVX512_TARGET static void WeightedValues(const float* const* v_rows, int64_t offset,
+                                                 int count, __mmask16 last,
+                                                 float (*weights)[kTile], const float* alpha,
+                                                 float (*acc)[kChunks * 16]) {
+    __m512 o[kHeads][kChunks];
+    for (int h = 0; h < kHeads; ++h) {
+      const __m512 a = _mm512_set1_ps(alpha[h]);
+      for (int c = 0; c < kChunks; ++c) o[h][c] = _mm512_mul_ps(_mm512_load_ps(acc[h] + 16 * c), a);
+    }
+    for (int i = 0; i < count; ++i) {
+      __m512 p[kHeads];
+      for (int h = 0; h < kHeads; ++h) p[h] = _mm512_set1_ps(weights[h][i]);
+      for (int c = 0; c < kChunks; ++c) {
+        const __m512 v = _mm512_maskz_loadu_ps(ChunkMask(c, last), v_rows[i] + offset + 16 * c);
+        for (int h = 0; h < kHeads; ++h) o[h][c] = _mm512_fmadd_ps(p[h], v, o[h][c]);
+      }
+    }
+    for (int h = 0; h < kHeads; ++h) {
+      for (int c = 0; c < kChunks; ++c) _mm512_store_ps(acc[h] + 16 * c, o[h][c]);
+    }
+  }
+
+  template <int... kHeads>
+  QUILL_AVX512_TARGET static void WeightedValuesN(int n, std::integer_sequence<int, kHeads...>,
+                                                  const float* const* v_rows, int64_t offset,
+                                                  int count, __mmask16 last,
+                                                  float (*weights)[kTile], const float* alpha,
+                                                  float (*acc)[kChunks * 16]) {
+    ((n == kHeads + 1
+          ? WeightedValues<kHeads + 1>(v_rows, offset, count, last, weights, alpha, acc)
+          : void()),
+     ...);
+  }
+
+  QUILL_AVX512_TARGET static void Attend(const Item& it) {
+    const int num_heads = it.head_end - it.head_begin;
+    const int hd = it.head_dim;
+    alignas(64) float scores[kMaxHeadsPerItem][kTile];
+    alignas(64) float acc[kMaxHeadsPerItem][kChunks * 16];
+    float running_max[kMaxHeadsPerItem];
+    float running_sum[kMaxHeadsPerItem];
+    float alpha[kMaxHeadsPerItem];
+    const float* k_rows[kTile];
+    const float* v_rows[kTile];
+    const __mmask16 last = TailMask(hd - (kChunks - 1) * 16);
+
+    for (int h = 0; h < num_heads; ++h) {
+      running_max[h] = kNegInf;
+      running_sum[h] = 0.0f;
+      for (int c = 0; c < kChunks; ++c) _mm512_store_ps(acc[h] + 16 * c, _mm512_setzero_ps());
+    }
+    for (int t0 = 0; t0 < it.num_keys; t0 += kTile) {
+      const int count = std::min(kTile, it.num_keys - t0);
+      const int padded = (count + 15) / 16 * 16;
+      TileRows(it, t0, count, k_rows, v_rows);
+      // Lanes past the last key compute on a valid row and are masked out.
+      for (int i = count; i < padded; ++i) k_rows[i] = k_rows[0];
+
+      // One KV head (and the item's query heads that read it) at a time.
+      for (int h = it.head_begin; h < it.head_end;) {
+        const int kv = h / it.group;
+        const int end = std::min(it.head_end, (kv + 1) * it.group);
+        const int first = h - it.head_begin;
+        const int n = end - h;
+        const int64_t offset = static_cast<int64_t>(kv) * hd;
+        Scores(it.q + static_cast<int64_t>(h) * hd, n, hd, k_rows, offset, count, padded, last,
+               it.scale, scores + first);
+        for (int j = first; j < first + n; ++j) {
+          alpha[j] = Softmax(scores[j], count, padded, &running_max[j], &running_sum[j]);
+        }
+        for (int j = first; j < first + n; j += kPvHeads) {
+          WeightedValuesN(std::min(kPvHeads, first + n - j),
+                          std::make_integer_sequence<int, kPvHeads>{}, v_rows, offset, count,
+                          last, scores + j, alpha + j, acc + j);
+        }
+        h = end;
+      }
+    }
+
+    for (int h = 0; h < num_heads; ++h) {
+      const __m512 denom = _mm512_set1_ps(running_sum[h]);
+      float* out = it.out + static_cast<int64_t>(it.head_begin + h) * hd;
+      for (int c = 0; c < kChunks; ++c) {
+        _mm512_mask_storeu_ps(out + 16 * c, ChunkMask(c, last),
+                              _mm512_div_ps(_mm512_load_ps(acc[h] + 16 * c), denom));
+      }
+    }
+  }
+};
 
 using AttendFn = void (*)(const Item&);
 
 template <int... kChunks>
 AttendFn PickAvx512(int chunks, std::integer_sequence<int, kChunks...>) {
   AttendFn fn = nullptr;
-  ((fn = (chunks == kChunks + 1) ? &AttendAvx512<kChunks + 1> : fn), ...);
+  ((fn = (chunks == kChunks + 1) ? &Avx512Attention<kChunks + 1>::Attend : fn), ...);
   return fn;
 }
 
@@ -161,20 +277,22 @@ void AttendPortable(const Item& it) {
   float scores[kTile];
   const float* k_rows[kTile];
   const float* v_rows[kTile];
-  float acc_out[kMaxHeadDim];
+  float acc[kMaxHeadDim];
   const int hd = it.head_dim;
-  for (int h = 0; h < it.num_heads; ++h) {
+  for (int h = it.head_begin; h < it.head_end; ++h) {
     const float* q = it.q + static_cast<int64_t>(h) * hd;
+    const int64_t offset = static_cast<int64_t>(h / it.group) * hd;
     float running_max = kNegInf;
     float running_sum = 0.0f;
-    std::fill(acc_out, acc_out + hd, 0.0f);
+    std::fill(acc, acc + hd, 0.0f);
     for (int t0 = 0; t0 < it.num_keys; t0 += kTile) {
       const int count = std::min(kTile, it.num_keys - t0);
       TileRows(it, t0, count, k_rows, v_rows);
       float tile_max = kNegInf;
       for (int i = 0; i < count; ++i) {
+        const float* k = k_rows[i] + offset;
         float dot = 0.0f;
-        for (int d = 0; d < hd; ++d) dot = std::fma(q[d], k_rows[i][d], dot);
+        for (int d = 0; d < hd; ++d) dot = std::fma(q[d], k[d], dot);
         scores[i] = dot * it.scale;
         tile_max = std::max(tile_max, scores[i]);
       }
@@ -187,14 +305,58 @@ void AttendPortable(const Item& it) {
         sum += scores[i];
       }
       running_sum = std::fma(running_sum, alpha, sum);
-      for (int d = 0; d < hd; ++d) acc_out[d] *= alpha;
+      for (int d = 0; d < hd; ++d) acc[d] *= alpha;
       for (int i = 0; i < count; ++i) {
-        for (int d = 0; d < hd; ++d) acc_out[d] = std::fma(scores[i], v_rows[i][d], acc_out[d]);
+        const float* v = v_rows[i] + offset;
+        for (int d = 0; d < hd; ++d) acc[d] = std::fma(scores[i], v[d], acc[d]);
       }
     }
     float* out = it.out + static_cast<int64_t>(h) * hd;
-    for (int d = 0; d < hd; ++d) out[d] = acc_out[d] / running_sum;
+    for (int d = 0; d < hd; ++d) out[d] = acc[d] / running_sum;
   }
+}
+
+// ---- Work split ------------------------------------------------------------------------
+
+// How a query row's heads are cut into items: `span` consecutive heads, never straddling
+// a KV group partially (span is a multiple of the group, or the group is cut into runs).
+struct HeadSplit {
+  int n_heads;
+  int group;
+  int span;
+
+  int ItemsPerQuery() const {
+    if (span >= group) return (n_heads + span - 1) / span;
+    return (n_heads / group) * ((group + span - 1) / span);
+  }
+  std::pair<int, int> Heads(int index) const {
+    if (span >= group) {
+      const int begin = index * span;
+      return {begin, std::min(n_heads, begin + span)};
+    }
+    const int runs = (group + span - 1) / span;
+    const int kv = index / runs;
+    const int begin = kv * group + (index % runs) * span;
+    return {begin, std::min((kv + 1) * group, begin + span)};
+  }
+};
+
+// The widest split (most heads sharing each K/V row read) that still gives every thread
+// a few items.
+HeadSplit ChooseSplit(int n_heads, int group, int64_t num_queries, int threads) {
+  HeadSplit split{n_heads, group, 0};
+  if (group <= kMaxHeadsPerItem) {
+    split.span = std::min(n_heads, kMaxHeadsPerItem) / group * group;
+  } else {
+    split.span = kMaxHeadsPerItem;
+  }
+  const int64_t wanted = 4 * static_cast<int64_t>(threads);
+  while (split.span > 1 && num_queries * split.ItemsPerQuery() < wanted) {
+    // Halve whole groups first, then cut the group into runs.
+    split.span = split.span > group ? std::max(group, split.span / group / 2 * group)
+                                    : (split.span + 1) / 2;
+  }
+  return split;
 }
 
 }  // namespace
@@ -206,31 +368,27 @@ void PagedAttention(const float* q, const float* k_cache, const float* v_cache,
   const int n_kv = layout.num_kv_heads;
   QUILL_CHECK(hd > 0 && hd <= kMaxHeadDim && n_kv > 0 && n_heads % n_kv == 0 &&
               layout.block_size > 0);
-  const int group = n_heads / n_kv;
 
-  // Work items: (sequence, query, KV head, run of heads). The run length only groups work;
-  // it never changes a result, so it is free to shrink until both threads have work.
-  thread_local std::vector<int64_t> first_item;  // per sequence; grows, never shrinks
-  first_item.resize(sequences.size() + 1);
   int64_t num_queries = 0;
   for (const AttentionSequence& s : sequences) num_queries += s.num_q;
-  const int threads = omp_get_max_threads();
-  int run = std::min(group, kMaxHeadsPerItem);
-  auto runs_per_kv = [&](int r) { return (group + r - 1) / r; };
-  while (run > 1 && num_queries * n_kv * runs_per_kv(run) < 4 * threads) run = (run + 1) / 2;
-  const int64_t items_per_query = int64_t{n_kv} * runs_per_kv(run);
+  if (num_queries == 0) return;
+  const HeadSplit split = ChooseSplit(n_heads, n_heads / n_kv, num_queries, omp_get_max_threads());
+  const int items_per_query = split.ItemsPerQuery();
+
+  // First item of each sequence; the vector only grows, so steady state allocates nothing.
+  thread_local std::vector<int64_t> first_item;
+  first_item.resize(sequences.size() + 1);
   first_item[0] = 0;
   for (size_t s = 0; s < sequences.size(); ++s) {
-    first_item[s + 1] = first_item[s] + sequences[s].num_q * items_per_query;
+    first_item[s + 1] = first_item[s] + int64_t{sequences[s].num_q} * items_per_query;
   }
   const int64_t total = first_item[sequences.size()];
-  if (total == 0) return;
+  const int64_t* starts = first_item.data();
 
   AttendFn attend = &AttendPortable;
   if (UseAvx512()) {
     attend = PickAvx512((hd + 15) / 16, std::make_integer_sequence<int, kMaxHeadDim / 16>{});
   }
-  const int64_t* starts = first_item.data();
   const int64_t row = static_cast<int64_t>(n_heads) * hd;
 
 #pragma omp parallel for schedule(dynamic, 1) if (total > 1)
@@ -239,17 +397,17 @@ void PagedAttention(const float* q, const float* k_cache, const float* v_cache,
     const AttentionSequence& seq = sequences[s];
     const int64_t local = index - starts[s];
     const int64_t j = local / items_per_query;
-    const int kv = static_cast<int>((local % items_per_query) / runs_per_kv(run));
-    const int first_head = kv * group + static_cast<int>(local % runs_per_kv(run)) * run;
-    const int64_t offset = (seq.q_begin + j) * row + static_cast<int64_t>(first_head) * hd;
+    const auto [head_begin, head_end] = split.Heads(static_cast<int>(local % items_per_query));
     Item it;
-    it.q = q + offset;
-    it.out = out + offset;
-    it.num_heads = std::min(run, (kv + 1) * group - first_head);
+    it.q = q + (seq.q_begin + j) * row;
+    it.out = out + (seq.q_begin + j) * row;
+    it.head_begin = head_begin;
+    it.head_end = head_end;
+    it.group = split.group;
     it.num_keys = seq.first_pos + static_cast<int32_t>(j) + 1;
     it.block_table = seq.block_table;
-    it.k_cache = k_cache + static_cast<int64_t>(kv) * hd;
-    it.v_cache = v_cache + static_cast<int64_t>(kv) * hd;
+    it.k_cache = k_cache;
+    it.v_cache = v_cache;
     it.block_size = layout.block_size;
     it.kv_row = static_cast<int64_t>(n_kv) * hd;
     it.head_dim = hd;
