@@ -6,6 +6,8 @@
 #include <limits>
 #include <utility>
 
+#include <sys/mman.h>
+
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "engine/base/check.h"
@@ -15,6 +17,9 @@ namespace quill::engine {
 namespace {
 
 constexpr size_t kArenaAlignment = 64;  // one cache line; also a full AVX-512 vector
+// Arenas of at least one huge page are aligned to it and offered to transparent huge pages:
+// attention reads scattered blocks, and 4 KiB pages would cost a TLB miss every few rows.
+constexpr size_t kHugePage = size_t{2} << 20;
 // Block-table capacity reserved up front (capped by the pool size) so Reserve rarely
 // reallocates: 1024 blocks of 16 tokens cover a 16k-token context.
 constexpr int kInitialTableCapacity = 1024;
@@ -63,16 +68,19 @@ KvCache::~KvCache() = default;
 
 absl::Status KvCache::AllocateArenas() {
   const size_t raw = static_cast<size_t>(arena_floats_) * sizeof(float);
-  const size_t bytes = (raw + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment;
+  const size_t alignment = raw >= kHugePage ? kHugePage : kArenaAlignment;
+  const size_t bytes = (raw + alignment - 1) / alignment * alignment;
   k_arenas_.reserve(options_.num_layers);
   v_arenas_.reserve(options_.num_layers);
   for (int layer = 0; layer < options_.num_layers; ++layer) {
     for (std::vector<Arena>* arenas : {&k_arenas_, &v_arenas_}) {
-      Arena arena(static_cast<float*>(std::aligned_alloc(kArenaAlignment, bytes)));
+      Arena arena(static_cast<float*>(std::aligned_alloc(alignment, bytes)));
       if (arena == nullptr) {
         return absl::ResourceExhaustedError(
             absl::StrCat("kv cache: cannot allocate ", bytes, " bytes for layer ", layer));
       }
+      // Advice only: without THP support this fails harmlessly and 4 KiB pages are used.
+      if (alignment == kHugePage) madvise(arena.get(), bytes, MADV_HUGEPAGE);
       // Touch every page now so the resident size matches total_bytes() from the start.
       std::memset(arena.get(), 0, bytes);
       arenas->push_back(std::move(arena));

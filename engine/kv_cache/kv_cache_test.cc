@@ -97,6 +97,22 @@ TEST(KvCacheTest, ArenasAreZeroedAndWritable) {
   }
 }
 
+TEST(KvCacheTest, LargeArenasAreHugePageAligned) {
+  KvCacheOptions o;
+  o.num_layers = 2;
+  o.num_kv_heads = 1;
+  o.head_dim = 64;
+  o.block_size_tokens = 16;
+  o.budget_bytes = int64_t{8} << 20;  // 2 MiB per arena
+  auto cache = KvCache::Create(o);
+  ASSERT_TRUE(cache.ok()) << cache.status();
+  EXPECT_EQ((*cache)->num_blocks(), 512);
+  for (int layer = 0; layer < 2; ++layer) {
+    EXPECT_EQ(reinterpret_cast<uintptr_t>((*cache)->k_data(layer)) % (2 << 20), 0u);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>((*cache)->v_data(layer)) % (2 << 20), 0u);
+  }
+}
+
 TEST(KvCacheTest, SlotOffsetFollowsBlockTable) {
   auto cache = MakeCache(8);
   ASSERT_NE(cache, nullptr);
