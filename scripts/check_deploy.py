@@ -523,26 +523,64 @@ def check_dockerfile(c):
     return packages
 
 
-def check_runtime_packages(c, build_dir, packages):
-    """Every shared library of the three binaries comes from a package the Dockerfile installs."""
-    binaries = [os.path.join(build_dir, b) for b in ("server/quill-server", "client/quill", "engine/tools/quill-run")]
-    for binary in binaries:
-        if not c.check(os.path.exists(binary), "--build-dir: %s not built" % binary):
+def dependency_closure(packages):
+    """The packages plus everything they depend on (as apt would install), from dpkg's
+    records on this machine. For alternatives (a | b) every installed one is followed."""
+    closure, todo = set(), list(packages)
+    while todo:
+        package = todo.pop()
+        if package in closure:
             continue
-        out = subprocess.run(["ldd", binary], capture_output=True, text=True).stdout
-        libraries = sorted({os.path.realpath(m) for m in re.findall(r"=>\s+(/\S+)", out)})
-        for library in libraries:
-            owner = None
-            for candidate in (library, library.replace("/lib/", "/usr/lib/", 1)
-                              if not library.startswith("/usr/") else library.replace("/usr/lib/", "/lib/", 1)):
-                result = subprocess.run(["dpkg", "-S", candidate], capture_output=True, text=True)
-                if result.returncode == 0:
-                    owner = result.stdout.split(":")[0]
-                    break
-            if c.check(owner is not None, "%s: no Debian package owns %s" % (os.path.basename(binary), library)):
-                c.check(owner in packages or owner in BASE_IMAGE_PACKAGES,
-                        "Dockerfile: %s needs %s from package %s, which the runtime stage does not install"
-                        % (os.path.basename(binary), library, owner))
+        closure.add(package)
+        result = subprocess.run(["dpkg-query", "-W", "-f=${Depends},${Pre-Depends}", package],
+                                capture_output=True, text=True)
+        if result.returncode != 0:
+            continue
+        for alternative in re.split(r"[,|]", result.stdout):
+            name = re.sub(r"\(.*?\)|\[.*?\]", "", alternative).strip().split(":")[0]
+            if name:
+                todo.append(name)
+    return closure
+
+
+def package_owners(paths):
+    """{path: Debian package} for the paths dpkg knows, in one dpkg -S call. dpkg records
+    /usr/lib paths (merged /usr), while ldd may print /lib ones: both spellings are asked."""
+    spellings = {}
+    for path in paths:
+        spellings[path] = path
+        if path.startswith("/lib/"):
+            spellings["/usr" + path] = path
+        elif path.startswith("/usr/lib/"):
+            spellings[path[len("/usr"):]] = path
+    result = subprocess.run(["dpkg", "-S"] + sorted(spellings), capture_output=True, text=True)
+    owners = {}
+    for line in result.stdout.splitlines():
+        package, _, path = line.partition(": ")
+        if path in spellings:
+            owners[spellings[path]] = package.split(":")[0]
+    return owners
+
+
+def check_runtime_packages(c, build_dir, packages):
+    """Every shared library of the three binaries comes from a package the Dockerfile
+    installs, directly or as a dependency that apt-get pulls in."""
+    installed = dependency_closure(packages)
+    needs = {}  # library -> binaries
+    for binary in ("server/quill-server", "client/quill", "engine/tools/quill-run"):
+        path = os.path.join(build_dir, binary)
+        if not c.check(os.path.exists(path), "--build-dir: %s not built" % path):
+            continue
+        out = subprocess.run(["ldd", path], capture_output=True, text=True).stdout
+        for library in re.findall(r"=>\s+(/\S+)", out):
+            needs.setdefault(os.path.realpath(library), []).append(os.path.basename(binary))
+    owners = package_owners(list(needs))
+    for library, binaries in sorted(needs.items()):
+        owner = owners.get(library)
+        if c.check(owner is not None, "%s: no Debian package owns %s" % (", ".join(binaries), library)):
+            c.check(owner in installed or owner in BASE_IMAGE_PACKAGES,
+                    "Dockerfile: %s needs %s from package %s, which the runtime stage does not install"
+                    % (", ".join(binaries), library, owner))
 
 
 def main():

@@ -114,6 +114,9 @@ class LogReader:
             with self._lock:
                 self.lines.append(line.rstrip("\n"))
 
+    def join(self, timeout=10.0):
+        self._thread.join(timeout)
+
     def text(self):
         with self._lock:
             return "\n".join(self.lines)
@@ -182,6 +185,10 @@ class QuillServer:
 
     def __exit__(self, *exc):
         stop_process(self.process)
+        if self.log is not None:
+            self.log.join()
+        if self.process is not None and self.process.stdout is not None:
+            self.process.stdout.close()
         return False
 
     def cli(self, *args, timeout=60, input_text=None):

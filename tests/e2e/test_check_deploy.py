@@ -14,12 +14,14 @@ from e2e_util import BINARY_DIR, PYTHON, SOURCE_DIR, run
 SCRIPT = os.path.join(SOURCE_DIR, "scripts", "check_deploy.py")
 
 
+BINARIES = [os.path.join(BINARY_DIR, p) for p in
+            ("server/quill-server", "client/quill", "engine/tools/quill-run")]
+
+
 class CheckDeployTest(unittest.TestCase):
     def test_repository_passes(self):
         args = [PYTHON, SCRIPT]
-        binaries = [os.path.join(BINARY_DIR, p) for p in
-                    ("server/quill-server", "client/quill", "engine/tools/quill-run")]
-        if all(os.path.exists(b) for b in binaries):
+        if all(os.path.exists(b) for b in BINARIES):
             args += ["--build-dir", BINARY_DIR]  # also checks the Dockerfile's runtime packages
         else:
             print("binaries not built: Dockerfile runtime packages not checked")
@@ -27,7 +29,7 @@ class CheckDeployTest(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         self.assertIn("check_deploy: OK", r.stdout)
 
-    def broken_copy_fails(self, path, old, new, expected_message):
+    def broken_copy_fails(self, path, old, new, expected_message, extra_args=()):
         """Copies the deploy files, replaces `old` with `new` in `path`, expects a failure."""
         with tempfile.TemporaryDirectory(prefix="quill-deploy-") as root:
             shutil.copytree(os.path.join(SOURCE_DIR, "deploy"), os.path.join(root, "deploy"))
@@ -42,7 +44,7 @@ class CheckDeployTest(unittest.TestCase):
                 self.assertIn(old, text, "test setup: %r not in %s" % (old, path))
                 with open(target, "w") as f:
                     f.write(text.replace(old, new, 1))
-            r = run([PYTHON, SCRIPT, "--root", root])
+            r = run([PYTHON, SCRIPT, "--root", root] + list(extra_args))
         self.assertEqual(r.returncode, 1, "check_deploy accepted a broken %s:\n%s" % (path, r.stdout))
         self.assertRegex(r.stderr, expected_message)
 
@@ -105,6 +107,13 @@ class CheckDeployTest(unittest.TestCase):
     def test_dockerfile_healthcheck(self):
         self.broken_copy_fails("Dockerfile", "CMD quill health --addr 127.0.0.1:50051",
                                "CMD true", r"HEALTHCHECK must run")
+
+    def test_dockerfile_missing_runtime_library(self):
+        if not all(os.path.exists(b) for b in BINARIES):
+            self.skipTest("binaries not built")
+        self.broken_copy_fails("Dockerfile", "libspdlog1.10 ", "",
+                               r"quill-server.* needs \S+libspdlog\S+ from package libspdlog1\.10",
+                               extra_args=["--build-dir", BINARY_DIR])
 
 
 if __name__ == "__main__":

@@ -10,6 +10,14 @@ from e2e_util import SOURCE_DIR, QuillServer, http_get, run
 
 PROMETHEUS_DIR = os.path.join(SOURCE_DIR, "deploy", "prometheus")
 
+# promtool exits 1 when the exposition does not parse and 3 for lint findings. These gauges
+# are named by Quill's metrics contract (pool sizes, after vLLM's *_total capacity gauges)
+# and trip the "_total is for counters" lint; any other finding fails the test.
+ACCEPTED_LINT = {
+    'quill_kv_cache_blocks_total non-counter metrics should not have "_total" suffix',
+    'quill_kv_cache_bytes_total non-counter metrics should not have "_total" suffix',
+}
+
 
 class PromtoolFilesTest(unittest.TestCase):
     def setUp(self):
@@ -43,7 +51,11 @@ class PromtoolMetricsTest(unittest.TestCase):
         for metric in e2e_util.SERVER_METRICS:
             self.assertIn(metric, text)
         r = run([promtool, "check", "metrics"], input_text=text)
-        self.assertEqual(r.returncode, 0, "promtool check metrics:\n" + r.stdout + r.stderr)
+        findings = {line.strip() for line in (r.stdout + r.stderr).splitlines() if line.strip()}
+        self.assertIn(r.returncode, (0, 3), "promtool check metrics:\n" + r.stdout + r.stderr)
+        self.assertLessEqual(findings, ACCEPTED_LINT, "promtool check metrics found new problems")
+        if findings:
+            print("accepted lint findings (contract metric names):", sorted(findings))
 
 
 if __name__ == "__main__":
