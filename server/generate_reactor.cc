@@ -28,9 +28,9 @@ bool StreamChannel::OnChunk(engine::TokenChunk chunk) {
   {
     absl::MutexLock lock(&mu_);
     if (client_gone_) {
-      // Past the deadline the engine ends the request itself (as kDeadline, within a
+      // At the deadline the engine ends the request itself (as kDeadline, within a
       // step); refusing here would make it count as a cancellation.
-      return absl::Now() >= deadline_;
+      return absl::Now() + kDeadlineSlack >= deadline_;
     }
     if (state_ == State::kFinished) return false;
     AppendChunk(chunk, with_logprobs_, &pending_);
@@ -186,8 +186,10 @@ void GenerateReactor::MarkSubmitted() {
 }
 
 void GenerateReactor::CancelInEngine() {
-  // Past the deadline the engine ends the request itself, as kDeadline.
-  if (submitted_.load() && absl::Now() < deadline_) engine_->Cancel(request_id_);
+  // At the deadline the engine ends the request itself, as kDeadline.
+  if (submitted_.load() && absl::Now() + kDeadlineSlack < deadline_) {
+    engine_->Cancel(request_id_);
+  }
 }
 
 void GenerateReactor::OnWriteDone(bool ok) {
@@ -218,14 +220,14 @@ void LogFinishedRequest(absl::string_view request_id, const engine::FinishInfo& 
     spdlog::info(
         "finished request_id={} reason={} prompt_tokens={} completion_tokens={} queue_ms={:.1f} "
         "ttft_ms={:.1f} total_ms={:.1f}",
-        request_id, engine::FinishReasonName(info.reason), info.prompt_tokens,
+        std::string(request_id), std::string(engine::FinishReasonName(info.reason)), info.prompt_tokens,
         info.completion_tokens, ms(info.timings.queue_wait), ms(info.timings.time_to_first_token),
         ms(info.timings.total));
   } else {
     spdlog::info(
         "finished request_id={} reason={} prompt_tokens={} completion_tokens={} queue_ms={:.1f} "
         "ttft_ms={:.1f} total_ms={:.1f} status=\"{}\"",
-        request_id, engine::FinishReasonName(info.reason), info.prompt_tokens,
+        std::string(request_id), std::string(engine::FinishReasonName(info.reason)), info.prompt_tokens,
         info.completion_tokens, ms(info.timings.queue_wait), ms(info.timings.time_to_first_token),
         ms(info.timings.total), info.status.ToString());
   }

@@ -34,6 +34,11 @@ class Engine;
 
 namespace quill::server {
 
+// gRPC cancels a call when its deadline passes, and its timer and our clock may disagree
+// by a little. A cancel (or a vanished client) this close to the deadline is left to the
+// engine, which ends the request as kDeadline itself within a step.
+inline constexpr absl::Duration kDeadlineSlack = absl::Milliseconds(20);
+
 // The gRPC side of a stream as the channel drives it. Implemented by GenerateReactor
 // (and by fakes in tests). Calls follow the rules above; `message` stays untouched until
 // OnWriteDone (or the RPC's end).

@@ -297,7 +297,7 @@ int Main(int argc, char** argv) {
 
   absl::StatusOr<ServerOptions> options = OptionsFromFlags(argv[0]);
   if (!options.ok()) {
-    spdlog::error("{}", options.status().message());
+    spdlog::error("{}", options.status().ToString());
     return 2;
   }
 

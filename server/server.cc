@@ -1,7 +1,13 @@
 #include "server/server.h"
 
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
 #include <chrono>
 #include <exception>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -24,6 +30,38 @@ namespace {
 
 constexpr char kServiceName[] = "quill.v1.Generator";
 
+// Destroys `exposer` quickly. Its HTTP server (civetweb) notices the stop flag only when
+// its listening poll returns, which takes up to 2 s without traffic; connecting to it
+// while the destructor waits wakes it up.
+void StopExposer(std::unique_ptr<prometheus::Exposer> exposer, const std::string& host, int port) {
+  if (exposer == nullptr) return;
+  // A wildcard bind is reachable on loopback.
+  const std::string target = host.empty() || host == "0.0.0.0" ? "127.0.0.1"
+                             : host == "::" || host == "[::]"  ? "::1"
+                                                               : host;
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* address = nullptr;
+  if (getaddrinfo(target.c_str(), std::to_string(port).c_str(), &hints, &address) != 0) {
+    address = nullptr;
+  }
+  std::atomic<bool> stopped{false};
+  std::thread waker([&] {
+    while (address != nullptr && !stopped.load()) {
+      const int fd = socket(address->ai_family, address->ai_socktype, address->ai_protocol);
+      if (fd >= 0) {
+        connect(fd, address->ai_addr, address->ai_addrlen);
+        close(fd);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  });
+  exposer.reset();
+  stopped.store(true);
+  waker.join();
+  if (address != nullptr) freeaddrinfo(address);
+}
+
 }  // namespace
 
 Server::Server(const ServerOptions& options) : options_(options) {}
@@ -34,7 +72,12 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
   return server;
 }
 
-Server::~Server() { Shutdown(); }
+Server::~Server() {
+  Shutdown();
+  StopExposer(std::move(exposer_),
+              options_.metrics_host.empty() ? options_.host : options_.metrics_host,
+              metrics_port_);
+}
 
 std::string Server::address() const { return JoinHostPort(options_.host, port_); }
 
@@ -108,8 +151,8 @@ absl::Status Server::LoadModelAndEngine() {
       accounting.non_embedding_params, config.block_count, config.embedding_length,
       config.head_count, config.head_count_kv, config.context_length,
       (*model)->tokenizer().vocab_size(), (*model)->weight_type_name(),
-      PrecisionName(options_.precision), (*model)->weight_bytes(),
-      FormatByteSize((*model)->weight_bytes()), absl::ToDoubleMilliseconds(absl::Now() - start));
+      std::string(PrecisionName(options_.precision)), (*model)->weight_bytes(),
+      HumanBytes((*model)->weight_bytes()), absl::ToDoubleMilliseconds(absl::Now() - start));
   spdlog::info("kernels: {}", (*model)->kernel_summary());
   const int64_t weight_bytes = (*model)->weight_bytes();
 
@@ -133,7 +176,7 @@ absl::Status Server::LoadModelAndEngine() {
       "bytes_per_token={}",
       gauges.kv_blocks_total, eo.block_size_tokens,
       static_cast<int64_t>(gauges.kv_blocks_total) * eo.block_size_tokens,
-      gauges.kv_bytes_total, FormatByteSize(gauges.kv_bytes_total),
+      gauges.kv_bytes_total, HumanBytes(gauges.kv_bytes_total),
       accounting.kv_bytes_per_token);
   spdlog::info(
       "limits: max_tokens={} max_prompt_tokens={} max_batch_tokens={} prefill_chunk_tokens={} "

@@ -9,6 +9,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 
@@ -75,6 +76,17 @@ std::string FormatByteSize(int64_t bytes) {
     if (bytes > 0 && bytes % unit.factor == 0) return absl::StrCat(bytes / unit.factor, unit.suffix);
   }
   return absl::StrCat(bytes, "B");
+}
+
+std::string HumanBytes(int64_t bytes) {
+  static constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double value = static_cast<double>(bytes);
+  int unit = 0;
+  while (value >= 1024 && unit < 4) {
+    value /= 1024;
+    ++unit;
+  }
+  return unit == 0 ? absl::StrCat(bytes, "B") : absl::StrFormat("%.2f%s", value, kUnits[unit]);
 }
 
 absl::StatusOr<engine::kernels::Precision> ParsePrecision(absl::string_view text) {

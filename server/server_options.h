@@ -40,6 +40,9 @@ absl::StatusOr<int64_t> ParseByteSize(absl::string_view text);
 // 536870912 -> "512MiB" (exact when a power-of-1024 unit divides it, else plain bytes).
 std::string FormatByteSize(int64_t bytes);
 
+// 3674624 -> "3.50MiB" (for logs; not exact).
+std::string HumanBytes(int64_t bytes);
+
 // "fast" / "exact".
 absl::StatusOr<engine::kernels::Precision> ParsePrecision(absl::string_view text);
 absl::string_view PrecisionName(engine::kernels::Precision precision);

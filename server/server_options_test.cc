@@ -57,6 +57,13 @@ TEST(ByteSizeTest, FormatsExactUnits) {
   EXPECT_EQ(*ParseByteSize(FormatByteSize(int64_t{3} << 30)), int64_t{3} << 30);
 }
 
+TEST(ByteSizeTest, HumanBytes) {
+  EXPECT_EQ(HumanBytes(512), "512B");
+  EXPECT_EQ(HumanBytes(3674624), "3.50MiB");
+  EXPECT_EQ(HumanBytes(int64_t{256} << 20), "256.00MiB");
+  EXPECT_EQ(HumanBytes(int64_t{3} << 29), "1.50GiB");
+}
+
 TEST(PrecisionTest, ParsesBothNames) {
   EXPECT_EQ(*ParsePrecision("fast"), engine::kernels::Precision::kFast);
   EXPECT_EQ(*ParsePrecision("EXACT"), engine::kernels::Precision::kExact);

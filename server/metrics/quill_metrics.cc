@@ -206,6 +206,8 @@ void QuillMetrics::OnRequestFinished(const engine::FinishInfo& info) {
 
 void QuillMetrics::OnPreemption() { preemptions_->Increment(); }
 
+void QuillMetrics::OnGauges(const engine::EngineGauges& gauges) { SetEngineGauges(gauges); }
+
 void QuillMetrics::RecordRejected() { requests_rejected_->Increment(); }
 
 void QuillMetrics::SetModelWeightsBytes(int64_t bytes) {

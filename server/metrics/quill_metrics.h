@@ -33,6 +33,7 @@ class QuillMetrics final : public engine::EngineObserver {
   void OnStep(const engine::StepStats& stats, const engine::EngineGauges& gauges) override;
   void OnRequestFinished(const engine::FinishInfo& info) override;
   void OnPreemption() override;
+  void OnGauges(const engine::EngineGauges& gauges) override;
 
   // A Generate call refused before the engine accepted it (validation, full queue,
   // draining, loading): quill_requests_total{outcome="rejected"}.

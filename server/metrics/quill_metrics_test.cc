@@ -145,6 +145,15 @@ TEST(QuillMetricsTest, StepsFeedPhaseHistogramsBatchTokensItlAndGauges) {
   EXPECT_EQ(text.Value("quill_model_weights_bytes"), 4198912.0);
   EXPECT_GT(*text.Value("quill_process_resident_memory_bytes"), 1e6);
 
+  // Gauges reported without a step (requests cancelled while nothing ran).
+  engine::EngineGauges after_cancel = gauges;
+  after_cancel.requests_running = 1;
+  after_cancel.kv_blocks_used = 4;
+  metrics.OnGauges(after_cancel);
+  text = Parse(metrics);
+  EXPECT_EQ(text.Value("quill_requests_running"), 1.0);
+  EXPECT_EQ(text.Value("quill_kv_cache_blocks_used"), 4.0);
+
   // At scrape time the gauge source wins: the engine may have gone idle since its last step.
   gauges.requests_running = 0;
   gauges.requests_waiting = 0;

@@ -10,15 +10,38 @@
 
 namespace quill::testing {
 
-std::string SharedModelPath(absl::string_view file) {
-  const char* dir = std::getenv("QUILL_SHARED_DIR");
+namespace {
+
+// The environment wins; the build tree's paths (compiled in) are the fallback, because
+// ctest does not always pass every variable (and a binary run by hand has none).
+const char* DirFromEnv(const char* name, const char* fallback) {
+  const char* dir = std::getenv(name);
+  if (dir != nullptr && *dir != '\0') return dir;
+  return *fallback != '\0' ? fallback : nullptr;
+}
+
+#ifndef QUILL_DEFAULT_SHARED_DIR
+#define QUILL_DEFAULT_SHARED_DIR ""
+#endif
+#ifndef QUILL_DEFAULT_BINARY_DIR
+#define QUILL_DEFAULT_BINARY_DIR ""
+#endif
+
+}  // namespace
+
+std::string SharedPath(absl::string_view relative) {
+  const char* dir = DirFromEnv("QUILL_SHARED_DIR", QUILL_DEFAULT_SHARED_DIR);
   if (dir == nullptr) return "";
-  const std::string path = absl::StrCat(dir, "/models/", file);
+  const std::string path = absl::StrCat(dir, "/", relative);
   return access(path.c_str(), R_OK) == 0 ? path : "";
 }
 
+std::string SharedModelPath(absl::string_view file) {
+  return SharedPath(absl::StrCat("models/", file));
+}
+
 std::string BuildBinaryPath(absl::string_view relative) {
-  const char* dir = std::getenv("QUILL_BINARY_DIR");
+  const char* dir = DirFromEnv("QUILL_BINARY_DIR", QUILL_DEFAULT_BINARY_DIR);
   if (dir == nullptr) return "";
   const std::string path = absl::StrCat(dir, "/", relative);
   return access(path.c_str(), X_OK) == 0 ? path : "";

@@ -8,9 +8,13 @@
 
 namespace quill::testing {
 
-// $QUILL_SHARED_DIR/models/<file> if it exists, else "" (tests then GTEST_SKIP).
+// $QUILL_SHARED_DIR/<relative> if it exists, else "" (tests then GTEST_SKIP). Without the
+// variable, the shared directory configured at build time is used.
+std::string SharedPath(absl::string_view relative);
+// SharedPath("models/<file>").
 std::string SharedModelPath(absl::string_view file);
-// $QUILL_BINARY_DIR/<relative> if it exists and is executable, else "".
+// $QUILL_BINARY_DIR/<relative> (default: this build tree) if it exists and is executable,
+// else "".
 std::string BuildBinaryPath(absl::string_view relative);
 
 // GET http://127.0.0.1:<port>/metrics, checked (200, text/plain) and parsed.

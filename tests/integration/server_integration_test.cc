@@ -1,0 +1,617 @@
+// quill-server in process on 127.0.0.1:0 (kjv-1m, exact precision), driven through the
+// real client library over real gRPC, with /metrics scraped over HTTP.
+
+#include <atomic>
+#include <cmath>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "client/quill_client.h"
+#include "gmock/gmock.h"
+#include "grpcpp/generic/generic_stub.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "server/server.h"
+#include "tests/integration/server_test_util.h"
+#include "tests/testing/test_env.h"
+
+namespace quill::testing {
+namespace {
+
+namespace v1 = ::quill::v1;
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+constexpr int kEos = 2;  // kjv-1m's EOS id
+
+std::string ModelPath() { return SharedModelPath("kjv-1m.gguf"); }
+
+server::ServerOptions TestOptions() {
+  server::ServerOptions options;
+  options.model_path = ModelPath();
+  options.precision = engine::kernels::Precision::kExact;
+  options.host = "127.0.0.1";
+  options.port = 0;
+  options.metrics_port = 0;
+  options.drain_timeout = absl::Seconds(5);
+  options.engine.kv_cache_bytes = 32 << 20;  // 1024 blocks: plenty, and quick to allocate
+  options.engine.max_queue = 100;
+  return options;
+}
+
+class ServerTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (ModelPath().empty()) return;
+    absl::StatusOr<std::unique_ptr<server::Server>> server = server::Server::Create(TestOptions());
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = std::move(*server).release();
+    client_ = client::QuillClient::Connect(server_->address()).release();
+  }
+  static void TearDownTestSuite() {
+    delete client_;
+    client_ = nullptr;
+    delete server_;
+    server_ = nullptr;
+  }
+  void SetUp() override {
+    if (ModelPath().empty()) GTEST_SKIP() << "shared assets not found (QUILL_SHARED_DIR)";
+    ASSERT_NE(server_, nullptr);
+  }
+
+  static PromText Scrape() {
+    absl::StatusOr<PromText> text = ScrapeMetrics(server_->metrics_port());
+    EXPECT_TRUE(text.ok()) << text.status();
+    return text.ok() ? *text : PromText();
+  }
+
+  static server::Server* server_;
+  static client::QuillClient* client_;
+};
+server::Server* ServerTest::server_ = nullptr;
+client::QuillClient* ServerTest::client_ = nullptr;
+
+// ---------------------------------------------------------------------------------------
+// Outputs
+
+TEST_F(ServerTest, GreedyStreamEqualsTheGoldenReference) {
+  // Expected ids and text come from an independent implementation (../shared/golden).
+  std::ifstream in(SharedPath("golden/kjv-1m.json"));
+  ASSERT_TRUE(in) << "golden/kjv-1m.json";
+  const nlohmann::json golden = nlohmann::json::parse(in);
+  int checked = 0;
+  for (const auto& c : golden["cases"]) {
+    const std::vector<int> greedy = c["greedy_ids"].get<std::vector<int>>();
+    const std::string prompt = c["prompt"].get<std::string>();
+    if (greedy.size() < 20 || prompt.empty()) continue;
+    const Stream s = Collect(*client_, TextRequest(prompt, static_cast<int>(greedy.size())));
+    ASSERT_TRUE(s.status.ok()) << s.status;
+    EXPECT_EQ(s.ids, greedy) << prompt;
+    EXPECT_EQ(s.text, c["greedy_text"].get<std::string>()) << prompt;
+    EXPECT_EQ(s.last.finish_reason(), v1::LENGTH);
+    EXPECT_EQ(s.last.usage().prompt_tokens(), static_cast<int>(c["prompt_ids"].size()));
+    EXPECT_EQ(s.last.usage().completion_tokens(), static_cast<int>(greedy.size()));
+    ++checked;
+  }
+  EXPECT_GE(checked, 4);
+}
+
+// quill-run's ids end with EOS when it stopped there; the server never sends EOS.
+void ExpectSameAsQuillRun(const Stream& s, std::vector<int> run, int max_tokens) {
+  ASSERT_TRUE(s.status.ok()) << s.status;
+  if (!run.empty() && run.back() == kEos) {
+    run.pop_back();
+    EXPECT_EQ(s.last.finish_reason(), v1::EOS);
+  } else {
+    EXPECT_EQ(s.last.finish_reason(), v1::LENGTH);
+    EXPECT_EQ(static_cast<int>(run.size()), max_tokens);
+  }
+  EXPECT_EQ(s.ids, run);
+}
+
+TEST_F(ServerTest, GreedyStreamEqualsQuillRun) {
+  if (BuildBinaryPath("engine/tools/quill-run").empty()) GTEST_SKIP() << "quill-run not built";
+  for (const std::string prompt : {"In the beginning", "And Jesus answered and said",
+                                   "The LORD is my shepherd; I shall not want."}) {
+    absl::StatusOr<std::vector<int>> run =
+        QuillRunIds({"-m", ModelPath(), "-p", prompt, "-n", "48", "--temp", "0", "--exact"});
+    ASSERT_TRUE(run.ok()) << run.status();
+    ExpectSameAsQuillRun(Collect(*client_, TextRequest(prompt, 48)), *run, 48);
+  }
+}
+
+TEST_F(ServerTest, SeededSamplingEqualsQuillRun) {
+  if (BuildBinaryPath("engine/tools/quill-run").empty()) GTEST_SKIP() << "quill-run not built";
+  const std::vector<int> ids = {1, 300, 261, 345, 394, 325, 692, 967};  // "And the LORD said unto Moses,"
+  for (const char* prompt : {"ids", "For God so loved"}) {
+    // quill-run's top-k/min-p defaults are turned off: the request leaves them unset.
+    std::vector<std::string> args = {"-m", ModelPath(), "-n", "64", "--temp", "0.8",
+                                     "--top-p", "0.9", "--seed", "42", "--top-k", "0",
+                                     "--min-p", "0", "--exact"};
+    v1::GenerateRequest request;
+    if (std::string(prompt) == "ids") {
+      args.insert(args.end(), {"--prompt-ids", "1,300,261,345,394,325,692,967"});
+      request = IdsRequest(ids, 64);
+    } else {
+      args.insert(args.end(), {"-p", prompt});
+      request = TextRequest(prompt, 64);
+    }
+    SetSampling(&request, 0.8f, 0.9f, 42);
+    absl::StatusOr<std::vector<int>> run = QuillRunIds(args);
+    ASSERT_TRUE(run.ok()) << run.status();
+    ExpectSameAsQuillRun(Collect(*client_, request), *run, 64);
+  }
+}
+
+TEST_F(ServerTest, ConcurrentStreamsEqualTheirSoloRuns) {
+  const std::vector<std::string> phrases = {
+      "In the beginning", "And God said", "Blessed are the", "The LORD is my shepherd",
+      "And it came to pass", "Thus saith the LORD", "Hear, O Israel", "For unto us a child",
+  };
+  std::vector<v1::GenerateRequest> requests;
+  for (int i = 0; i < 32; ++i) {
+    v1::GenerateRequest r = TextRequest(absl::StrCat(phrases[i % phrases.size()],
+                                                     std::string(i / 8, ',')),
+                                        8 + (i * 7) % 57);
+    if (i % 2 == 1) SetSampling(&r, 0.9f, 0.95f, 1000 + i);
+    r.set_ignore_eos(i % 3 == 0);
+    requests.push_back(r);
+  }
+  std::vector<Stream> solo;
+  for (const v1::GenerateRequest& r : requests) {
+    solo.push_back(Collect(*client_, r));
+    ASSERT_TRUE(solo.back().status.ok()) << solo.back().status;
+  }
+  std::vector<Stream> together(requests.size());
+  absl::Notification go;
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    threads.emplace_back([&, i] {
+      go.WaitForNotification();
+      together[i] = Collect(*client_, requests[i]);
+    });
+  }
+  go.Notify();
+  for (std::thread& t : threads) t.join();
+  for (size_t i = 0; i < requests.size(); ++i) {
+    ASSERT_TRUE(together[i].status.ok()) << i << ": " << together[i].status;
+    EXPECT_EQ(together[i].ids, solo[i].ids) << "request " << i;
+    EXPECT_EQ(together[i].text, solo[i].text) << "request " << i;
+    EXPECT_EQ(together[i].last.finish_reason(), solo[i].last.finish_reason()) << i;
+  }
+}
+
+TEST_F(ServerTest, StopStringCutsTheTextBeforeIt) {
+  const Stream full = Collect(*client_, TextRequest("In the beginning", 24));
+  ASSERT_TRUE(full.status.ok());
+  // Starts inside the text (after " of the LORD, and "), spanning token boundaries.
+  const size_t at = full.text.find("the clouds");
+  ASSERT_NE(at, std::string::npos) << full.text;
+  v1::GenerateRequest r = TextRequest("In the beginning", 24);
+  r.add_stop("the clouds");
+  const Stream s = Collect(*client_, r);
+  ASSERT_TRUE(s.status.ok()) << s.status;
+  EXPECT_EQ(s.text, full.text.substr(0, at));
+  EXPECT_EQ(s.last.finish_reason(), v1::STOP);
+}
+
+TEST_F(ServerTest, LogprobsWhenAsked) {
+  v1::GenerateRequest r = TextRequest("In the beginning", 6);
+  r.set_logprobs(3);
+  const Stream s = Collect(*client_, r);
+  ASSERT_TRUE(s.status.ok()) << s.status;
+  ASSERT_EQ(s.logprobs.size(), s.ids.size());
+  for (size_t i = 0; i < s.ids.size(); ++i) {
+    const v1::TokenLogprobs& lp = s.logprobs[i];
+    EXPECT_EQ(lp.token_id(), s.ids[i]);
+    EXPECT_LE(lp.logprob(), 0.0f);
+    ASSERT_EQ(lp.top_size(), 3);
+    // Greedy: the chosen token is the most likely one.
+    EXPECT_EQ(lp.top(0).token_id(), s.ids[i]);
+    EXPECT_FLOAT_EQ(lp.top(0).logprob(), lp.logprob());
+    EXPECT_GE(lp.top(0).logprob(), lp.top(1).logprob());
+  }
+  // Without the request, no logprobs.
+  EXPECT_TRUE(Collect(*client_, TextRequest("In the beginning", 6)).logprobs.empty());
+}
+
+// ---------------------------------------------------------------------------------------
+// Cancellation, deadlines, queueing
+
+TEST_F(ServerTest, CancellingStreamsReleasesTheirKvBlocksAndOthersFinish) {
+  const PromText before = Scrape();
+  const double idle_blocks = Metric(before, "quill_kv_cache_blocks_used");
+  const double cancelled_before =
+      Metric(before, "quill_requests_total", {{"outcome", "cancelled"}});
+  constexpr int kStreams = 30, kCancel = 20, kTokens = 200;
+  std::vector<Stream> streams(kStreams);
+  std::vector<std::unique_ptr<client::GenerateCall>> calls;
+  for (int i = 0; i < kStreams; ++i) calls.push_back(std::make_unique<client::GenerateCall>());
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kStreams; ++i) {
+    threads.emplace_back([&, i] {
+      v1::GenerateRequest r = TextRequest(absl::StrCat("And the LORD said ", i), kTokens);
+      r.set_ignore_eos(true);
+      streams[i] = Collect(*client_, r, absl::Seconds(60), calls[i].get(),
+                           [&, i](const Stream& s) {
+                             // Cancel mid-generation, once tokens are flowing.
+                             if (i < kCancel && s.messages == 1) calls[i]->Cancel();
+                           });
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int i = 0; i < kStreams; ++i) {
+    if (i < kCancel) {
+      EXPECT_EQ(streams[i].status.code(), absl::StatusCode::kCancelled) << i;
+      EXPECT_LT(streams[i].ids.size(), static_cast<size_t>(kTokens)) << i;
+    } else {
+      ASSERT_TRUE(streams[i].status.ok()) << i << ": " << streams[i].status;
+      EXPECT_EQ(streams[i].ids.size(), static_cast<size_t>(kTokens)) << i;
+      EXPECT_EQ(streams[i].last.finish_reason(), v1::LENGTH) << i;
+    }
+  }
+  // The engine learns of each cancel within a step and releases the blocks.
+  absl::StatusOr<PromText> after = ScrapeUntil(server_->metrics_port(), [&](const PromText& t) {
+    return t.Value("quill_kv_cache_blocks_used") == idle_blocks &&
+           t.Value("quill_requests_total", {{"outcome", "cancelled"}}) ==
+               cancelled_before + kCancel;
+  });
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_EQ(Metric(*after, "quill_kv_cache_blocks_used"), idle_blocks);
+  EXPECT_EQ(Metric(*after, "quill_kv_cache_bytes_used"), 0.0);
+  EXPECT_EQ(Metric(*after, "quill_requests_running"), 0.0);
+  EXPECT_EQ(Metric(*after, "quill_requests_total", {{"outcome", "cancelled"}}),
+            cancelled_before + kCancel);
+  EXPECT_EQ(server_->engine().gauges().kv_blocks_used, 0);
+}
+
+TEST_F(ServerTest, DeadlineExceeded) {
+  const double deadline_before =
+      Metric(Scrape(), "quill_requests_total", {{"outcome", "deadline"}});
+  // Long enough to outlive a 50 ms deadline many times over.
+  v1::GenerateRequest r = TextRequest("In the beginning", 240);
+  r.set_ignore_eos(true);
+  std::vector<Stream> streams(8);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 8; ++i) {
+    threads.emplace_back([&, i] { streams[i] = Collect(*client_, r, absl::Milliseconds(50)); });
+  }
+  for (std::thread& t : threads) t.join();
+  for (const Stream& s : streams) {
+    EXPECT_EQ(s.status.code(), absl::StatusCode::kDeadlineExceeded) << s.status;
+    EXPECT_LT(s.ids.size(), 240u);
+  }
+  // The server ends them as "deadline" (not "cancelled") and frees their blocks.
+  absl::StatusOr<PromText> after = ScrapeUntil(server_->metrics_port(), [&](const PromText& t) {
+    return t.Value("quill_requests_total", {{"outcome", "deadline"}}) == deadline_before + 8 &&
+           t.Value("quill_kv_cache_blocks_used") == 0.0;
+  });
+  ASSERT_TRUE(after.ok());
+  EXPECT_EQ(Metric(*after, "quill_requests_total", {{"outcome", "deadline"}}),
+            deadline_before + 8);
+  EXPECT_EQ(Metric(*after, "quill_kv_cache_blocks_used"), 0.0);
+}
+
+TEST(ServerQueueTest, FullQueueIsResourceExhaustedAtOnce) {
+  if (ModelPath().empty()) GTEST_SKIP() << "shared assets not found (QUILL_SHARED_DIR)";
+  server::ServerOptions options = TestOptions();
+  // kjv-1m: 2 * 4 layers * 2 kv heads * 32 dims * 4 bytes = 2 KiB per token, 32 KiB per
+  // 16-token block: 512 KiB is 16 blocks = 256 tokens, one long request at a time.
+  options.engine.kv_cache_bytes = 512 << 10;
+  options.engine.max_queue = 2;
+  absl::StatusOr<std::unique_ptr<server::Server>> server = server::Server::Create(options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  std::unique_ptr<client::QuillClient> client = client::QuillClient::Connect((*server)->address());
+
+  v1::GenerateRequest long_request = TextRequest("In the beginning", 240);
+  long_request.set_ignore_eos(true);
+  std::vector<client::GenerateCall> calls(3);
+  std::vector<Stream> streams(3);
+  absl::Notification first_token;
+  std::vector<std::thread> threads;
+  threads.emplace_back([&] {
+    streams[0] = Collect(*client, long_request, absl::Seconds(60), &calls[0], [&](const Stream& s) {
+      if (s.messages == 1) first_token.Notify();
+    });
+  });
+  first_token.WaitForNotification();
+  for (int i = 1; i < 3; ++i) {
+    threads.emplace_back([&, i] { streams[i] = Collect(*client, long_request, absl::Seconds(60), &calls[i]); });
+  }
+  // Both wait for KV blocks (the queue is now full)...
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while ((*server)->engine().gauges().requests_waiting < 2 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  ASSERT_EQ((*server)->engine().gauges().requests_waiting, 2);
+  // ...so one more is refused immediately.
+  const absl::Time start = absl::Now();
+  const Stream refused = Collect(*client, TextRequest("Hear, O Israel", 4));
+  EXPECT_EQ(refused.status.code(), absl::StatusCode::kResourceExhausted) << refused.status;
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  EXPECT_EQ(refused.messages, 0);
+  for (client::GenerateCall& call : calls) call.Cancel();
+  for (std::thread& t : threads) t.join();
+  absl::StatusOr<PromText> text = ScrapeMetrics((*server)->metrics_port());
+  ASSERT_TRUE(text.ok());
+  EXPECT_EQ(Metric(*text, "quill_requests_total", {{"outcome", "rejected"}}), 1.0);
+}
+
+// ---------------------------------------------------------------------------------------
+// Validation
+
+struct BadRequest {
+  const char* name;
+  std::function<void(v1::GenerateRequest*)> mutate;
+  const char* field;
+};
+
+TEST_F(ServerTest, InvalidRequestsAreInvalidArgumentNamingTheField) {
+  const float nan = std::nanf("");
+  const float inf = INFINITY;
+  const std::vector<BadRequest> cases = {
+      {"no prompt", [](auto* r) { r->clear_input(); }, "prompt"},
+      {"empty prompt", [](auto* r) { r->set_prompt(""); }, "prompt"},
+      {"id out of vocab", [](auto* r) { r->mutable_prompt_token_ids()->add_ids(1024); },
+       "prompt_token_ids[0]"},
+      {"negative id", [](auto* r) { r->mutable_prompt_token_ids()->add_ids(-5); },
+       "prompt_token_ids[0]"},
+      {"prompt beyond the context",
+       [](auto* r) {
+         std::string p;
+         for (int i = 0; i < 300; ++i) p += "and ";
+         r->set_prompt(p);
+       },
+       "prompt"},
+      {"prompt + max_tokens beyond the context",
+       [](auto* r) {
+         r->set_prompt("In the beginning");  // 8 tokens
+         r->set_max_tokens(250);
+       },
+       "max_tokens"},
+      {"max_tokens 0", [](auto* r) { r->set_max_tokens(0); }, "max_tokens"},
+      {"max_tokens above the limit", [](auto* r) { r->set_max_tokens(256); }, "max_tokens"},
+      {"temperature NaN", [=](auto* r) { r->mutable_sampling()->set_temperature(nan); },
+       "sampling.temperature"},
+      {"temperature Inf", [=](auto* r) { r->mutable_sampling()->set_temperature(inf); },
+       "sampling.temperature"},
+      {"temperature negative", [](auto* r) { r->mutable_sampling()->set_temperature(-1); },
+       "sampling.temperature"},
+      {"top_p above 1", [](auto* r) { r->mutable_sampling()->set_top_p(1.5f); },
+       "sampling.top_p"},
+      {"top_p negative", [](auto* r) { r->mutable_sampling()->set_top_p(-0.1f); },
+       "sampling.top_p"},
+      {"top_k negative", [](auto* r) { r->mutable_sampling()->set_top_k(-2); },
+       "sampling.top_k"},
+      {"min_p above 1", [](auto* r) { r->mutable_sampling()->set_min_p(2); }, "sampling.min_p"},
+      {"repetition_penalty negative",
+       [](auto* r) { r->mutable_sampling()->set_repetition_penalty(-1); },
+       "sampling.repetition_penalty"},
+      {"logprobs 21", [](auto* r) { r->set_logprobs(21); }, "logprobs"},
+      {"logprobs negative", [](auto* r) { r->set_logprobs(-1); }, "logprobs"},
+      // Sent as raw bytes: protobuf logs an error when serializing, then sends them anyway.
+      {"prompt not UTF-8", [](auto* r) { r->set_prompt("In the \xFF beginning"); }, "prompt"},
+      {"stop not UTF-8",
+       [](auto* r) {
+         r->add_stop("ok");
+         r->add_stop("\xC3\x28");
+       },
+       "stop[1]"},
+      {"17 stop strings",
+       [](auto* r) {
+         for (int i = 0; i < 17; ++i) r->add_stop(absl::StrCat("s", i));
+       },
+       "stop"},
+      {"stop of 257 bytes", [](auto* r) { r->add_stop(std::string(257, 'x')); }, "stop[0]"},
+      {"stop_token_id out of vocab", [](auto* r) { r->add_stop_token_ids(99999); },
+       "stop_token_ids[0]"},
+  };
+  const double rejected_before = Metric(Scrape(), "quill_requests_total", {{"outcome", "rejected"}});
+  for (const BadRequest& c : cases) {
+    v1::GenerateRequest request = TextRequest("In the beginning", 8);
+    c.mutate(&request);
+    const Stream s = Collect(*client_, request);
+    EXPECT_EQ(s.status.code(), absl::StatusCode::kInvalidArgument) << c.name << ": " << s.status;
+    EXPECT_THAT(std::string(s.status.message()), StartsWith(c.field)) << c.name;
+    EXPECT_EQ(s.messages, 0) << c.name;
+  }
+  const PromText after = Scrape();
+  EXPECT_EQ(Metric(after, "quill_requests_total", {{"outcome", "rejected"}}),
+            rejected_before + cases.size());
+  EXPECT_EQ(Metric(after, "quill_kv_cache_blocks_used"), 0.0);
+}
+
+TEST_F(ServerTest, OversizeMessageIsRefusedByTheTransport) {
+  // Above the 4 MiB receive limit: gRPC refuses it before any handler runs.
+  const Stream s = Collect(*client_, TextRequest(std::string(5 << 20, 'a'), 8));
+  EXPECT_EQ(s.status.code(), absl::StatusCode::kResourceExhausted) << s.status;
+}
+
+// ---------------------------------------------------------------------------------------
+// Metrics
+
+TEST_F(ServerTest, MetricsAgreeWithTheTrafficSent) {
+  const PromText before = Scrape();
+  auto delta = [&](const PromText& after, const std::string& name, const Labels& labels = {}) {
+    return Metric(after, name, labels) - Metric(before, name, labels);
+  };
+  auto hist_delta = [&](const PromText& after, const std::string& name,
+                        const Labels& labels = {}) {
+    return after.HistogramCount(name, labels).value_or(-1) -
+           before.HistogramCount(name, labels).value_or(-1);
+  };
+
+  std::vector<Stream> done;
+  for (int n : {5, 6, 7}) {
+    v1::GenerateRequest r = TextRequest("Blessed are the", n);
+    r.set_ignore_eos(true);
+    done.push_back(Collect(*client_, r));
+    ASSERT_TRUE(done.back().status.ok());
+    ASSERT_EQ(done.back().last.finish_reason(), v1::LENGTH);
+  }
+  v1::GenerateRequest stop = TextRequest("In the beginning", 24);
+  stop.add_stop("clouds");
+  done.push_back(Collect(*client_, stop));
+  ASSERT_TRUE(done.back().status.ok());
+  ASSERT_EQ(done.back().last.finish_reason(), v1::STOP);
+  EXPECT_EQ(Collect(*client_, TextRequest("", 4)).status.code(),
+            absl::StatusCode::kInvalidArgument);
+
+  int prompt_tokens = 0, completion_tokens = 0, streamed = 0, gaps = 0;
+  for (const Stream& s : done) {
+    prompt_tokens += s.last.usage().prompt_tokens();
+    completion_tokens += s.last.usage().completion_tokens();
+    streamed += static_cast<int>(s.ids.size());
+    gaps += static_cast<int>(s.ids.size()) - 1;
+  }
+  EXPECT_EQ(streamed, completion_tokens);
+
+  absl::StatusOr<PromText> after = ScrapeUntil(server_->metrics_port(), [&](const PromText& t) {
+    return t.Value("quill_requests_total", {{"outcome", "stop"}}).value_or(0) >=
+           before.Value("quill_requests_total", {{"outcome", "stop"}}).value_or(0) + 1;
+  });
+  ASSERT_TRUE(after.ok());
+  EXPECT_EQ(delta(*after, "quill_requests_total", {{"outcome", "length"}}), 3);
+  EXPECT_EQ(delta(*after, "quill_requests_total", {{"outcome", "stop"}}), 1);
+  EXPECT_EQ(delta(*after, "quill_requests_total", {{"outcome", "rejected"}}), 1);
+  EXPECT_EQ(delta(*after, "quill_requests_total", {{"outcome", "eos"}}), 0);
+  EXPECT_EQ(delta(*after, "quill_requests_total", {{"outcome", "error"}}), 0);
+  EXPECT_EQ(delta(*after, "quill_prompt_tokens_total"), prompt_tokens);
+  EXPECT_EQ(delta(*after, "quill_generated_tokens_total"), completion_tokens);
+  EXPECT_EQ(hist_delta(*after, "quill_request_duration_seconds"), 4);
+  EXPECT_EQ(hist_delta(*after, "quill_time_to_first_token_seconds"), 4);
+  EXPECT_EQ(hist_delta(*after, "quill_queue_wait_seconds"), 4);
+  EXPECT_EQ(hist_delta(*after, "quill_prefill_duration_seconds"), 4);
+  EXPECT_EQ(hist_delta(*after, "quill_decode_duration_seconds"), 4);
+  // One inter-token gap per streamed token after each request's first.
+  EXPECT_EQ(hist_delta(*after, "quill_inter_token_latency_seconds"), gaps);
+  // Sequential requests: each step is one prefill or one decode; every token passes
+  // through exactly one step.
+  const double steps = hist_delta(*after, "quill_engine_step_duration_seconds", {{"phase", "prefill"}}) +
+                       hist_delta(*after, "quill_engine_step_duration_seconds", {{"phase", "decode"}}) +
+                       hist_delta(*after, "quill_engine_step_duration_seconds", {{"phase", "mixed"}});
+  EXPECT_EQ(hist_delta(*after, "quill_batch_tokens"), steps);
+  EXPECT_EQ(after->HistogramSum("quill_batch_tokens").value_or(0) -
+                before.HistogramSum("quill_batch_tokens").value_or(0),
+            prompt_tokens + gaps);
+  EXPECT_EQ(Metric(*after, "quill_requests_running"), 0);
+  EXPECT_EQ(Metric(*after, "quill_requests_waiting"), 0);
+  EXPECT_EQ(Metric(*after, "quill_kv_cache_blocks_used"), 0);
+  EXPECT_EQ(Metric(*after, "quill_kv_cache_blocks_total"), server_->engine().gauges().kv_blocks_total);
+  EXPECT_GT(Metric(*after, "quill_process_resident_memory_bytes"), 1e6);
+  absl::StatusOr<v1::ModelInfo> info = client_->GetModelInfo();
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(Metric(*after, "quill_model_weights_bytes"), info->weights_bytes());
+}
+
+// ---------------------------------------------------------------------------------------
+// Other RPCs
+
+TEST_F(ServerTest, HealthIsServing) {
+  absl::StatusOr<client::HealthStatus> all = client_->Health("");
+  ASSERT_TRUE(all.ok()) << all.status();
+  EXPECT_EQ(*all, client::HealthStatus::kServing);
+  absl::StatusOr<client::HealthStatus> generator = client_->Health("quill.v1.Generator");
+  ASSERT_TRUE(generator.ok()) << generator.status();
+  EXPECT_EQ(*generator, client::HealthStatus::kServing);
+  EXPECT_EQ(client_->Health("no.such.Service").status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(ServerTest, ModelInfoDescribesKjv) {
+  absl::StatusOr<v1::ModelInfo> info = client_->GetModelInfo();
+  ASSERT_TRUE(info.ok()) << info.status();
+  // Figures from ../shared/models/README.md.
+  EXPECT_EQ(info->architecture(), "llama");
+  EXPECT_EQ(info->vocab_size(), 1024);
+  EXPECT_EQ(info->context_length(), 256);
+  EXPECT_EQ(info->embedding_length(), 128);
+  EXPECT_EQ(info->block_count(), 4);
+  EXPECT_EQ(info->head_count(), 4);
+  EXPECT_EQ(info->head_count_kv(), 2);
+  EXPECT_EQ(info->feed_forward_length(), 384);
+  EXPECT_EQ(info->parameter_count(), 1049728);
+  EXPECT_EQ(info->kv_bytes_per_token(), 2 * 4 * 2 * 32 * 4);  // f32 K and V
+  EXPECT_EQ(info->weight_type(), "F32");
+  EXPECT_EQ(info->precision(), "exact");
+  EXPECT_EQ(info->bos_token_id(), 1);
+  EXPECT_EQ(info->eos_token_id(), 2);
+  EXPECT_EQ(info->path(), ModelPath());
+  // Packed weights: at most 4 bytes per parameter (F32), and most of the model.
+  EXPECT_GT(info->weights_bytes(), 2 * 1049728);
+  EXPECT_LE(info->weights_bytes(), 4 * 1049728);
+  const engine::EngineOptions& options = TestOptions().engine;
+  EXPECT_EQ(info->limits().max_tokens(), 255);
+  EXPECT_EQ(info->limits().max_prompt_tokens(), 255);
+  EXPECT_EQ(info->limits().max_batch_tokens(), options.max_batch_tokens);
+  EXPECT_EQ(info->limits().prefill_chunk_tokens(), options.prefill_chunk_tokens);
+  EXPECT_EQ(info->limits().max_running(), options.max_running);
+  EXPECT_EQ(info->limits().max_queue(), 100);
+  EXPECT_EQ(info->limits().kv_block_size_tokens(), 16);
+  EXPECT_EQ(info->limits().kv_cache_blocks(), (32 << 20) / (2048 * 16));  // 2 KiB per token
+  EXPECT_EQ(info->limits().kv_cache_bytes(), 32 << 20);
+}
+
+TEST_F(ServerTest, TokenizeMatchesTheGoldenIds) {
+  absl::StatusOr<v1::TokenizeResponse> t = client_->Tokenize("In the beginning", true);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_THAT(t->token_ids(), ::testing::ElementsAre(1, 299, 958, 261, 811, 267, 958, 294));
+  EXPECT_EQ(t->pieces_size(), t->token_ids_size());
+  EXPECT_EQ(t->text(), "In the beginning");
+  absl::StatusOr<v1::TokenizeResponse> raw = client_->Tokenize("In the beginning", false);
+  ASSERT_TRUE(raw.ok());
+  EXPECT_EQ(raw->token_ids_size(), 7);  // no BOS
+  v1::TokenizeRequest bad;
+  bad.set_text("caf\xC3");
+  EXPECT_EQ(client_->Tokenize(bad).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// grpc.reflection.v1alpha over a generic stub (no reflection client library in Debian):
+// ServerReflectionRequest{list_services: ""} is the two bytes 0x3a 0x00.
+TEST_F(ServerTest, ReflectionListsTheServices) {
+  grpc::GenericStub stub(client_->channel());
+  grpc::CompletionQueue cq;
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+  std::unique_ptr<grpc::GenericClientAsyncReaderWriter> call = stub.PrepareCall(
+      &context, "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", &cq);
+  void* tag;
+  bool ok;
+  auto step = [&](intptr_t want) {
+    ASSERT_TRUE(cq.Next(&tag, &ok));
+    ASSERT_EQ(reinterpret_cast<intptr_t>(tag), want);
+    ASSERT_TRUE(ok);
+  };
+  call->StartCall(reinterpret_cast<void*>(1));
+  step(1);
+  const std::string request("\x3a\x00", 2);
+  grpc::Slice slice(request);
+  grpc::ByteBuffer out(&slice, 1);
+  call->Write(out, reinterpret_cast<void*>(2));
+  step(2);
+  grpc::ByteBuffer in;
+  call->Read(&in, reinterpret_cast<void*>(3));
+  step(3);
+  call->WritesDone(reinterpret_cast<void*>(4));
+  step(4);
+  grpc::Status status;
+  call->Finish(&status, reinterpret_cast<void*>(5));
+  step(5);
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  std::vector<grpc::Slice> slices;
+  ASSERT_TRUE(in.Dump(&slices).ok());
+  std::string bytes;
+  for (const grpc::Slice& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  EXPECT_THAT(bytes, HasSubstr("quill.v1.Generator"));
+  EXPECT_THAT(bytes, HasSubstr("grpc.health.v1.Health"));
+}
+
+}  // namespace
+}  // namespace quill::testing

@@ -1,0 +1,225 @@
+// The real quill-server binary as a subprocess: configuration from flags and QUILL_*
+// environment variables, startup failures, and graceful shutdown on SIGTERM.
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "client/quill_client.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/integration/server_test_util.h"
+#include "tests/testing/subprocess.h"
+#include "tests/testing/test_env.h"
+
+namespace quill::testing {
+namespace {
+
+namespace v1 = ::quill::v1;
+using ::testing::HasSubstr;
+
+class ServerProcessTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    binary_ = BuildBinaryPath("server/quill-server");
+    model_ = SharedModelPath("kjv-1m.gguf");
+    if (binary_.empty()) GTEST_SKIP() << "quill-server is not built";
+    if (model_.empty()) GTEST_SKIP() << "shared assets not found (QUILL_SHARED_DIR)";
+  }
+  std::string binary_;
+  std::string model_;
+};
+
+int PortFrom(Subprocess& p, const std::string& pattern) {
+  absl::StatusOr<std::string> port = p.WaitForOutput(pattern, absl::Seconds(30));
+  EXPECT_TRUE(port.ok()) << port.status();
+  int value = 0;
+  if (port.ok()) {
+    EXPECT_TRUE(absl::SimpleAtoi(*port, &value));
+  }
+  return value;
+}
+
+TEST_F(ServerProcessTest, SigtermDrainsRunningStreamsThenExitsZero) {
+  // Flags and environment together: QUILL_PORT is overridden by --port (flags win).
+  absl::StatusOr<std::unique_ptr<Subprocess>> process = Subprocess::Start(
+      {binary_, "--model", model_, "--host", "127.0.0.1", "--port", "0", "--metrics-port=0",
+       "--drain-timeout", "30s", "--max-running", "1", "--kv_cache_bytes", "2MiB"},
+      {{"QUILL_PORT", "1"}, {"QUILL_PRECISION", "exact"}, {"QUILL_MAX_QUEUE", "64"},
+       {"QUILL_LOG_LEVEL", "info"}});
+  ASSERT_TRUE(process.ok()) << process.status();
+  Subprocess& server = **process;
+  const int port = PortFrom(server, "listening on 127\\.0\\.0\\.1:([0-9]+)");
+  const int metrics_port = PortFrom(server, "metrics on http://127\\.0\\.0\\.1:([0-9]+)/metrics");
+  ASSERT_GT(port, 0);
+  ASSERT_GT(metrics_port, 0);
+  ASSERT_TRUE(server.WaitForOutput("serving quill.v1.Generator", absl::Seconds(30)).ok())
+      << server.output();
+  // The startup log says what was loaded and the limits in force.
+  const std::string log = server.output();
+  EXPECT_THAT(log, HasSubstr("architecture=llama"));
+  EXPECT_THAT(log, HasSubstr("params=1049728"));
+  EXPECT_THAT(log, HasSubstr("precision=exact"));      // from QUILL_PRECISION
+  EXPECT_THAT(log, HasSubstr("max_queue=64"));         // from QUILL_MAX_QUEUE
+  EXPECT_THAT(log, HasSubstr("max_running=1"));        // from --max-running
+  EXPECT_THAT(log, HasSubstr("bytes=2097152 (2.00MiB)"));  // from --kv_cache_bytes
+
+  std::unique_ptr<client::QuillClient> client =
+      client::QuillClient::Connect(absl::StrCat("127.0.0.1:", port));
+  absl::StatusOr<client::HealthStatus> health = client->Health("", absl::Seconds(10));
+  ASSERT_TRUE(health.ok()) << health.status();
+  ASSERT_EQ(*health, client::HealthStatus::kServing);
+
+  // One request runs at a time (--max-running 1), so the queue behind it keeps the drain
+  // busy long enough to observe it.
+  constexpr int kStreams = 12, kTokens = 240;
+  std::vector<Stream> streams(kStreams);
+  std::atomic<int> finished{0};
+  absl::Notification first_token;
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kStreams; ++i) {
+    threads.emplace_back([&, i] {
+      v1::GenerateRequest r = TextRequest(absl::StrCat("And the LORD said ", i), kTokens);
+      r.set_ignore_eos(true);
+      streams[i] = Collect(*client, r, absl::Seconds(120), nullptr, [&](const Stream& s) {
+        if (s.messages == 1 && i == 0) first_token.Notify();
+      });
+      finished.fetch_add(1);
+    });
+    if (i == 0) first_token.WaitForNotification();  // stream 0 runs before SIGTERM
+  }
+  // Wait until every request is accepted (running or queued) before the signal.
+  absl::StatusOr<PromText> queued = ScrapeUntil(metrics_port, [&](const PromText& t) {
+    return t.Value("quill_requests_running").value_or(0) +
+               t.Value("quill_requests_waiting").value_or(0) ==
+           kStreams;
+  });
+  ASSERT_TRUE(queued.ok()) << queued.status();
+
+  server.Signal(SIGTERM);
+  // Health turns NOT_SERVING while the streams drain...
+  client::HealthStatus status = client::HealthStatus::kServing;
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (absl::Now() < deadline) {
+    absl::StatusOr<client::HealthStatus> h = client->Health("", absl::Seconds(5));
+    ASSERT_TRUE(h.ok()) << h.status();
+    status = *h;
+    if (status == client::HealthStatus::kNotServing) break;
+    absl::SleepFor(absl::Milliseconds(2));
+  }
+  EXPECT_EQ(status, client::HealthStatus::kNotServing);
+  // ...a new request is refused...
+  const Stream refused = Collect(*client, TextRequest("In the beginning", 4), absl::Seconds(10));
+  EXPECT_EQ(refused.status.code(), absl::StatusCode::kUnavailable) << refused.status;
+  // ...while accepted streams were still being served.
+  EXPECT_LT(finished.load(), kStreams);
+  // All of them complete normally within the drain timeout.
+  for (std::thread& t : threads) t.join();
+  for (int i = 0; i < kStreams; ++i) {
+    ASSERT_TRUE(streams[i].status.ok()) << i << ": " << streams[i].status;
+    EXPECT_EQ(streams[i].ids.size(), static_cast<size_t>(kTokens)) << i;
+    EXPECT_EQ(streams[i].last.finish_reason(), v1::LENGTH) << i;
+  }
+  absl::StatusOr<int> code = server.Wait(absl::Seconds(60));
+  ASSERT_TRUE(code.ok()) << code.status();
+  EXPECT_EQ(*code, 0) << server.output();
+  EXPECT_THAT(server.output(), HasSubstr("shutting down gracefully"));
+}
+
+TEST_F(ServerProcessTest, SecondSignalDuringTheDrainExitsAtOnce) {
+  absl::StatusOr<std::unique_ptr<Subprocess>> process = Subprocess::Start(
+      {binary_, "--model", model_, "--port", "0", "--metrics-port", "-1", "--max-running", "1",
+       "--drain-timeout", "60s", "--precision", "exact"});
+  ASSERT_TRUE(process.ok());
+  Subprocess& server = **process;
+  const int port = PortFrom(server, "listening on 127\\.0\\.0\\.1:([0-9]+)");
+  ASSERT_TRUE(server.WaitForOutput("serving quill.v1.Generator", absl::Seconds(30)).ok());
+  std::unique_ptr<client::QuillClient> client =
+      client::QuillClient::Connect(absl::StrCat("127.0.0.1:", port));
+  constexpr int kStreams = 16;
+  std::vector<Stream> streams(kStreams);
+  absl::Notification started;
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kStreams; ++i) {
+    threads.emplace_back([&, i] {
+      v1::GenerateRequest r = TextRequest("In the beginning", 240);
+      r.set_ignore_eos(true);
+      streams[i] = Collect(*client, r, absl::Seconds(60), nullptr, [&](const Stream& s) {
+        if (i == 0 && s.messages == 1) started.Notify();
+      });
+    });
+  }
+  started.WaitForNotification();
+  server.Signal(SIGTERM);
+  ASSERT_TRUE(server.WaitForOutput("shutting down gracefully", absl::Seconds(10)).ok());
+  server.Signal(SIGINT);
+  absl::StatusOr<int> code = server.Wait(absl::Seconds(20));
+  ASSERT_TRUE(code.ok()) << code.status();
+  EXPECT_EQ(*code, 1);
+  for (std::thread& t : threads) t.join();
+}
+
+TEST_F(ServerProcessTest, MissingModelExitsNonZeroWithTheLoadersMessage) {
+  int code = 0;
+  absl::StatusOr<std::string> out = RunAndCapture(
+      {binary_, "--model", "/nonexistent/model.gguf", "--port", "0", "--metrics-port", "0"},
+      &code);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_NE(code, 0);
+  EXPECT_THAT(*out, HasSubstr("/nonexistent/model.gguf"));
+  EXPECT_THAT(*out, HasSubstr("NOT_FOUND"));
+}
+
+TEST_F(ServerProcessTest, MalformedModelExitsNonZeroWithTheLoadersMessage) {
+  char path[] = "/tmp/quill_bad_model_XXXXXX";
+  const int fd = mkstemp(path);
+  ASSERT_GE(fd, 0);
+  const std::string garbage = "GGUF this is not a real model file";
+  ASSERT_EQ(write(fd, garbage.data(), garbage.size()), static_cast<ssize_t>(garbage.size()));
+  close(fd);
+  int code = 0;
+  absl::StatusOr<std::string> out =
+      RunAndCapture({binary_, "--model", path, "--port", "0", "--metrics-port", "0"}, &code);
+  unlink(path);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_NE(code, 0);
+  EXPECT_THAT(*out, HasSubstr(std::string("loading model ") + path));
+}
+
+TEST_F(ServerProcessTest, BadFlagValuesExitWithUsageErrors) {
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"--kv-cache-bytes", "lots"},
+        std::vector<std::string>{"--precision", "fp8"},
+        std::vector<std::string>{"--drain-timeout", "soon"},
+        std::vector<std::string>{"--max-queue", "0"}}) {
+    std::vector<std::string> argv = {binary_, "--model", model_, "--port", "0"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    int code = 0;
+    absl::StatusOr<std::string> out = RunAndCapture(argv, &code);
+    ASSERT_TRUE(out.ok());
+    EXPECT_NE(code, 0) << args[0] << " " << args[1];
+    EXPECT_THAT(*out, ::testing::Not(HasSubstr("listening on"))) << args[0];
+  }
+  // A bad value in the environment is reported with its variable name.
+  absl::StatusOr<std::unique_ptr<Subprocess>> p =
+      Subprocess::Start({binary_, "--model", model_}, {{"QUILL_MAX_RUNNING", "many"}});
+  ASSERT_TRUE(p.ok());
+  absl::StatusOr<int> code = (*p)->Wait(absl::Seconds(30));
+  ASSERT_TRUE(code.ok());
+  EXPECT_EQ(*code, 2);
+  (*p)->WaitForEof(absl::Seconds(5));
+  EXPECT_THAT((*p)->output(), HasSubstr("QUILL_MAX_RUNNING=many"));
+}
+
+}  // namespace
+}  // namespace quill::testing

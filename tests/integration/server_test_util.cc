@@ -1,0 +1,101 @@
+#include "tests/integration/server_test_util.h"
+
+#include <regex>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "gtest/gtest.h"
+#include "tests/testing/subprocess.h"
+#include "tests/testing/test_env.h"
+
+namespace quill::testing {
+
+quill::v1::GenerateRequest TextRequest(const std::string& prompt, int max_tokens) {
+  quill::v1::GenerateRequest r;
+  r.set_prompt(prompt);
+  r.set_max_tokens(max_tokens);
+  return r;
+}
+
+quill::v1::GenerateRequest IdsRequest(const std::vector<int>& ids, int max_tokens) {
+  quill::v1::GenerateRequest r;
+  for (int id : ids) r.mutable_prompt_token_ids()->add_ids(id);
+  r.set_max_tokens(max_tokens);
+  return r;
+}
+
+void SetSampling(quill::v1::GenerateRequest* request, float temperature, float top_p,
+                 uint64_t seed) {
+  request->mutable_sampling()->set_temperature(temperature);
+  request->mutable_sampling()->set_top_p(top_p);
+  request->mutable_sampling()->set_seed(seed);
+}
+
+Stream Collect(client::QuillClient& client, const quill::v1::GenerateRequest& request,
+               absl::Duration timeout, client::GenerateCall* call,
+               const std::function<void(const Stream&)>& on_message) {
+  Stream stream;
+  stream.status = client.Generate(
+      request,
+      [&](const quill::v1::GenerateResponse& response) {
+        stream.ids.insert(stream.ids.end(), response.token_ids().begin(),
+                          response.token_ids().end());
+        stream.text += response.text();
+        for (const auto& lp : response.logprobs()) stream.logprobs.push_back(lp);
+        ++stream.messages;
+        stream.last = response;
+        if (on_message) on_message(stream);
+      },
+      timeout, /*hook=*/nullptr, call);
+  return stream;
+}
+
+absl::StatusOr<std::vector<int>> QuillRunIds(const std::vector<std::string>& args) {
+  const std::string binary = BuildBinaryPath("engine/tools/quill-run");
+  if (binary.empty()) return absl::NotFoundError("quill-run is not built");
+  std::vector<std::string> argv = {binary};
+  argv.insert(argv.end(), args.begin(), args.end());
+  argv.push_back("--ids");
+  // One thread: OpenMP teams spin-wait, which is slow on a busy 2-core machine (and the
+  // in-process server is using the cores too). Exact mode does not depend on it.
+  argv.push_back("--threads");
+  argv.push_back("1");
+  int code = -1;
+  absl::StatusOr<std::string> out = RunAndCapture(argv, &code);
+  if (!out.ok()) return out.status();
+  if (code != 0) return absl::InternalError(absl::StrCat("quill-run exited ", code, ": ", *out));
+  std::vector<int> ids;
+  std::string last;
+  for (absl::string_view line : absl::StrSplit(*out, '\n')) {
+    if (!line.empty() && line.find_first_not_of("0123456789,") == absl::string_view::npos) {
+      last = std::string(line);
+    }
+  }
+  if (last.empty()) return absl::InternalError(absl::StrCat("no ids in quill-run output: ", *out));
+  for (absl::string_view id : absl::StrSplit(last, ',')) {
+    int value;
+    if (!absl::SimpleAtoi(id, &value)) return absl::InternalError("bad id " + std::string(id));
+    ids.push_back(value);
+  }
+  return ids;
+}
+
+absl::StatusOr<PromText> ScrapeUntil(int port, const std::function<bool(const PromText&)>& done,
+                                     absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (true) {
+    absl::StatusOr<PromText> text = ScrapeMetrics(port);
+    if (!text.ok()) return text.status();
+    if (done(*text) || absl::Now() >= deadline) return text;
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+}
+
+double Metric(const PromText& text, const std::string& name, const Labels& labels) {
+  std::optional<double> value = text.Value(name, labels);
+  EXPECT_TRUE(value.has_value()) << name << " missing";
+  return value.value_or(0);
+}
+
+}  // namespace quill::testing

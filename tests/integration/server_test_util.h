@@ -1,0 +1,49 @@
+#pragma once
+
+// Helpers shared by the server integration tests: building requests, collecting streams,
+// running quill-run, polling /metrics.
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "client/quill_client.h"
+#include "quill/v1/quill.pb.h"
+#include "tests/testing/prometheus_text.h"
+
+namespace quill::testing {
+
+quill::v1::GenerateRequest TextRequest(const std::string& prompt, int max_tokens);
+quill::v1::GenerateRequest IdsRequest(const std::vector<int>& ids, int max_tokens);
+void SetSampling(quill::v1::GenerateRequest* request, float temperature, float top_p,
+                 uint64_t seed);
+
+// Everything one stream produced, including a non-OK status.
+struct Stream {
+  absl::Status status;
+  std::vector<int> ids;
+  std::string text;
+  int messages = 0;
+  quill::v1::GenerateResponse last;
+  std::vector<quill::v1::TokenLogprobs> logprobs;
+};
+Stream Collect(client::QuillClient& client, const quill::v1::GenerateRequest& request,
+               absl::Duration timeout = absl::Seconds(60), client::GenerateCall* call = nullptr,
+               const std::function<void(const Stream&)>& on_message = nullptr);
+
+// Runs $QUILL_BINARY_DIR/engine/tools/quill-run with `args` (plus --ids) and returns the
+// generated ids (the last line of digits and commas).
+absl::StatusOr<std::vector<int>> QuillRunIds(const std::vector<std::string>& args);
+
+// Scrapes 127.0.0.1:<port>/metrics until `done(text)` holds or `timeout` passes; returns
+// the last scrape.
+absl::StatusOr<PromText> ScrapeUntil(int port, const std::function<bool(const PromText&)>& done,
+                                     absl::Duration timeout = absl::Seconds(10));
+
+// A value that must exist (0 if absent, with a test failure).
+double Metric(const PromText& text, const std::string& name, const Labels& labels = {});
+
+}  // namespace quill::testing
