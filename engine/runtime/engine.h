@@ -42,7 +42,9 @@ struct EngineOptions {
 class Engine {
  public:
   // Takes the model, sizes the KV pool, and starts the engine thread. `observer` may be
-  // null; if not, it must outlive the engine.
+  // null; if not, it must outlive the engine. INVALID_ARGUMENT for inconsistent options
+  // (max_batch_tokens above the model's, max_running > max_batch_tokens, non-positive
+  // sizes) or a KV budget below one block.
   static absl::StatusOr<std::unique_ptr<Engine>> Create(std::unique_ptr<Model> model,
                                                         const EngineOptions& options,
                                                         EngineObserver* observer);
@@ -51,7 +53,10 @@ class Engine {
   // Thread-safe; never blocks on the engine thread. Returns:
   //   INVALID_ARGUMENT   the request can never be served (names the field: empty prompt,
   //                      ids out of vocab, prompt + max_tokens beyond the context, bad
-  //                      max_tokens or sampling, prompt larger than the whole KV pool);
+  //                      max_tokens or sampling, prompt larger than the whole KV pool;
+  //                      also an empty request_id, logprobs outside [0, 20], more than
+  //                      16 stop strings or one over 256 bytes or not UTF-8, and
+  //                      stop_token_ids out of vocab);
   //   RESOURCE_EXHAUSTED the waiting queue is full (retry later);
   //   ALREADY_EXISTS     a live request has the same id;
   //   UNAVAILABLE        the engine is draining or stopped.
