@@ -141,9 +141,6 @@ QuillMetrics::QuillMetrics() : registry_(std::make_shared<prometheus::Registry>(
                            "Prompt tokens of requests the engine finished (any outcome).");
   generated_tokens_ = counter("quill_generated_tokens_total",
                               "Tokens generated and sent to clients (EOS is not counted).");
-  preemptions_ = counter("quill_preemptions_total",
-                         "Running sequences preempted to free KV blocks (0 while the engine "
-                         "reserves a request's blocks at admission).");
 
   requests_running_ = gauge("quill_requests_running",
                             "Requests in the running set (prefilling or decoding).");
@@ -204,7 +201,9 @@ void QuillMetrics::OnRequestFinished(const engine::FinishInfo& info) {
   }
 }
 
-void QuillMetrics::OnPreemption() { preemptions_->Increment(); }
+// The engine reserves a request's KV blocks at admission and never preempts, so there is
+// no quill_preemptions_total; add it here if that changes.
+void QuillMetrics::OnPreemption() {}
 
 void QuillMetrics::OnGauges(const engine::EngineGauges& gauges) { SetEngineGauges(gauges); }
 

@@ -82,7 +82,6 @@ class QuillMetrics final : public engine::EngineObserver {
   prometheus::Counter* requests_shutdown_;
   prometheus::Counter* prompt_tokens_;
   prometheus::Counter* generated_tokens_;
-  prometheus::Counter* preemptions_;
   // Gauges.
   prometheus::Gauge* requests_running_;
   prometheus::Gauge* requests_waiting_;
