@@ -67,7 +67,7 @@ class KvCache {
   KvCache& operator=(const KvCache&) = delete;
 
  private:
-  // Frees a 64-byte-aligned arena.
+  // Frees an arena from std::aligned_alloc.
   struct ArenaDeleter {
     void operator()(float* p) const;
   };
