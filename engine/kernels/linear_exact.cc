@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "engine/base/check.h"
 #include "engine/base/cpu_features.h"
 #include "engine/kernels/linear_internal.h"
 
@@ -155,9 +156,13 @@ class ExactLinear final : public Linear {
   int64_t k_padded() const { return k_padded_; }
 
   void Run(const float* x, int m, float* y) override {
-    // Column tiles: any tiling gives the same bits; this one balances the threads.
+    QUILL_DCHECK(m >= 1 && m <= max_tokens_);
+    // Column tiles: any tiling gives the same bits. A tile's weights stay in L2 (<= 512 KiB)
+    // while the x rows pass, and there are enough tiles to balance the threads.
     const int threads = omp_get_max_threads();
-    const int64_t tile = std::clamp<int64_t>(RoundUp((n_ + 4 * threads - 1) / (4 * threads), 4), 4, 64);
+    const int64_t l2_cols = std::max<int64_t>(4, (512 << 10) / (k_padded_ * 4) / 4 * 4);
+    const int64_t tile = std::clamp<int64_t>(RoundUp((n_ + 4 * threads - 1) / (4 * threads), 4), 4,
+                                             std::min<int64_t>(64, l2_cols));
     const int64_t tiles = (n_ + tile - 1) / tile;
     // Tiny products are not worth waking the other threads.
     const bool parallel = static_cast<int64_t>(m) * n_ * k_ >= kMinParallelWork;
@@ -190,11 +195,11 @@ void ExactGemmTile(ExactIsa isa, const float* x, int64_t x_stride, int m, const 
   const int64_t ws = RoundUp(k, kExactLanes);
   const int max_mr = isa == ExactIsa::kAvx512 ? 4 : 2;
   const int max_nr = isa == ExactIsa::kAvx512 ? 4 : 2;
-  // Weight rows outer so a few weight rows stay in cache while every x row passes.
-  for (int64_t j = 0; j < n; j += max_nr) {
-    const int nr = static_cast<int>(std::min<int64_t>(max_nr, n - j));
-    for (int i = 0; i < m; i += max_mr) {
-      const int mr = std::min(max_mr, m - i);
+  // x rows outer: a few x rows stay in L1 while the tile's weight rows (in L2) pass.
+  for (int i = 0; i < m; i += max_mr) {
+    const int mr = std::min(max_mr, m - i);
+    for (int64_t j = 0; j < n; j += max_nr) {
+      const int nr = static_cast<int>(std::min<int64_t>(max_nr, n - j));
       const BlockFn fn = isa == ExactIsa::kAvx512 ? Pick512(mr, nr) : Pick256(mr, nr);
       fn(x + i * x_stride, x_stride, w + j * ws, ws, k, y + i * y_stride + j, y_stride);
     }

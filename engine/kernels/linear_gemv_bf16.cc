@@ -18,6 +18,10 @@ namespace {
 constexpr int kBlockCols = 64;
 constexpr int kMaxRows = 4;          // x rows per register tile (4 x 4 accumulators)
 constexpr int64_t kChunkPairs = 256; // k pairs per pass when rows need several passes (64 KiB)
+#ifndef QUILL_GEMV_PREFETCH
+#define QUILL_GEMV_PREFETCH 0
+#endif
+constexpr int kPrefetchBytes = QUILL_GEMV_PREFETCH;  // software prefetch distance (0: none)
 
 // acc[MR][64] (+)= x[MR rows] . W[p0, p1) for one column block.
 template <int MR>
@@ -35,6 +39,13 @@ QUILL_BF16 void BlockRows(const uint16_t* wb, int64_t p0, int64_t p1, const uint
     const __m512bh w1 = (__m512bh)_mm512_loadu_si512(wp + 32);
     const __m512bh w2 = (__m512bh)_mm512_loadu_si512(wp + 64);
     const __m512bh w3 = (__m512bh)_mm512_loadu_si512(wp + 96);
+    if (kPrefetchBytes > 0) {
+      const char* pf = reinterpret_cast<const char*>(wp) + kPrefetchBytes;
+      _mm_prefetch(pf, _MM_HINT_T0);
+      _mm_prefetch(pf + 64, _MM_HINT_T0);
+      _mm_prefetch(pf + 128, _MM_HINT_T0);
+      _mm_prefetch(pf + 192, _MM_HINT_T0);
+    }
 #pragma GCC unroll 4
     for (int i = 0; i < MR; ++i) {
       int32_t pair;

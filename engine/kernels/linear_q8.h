@@ -1,8 +1,9 @@
 #pragma once
 
-// Q8_0 small-m path (internal to Linear): the Q8_0 weights repacked for AVX512-VNNI, x
-// quantized per 32-block to int8 at run time, int8 dot products with _mm512_dpbusd_epi32.
-// Streams 1.0625 bytes per weight (half of bf16).
+// Q8_0 path of Precision::kFast (internal to Linear): the Q8_0 weights repacked for
+// AVX512-VNNI, x quantized per 32-block to int8 at run time, int8 dot products with
+// _mm512_dpbusd_epi32. Streams 1.0625 bytes per weight (half of bf16) and, per core, runs
+// ~1.5x the GFLOP/s of oneDNN's bf16 matmul at large m, so it serves every m.
 
 #include <cstdint>
 #include <memory>
@@ -24,7 +25,7 @@ class Q8Gemv {
   // Call only when HasAvx512Bf16() (which includes VNNI). parts: Q8_0, equal cols.
   Q8Gemv(absl::Span<const WeightView> parts, int max_rows);
 
-  // y[m x n] (row stride y_stride) for m <= max_rows.
+  // y[m x n] (row stride y_stride) for m <= max_rows. Parallel over column blocks.
   void Run(const float* x, int m, float* y, int64_t y_stride);
   int64_t packed_bytes() const { return static_cast<int64_t>(w_.bytes()); }
 

@@ -119,7 +119,7 @@ TestMatrix MakeMatrix(WeightType type, int64_t n, int64_t k, bool fused, uint32_
 //         is off by at most ~2^-8 |x_k w_k| and |y_err| <= 2^-8 sum_k |x_k w_k| + the f32
 //         accumulation error: a worst-case bound of ~4e-3 relative to |x| |W|^T, whatever
 //         the cancellation in y (measured over this suite: <= 2.4e-3).
-//  fast q8_0, m < 32 (int8 x, VNNI): x is quantized per 32-block to 8 bits; no worst-case
+//  fast q8_0 (int8 x, VNNI): x is quantized per 32-block to 8 bits; no worst-case
 //         bound in this metric, but the suite's random data measures <= 1.8e-3, so the
 //         same 5e-3 applies (relative to ||y|| it reaches ~2% on single outputs).
 struct Check {
@@ -338,12 +338,12 @@ TEST(LinearNames, SayWhichPathRuns) {
   ASSERT_TRUE(fast.ok());
   EXPECT_THAT((*fast)->kernel_name(), HasSubstr(HasAvx512Bf16() ? "bf16" : "f32"));
   EXPECT_THAT((*fast)->kernel_name(), HasSubstr("onednn"));
-  // Q8_0 decodes through the int8 VNNI kernel where the CPU has it.
+  // Q8_0 runs through the int8 VNNI kernel where the CPU has it.
   const TestWeight q = MakeWeight(WeightType::kQ8_0, 64, 64, 2);
   auto q8 = Linear::Create({q.view}, Precision::kFast, 8);
   ASSERT_TRUE(q8.ok());
   if (HasAvx512Bf16()) {
-    EXPECT_THAT((*q8)->kernel_name(), HasSubstr("q8_0-vnni"));
+    EXPECT_THAT((*q8)->kernel_name(), HasSubstr("int8-vnni"));
   } else {
     EXPECT_THAT((*q8)->kernel_name(), HasSubstr("f32"));
   }
