@@ -280,11 +280,12 @@ int RunGenerate(const std::string& path) {
     const double pp = std::chrono::duration<double>(t1 - t0).count();
     const double tg = std::chrono::duration<double>(t2 - t1).count();
     std::fprintf(stderr,
-                 "quill-run: %s, %s weights, %s mode, %d threads; load %.2f s\n"
+                 "quill-run: %s, %s weights (%.2f GiB packed), %s mode, %d threads; load %.2f s\n"
                  "quill-run: prompt %zu tokens in %.3f s (%.1f t/s); generated %d tokens in "
                  "%.3f s (%.1f t/s)\n",
                  c.name.empty() ? c.architecture.c_str() : c.name.c_str(),
-                 model.weight_type_name().c_str(), absl::GetFlag(FLAGS_exact) ? "exact" : "fast",
+                 model.weight_type_name().c_str(), model.weight_bytes() / 1073741824.0,
+                 absl::GetFlag(FLAGS_exact) ? "exact" : "fast",
                  omp_get_max_threads(), load_s, prompt.size(), pp, prompt.size() / pp, generated,
                  tg, generated > 1 ? (generated - 1) / tg : 0.0);
   }
