@@ -109,23 +109,27 @@ void GemvBf16Blocked(const uint16_t* w, int64_t k_padded, int64_t n, const uint1
   }
 }
 
-QUILL_BF16 void ConvertRowsToBf16(const float* x, int m, int64_t k, uint16_t* out,
-                                  int64_t out_stride) {
-  for (int i = 0; i < m; ++i) {
-    const float* src = x + i * k;
-    uint16_t* dst = out + i * out_stride;
-    int64_t c = 0;
-    for (; c + 16 <= k; c += 16) {
-      const __m256bh v = _mm512_cvtneps_pbh(_mm512_loadu_ps(src + c));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + c), (__m256i)v);
-    }
-    if (c < k) {
-      const __mmask16 mask = static_cast<__mmask16>((1u << (k - c)) - 1);
-      const __m256bh v = _mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(mask, src + c));
-      _mm256_mask_storeu_epi16(dst + c, mask, (__m256i)v);
-    }
-    std::memset(dst + k, 0, (out_stride - k) * sizeof(uint16_t));
+namespace {
+
+QUILL_BF16 void ConvertRowToBf16(const float* src, int64_t k, uint16_t* dst, int64_t out_stride) {
+  int64_t c = 0;
+  for (; c + 16 <= k; c += 16) {
+    const __m256bh v = _mm512_cvtneps_pbh(_mm512_loadu_ps(src + c));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + c), (__m256i)v);
   }
+  if (c < k) {
+    const __mmask16 mask = static_cast<__mmask16>((1u << (k - c)) - 1);
+    const __m256bh v = _mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(mask, src + c));
+    _mm256_mask_storeu_epi16(dst + c, mask, (__m256i)v);
+  }
+  std::memset(dst + k, 0, (out_stride - k) * sizeof(uint16_t));
+}
+
+}  // namespace
+
+void ConvertRowsToBf16(const float* x, int m, int64_t k, uint16_t* out, int64_t out_stride) {
+#pragma omp parallel for schedule(static) if (m * k >= (1 << 18))
+  for (int i = 0; i < m; ++i) ConvertRowToBf16(x + i * k, k, out + i * out_stride, out_stride);
 }
 
 }  // namespace quill::engine::kernels::linear_internal

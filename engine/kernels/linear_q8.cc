@@ -79,29 +79,35 @@ uint16_t LoadU16(const uint8_t* p) { return static_cast<uint16_t>(p[0] | (p[1] <
 
 }  // namespace
 
-QUILL_VNNI void QuantizeRowsQ8(const float* x, int m, int64_t k, int8_t* xq, float* xd,
-                               int32_t* xneg) {
-  const int64_t groups = k / 32;
-  for (int i = 0; i < m; ++i) {
-    for (int64_t g = 0; g < groups; ++g) {
-      const float* src = x + i * k + g * 32;
-      const __m512 a = _mm512_loadu_ps(src);
-      const __m512 b = _mm512_loadu_ps(src + 16);
-      const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(a), _mm512_abs_ps(b)));
-      const float d = amax / 127.0f;
-      const float id = amax > 0.0f ? 127.0f / amax : 0.0f;
-      // cvtps2dq rounds to nearest even; |x| * 127 / amax <= 127 (+1 ulp, clamped below).
-      __m512i qa = _mm512_cvtps_epi32(_mm512_mul_ps(a, _mm512_set1_ps(id)));
-      __m512i qb = _mm512_cvtps_epi32(_mm512_mul_ps(b, _mm512_set1_ps(id)));
-      const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127);
-      qa = _mm512_min_epi32(_mm512_max_epi32(qa, lo), hi);
-      qb = _mm512_min_epi32(_mm512_max_epi32(qb, lo), hi);
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(xq + i * k + g * 32), _mm512_cvtepi32_epi8(qa));
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(xq + i * k + g * 32 + 16), _mm512_cvtepi32_epi8(qb));
-      xd[i * groups + g] = d;
-      xneg[i * groups + g] = -128 * _mm512_reduce_add_epi32(_mm512_add_epi32(qa, qb));
-    }
+namespace {
+
+QUILL_VNNI void QuantizeRowQ8(const float* x, int64_t groups, int8_t* xq, float* xd, int32_t* xneg) {
+  for (int64_t g = 0; g < groups; ++g) {
+    const float* src = x + g * 32;
+    const __m512 a = _mm512_loadu_ps(src);
+    const __m512 b = _mm512_loadu_ps(src + 16);
+    const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(a), _mm512_abs_ps(b)));
+    const float d = amax / 127.0f;
+    const float id = amax > 0.0f ? 127.0f / amax : 0.0f;
+    // cvtps2dq rounds to nearest even; |x| * 127 / amax <= 127 (+1 ulp, clamped below).
+    __m512i qa = _mm512_cvtps_epi32(_mm512_mul_ps(a, _mm512_set1_ps(id)));
+    __m512i qb = _mm512_cvtps_epi32(_mm512_mul_ps(b, _mm512_set1_ps(id)));
+    const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127);
+    qa = _mm512_min_epi32(_mm512_max_epi32(qa, lo), hi);
+    qb = _mm512_min_epi32(_mm512_max_epi32(qb, lo), hi);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(xq + g * 32), _mm512_cvtepi32_epi8(qa));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(xq + g * 32 + 16), _mm512_cvtepi32_epi8(qb));
+    xd[g] = d;
+    xneg[g] = -128 * _mm512_reduce_add_epi32(_mm512_add_epi32(qa, qb));
   }
+}
+
+}  // namespace
+
+void QuantizeRowsQ8(const float* x, int m, int64_t k, int8_t* xq, float* xd, int32_t* xneg) {
+  const int64_t groups = k / 32;
+#pragma omp parallel for schedule(static) if (m * k >= (1 << 18))
+  for (int i = 0; i < m; ++i) QuantizeRowQ8(x + i * k, groups, xq + i * k, xd + i * groups, xneg + i * groups);
 }
 
 Q8Gemv::Q8Gemv(absl::Span<const WeightView> parts, int max_rows)
