@@ -156,9 +156,12 @@ class FastLinear final : public Linear {
     const bool gemv = small_ == SmallM::kGemvBf16 || small_ == SmallM::kGemvF32;
     const memory::data_type type = bf16_ ? memory::data_type::bf16 : memory::data_type::f32;
     // The GEMVs stream BA16a64b2a (bf16: 32-k blocks of 64 columns x 16 k pairs) or
-    // BA16a64b (f32); the bf16 x scratch rows are zero padded to the same k.
-    const memory::desc gemv_desc({k_, n_}, type,
-                                 bf16_ ? memory::format_tag::BA16a64b2a : memory::format_tag::BA16a64b);
+    // BA16a64b (f32). In bf16, oneDNN too sees k rounded up to 32 (zero weights, and zero x
+    // columns in the scratch): with an odd k it would fall back from brgemm to a slow gemm.
+    const memory::format_tag gemv_tag =
+        bf16_ ? memory::format_tag::BA16a64b2a : memory::format_tag::BA16a64b;
+    const int64_t k_mm = bf16_ ? RoundUp(k_, 32) : k_;
+    const memory::desc gemv_desc({k_mm, n_}, type, gemv_tag);
     k_padded_ = gemv_desc.data.padded_dims[0];
     const int64_t src_stride = bf16_ ? k_padded_ : k_;
 
@@ -166,10 +169,10 @@ class FastLinear final : public Linear {
     if (!need_onednn && !gemv) return absl::OkStatus();
 
     // The plain row-major copy lives only until the reorders into the blocked layouts.
-    AlignedBuffer<uint16_t> plain16(bf16_ ? static_cast<size_t>(n_ * k_) : 0);
-    AlignedBuffer<float> plain32(bf16_ ? 0 : static_cast<size_t>(n_ * k_));
+    AlignedBuffer<uint16_t> plain16(bf16_ ? static_cast<size_t>(n_ * k_mm) : 0);
+    AlignedBuffer<float> plain32(bf16_ ? 0 : static_cast<size_t>(n_ * k_mm));
     if (bf16_) {
-      ConvertPartsToBf16(parts, plain16.data(), k_);
+      ConvertPartsToBf16(parts, plain16.data(), k_mm);
     } else {
       WidenPartsToF32(parts, plain32.data(), k_);
     }
@@ -181,7 +184,7 @@ class FastLinear final : public Linear {
       const int largest = std::max(smallest, std::min(kMaxBucketRows, NextPow2(max_tokens_)));
       std::vector<int> buckets;
       for (int b = smallest; b <= largest; b *= 2) buckets.push_back(b);
-      QUILL_ASSIGN_OR_RETURN(matmul_, OnednnMatmul::Create(type, k_, n_, src_stride, plain, buckets));
+      QUILL_ASSIGN_OR_RETURN(matmul_, OnednnMatmul::Create(type, k_mm, n_, src_stride, plain, buckets));
       if (matmul_->buckets().front() != smallest) {
         return absl::InternalError("oneDNN refused the smallest static-M bucket");
       }
@@ -193,7 +196,7 @@ class FastLinear final : public Linear {
       if (!matmul_ || gemv_desc != matmul_->weights_desc()) {
         try {
           gemv_copy_ = memory(gemv_desc, DnnlEngine());
-          memory plain_mem(memory::desc({k_, n_}, type, memory::format_tag::ba), DnnlEngine(),
+          memory plain_mem(memory::desc({k_mm, n_}, type, memory::format_tag::ba), DnnlEngine(),
                            const_cast<void*>(plain));
           dnnl::reorder(plain_mem, gemv_copy_).execute(DnnlStream(), plain_mem, gemv_copy_);
           DnnlStream().wait();

@@ -22,6 +22,7 @@ namespace quill::engine::kernels {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 uint32_t Bits(float f) {
   uint32_t u;
@@ -346,6 +347,20 @@ TEST(LinearNames, SayWhichPathRuns) {
     EXPECT_THAT((*q8)->kernel_name(), HasSubstr("int8-vnni"));
   } else {
     EXPECT_THAT((*q8)->kernel_name(), HasSubstr("f32"));
+  }
+}
+
+// One packed copy serves oneDNN's matmuls and the bf16 GEMV, for any k (oneDNN's brgemm
+// sees k rounded up to 32; an odd k would otherwise push it to a slow gemm and a 2nd copy).
+TEST(LinearFastBf16, KeepsOnePackedCopy) {
+  if (!HasAvx512Bf16()) GTEST_SKIP() << "no AVX512-BF16";
+  for (int64_t k : {5, 129, 2048}) {
+    const TestWeight w = MakeWeight(WeightType::kBF16, 100, k, 1);
+    auto linear = Linear::Create({w.view}, Precision::kFast, 64);
+    ASSERT_TRUE(linear.ok()) << linear.status();
+    EXPECT_THAT((*linear)->kernel_name(), HasSubstr("brg:"));
+    EXPECT_THAT((*linear)->kernel_name(), Not(HasSubstr("own copy")));
+    EXPECT_EQ((*linear)->packed_bytes(), linear_internal::RoundUp(k, 32) * 128 * 2) << "k=" << k;
   }
 }
 
