@@ -117,7 +117,8 @@ constexpr char kUsage[] =
     "Every flag can also be set in the environment as QUILL_<FLAG_NAME> (upper case, dashes "
     "as underscores: QUILL_KV_CACHE_BYTES=2GiB); a flag on the command line wins. Dashes "
     "and underscores in flag names are interchangeable (--kv-cache-bytes, --kv_cache_bytes). "
-    "SIGTERM/SIGINT drain gracefully (see --drain-timeout); a second signal exits at once.";
+    "SIGTERM/SIGINT drain gracefully (see --drain-timeout); a second signal (0.5 s or more "
+    "after the first) exits at once.";
 
 // "--kv-cache-bytes=1G" -> "--kv_cache_bytes=1G" (absl flag names use underscores).
 std::vector<std::string> NormalizeFlagNames(int argc, char** argv) {
@@ -245,11 +246,16 @@ absl::StatusOr<ServerOptions> OptionsFromFlags(const char* exe) {
 }
 
 // Waits for SIGTERM/SIGINT (blocked in every thread; no work in a signal handler), then
-// drains. A second signal during the drain exits at once.
+// drains. A second signal during the drain exits at once; one arriving within
+// kSameSignalWindow of the first is taken as the same request (`timeout` and some process
+// managers signal both the process and its group).
+constexpr absl::Duration kSameSignalWindow = absl::Milliseconds(500);
+
 int ServeUntilSignalled(Server& server, const sigset_t& signals) {
   int sig = 0;
   while (sigwait(&signals, &sig) != 0) {
   }
+  const absl::Time first = absl::Now();
   spdlog::info("received {}; shutting down gracefully (drain timeout {})", strsignal(sig),
                absl::FormatDuration(server.options().drain_timeout));
   std::atomic<bool> done{false};
@@ -261,6 +267,7 @@ int ServeUntilSignalled(Server& server, const sigset_t& signals) {
   while (!done.load()) {
     siginfo_t info;
     if (sigtimedwait(&signals, &info, &poll) > 0) {
+      if (absl::Now() - first < kSameSignalWindow) continue;
       spdlog::warn("received {} during the drain; exiting now", strsignal(info.si_signo));
       spdlog::shutdown();
       std::_Exit(1);

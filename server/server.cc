@@ -119,6 +119,9 @@ absl::Status Server::StartGrpc() {
   builder.AddListeningPort(bind, grpc::InsecureServerCredentials(), &port_);
   builder.RegisterService(service_.get());
   builder.SetMaxReceiveMessageSize(options_.max_receive_message_bytes);
+  // gRPC enables SO_REUSEPORT by default, so a second server on a busy port would silently
+  // share it; fail instead.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   grpc_server_ = builder.BuildAndStart();
   if (grpc_server_ == nullptr || port_ == 0) {
     grpc_server_.reset();
