@@ -33,6 +33,8 @@ ABSL_FLAG(std::string, precision, "fast", "fast or exact");
 ABSL_FLAG(int, min_ms, 300, "minimum measuring time per point (ms)");
 ABSL_FLAG(int, working_set_mb, 160, "cycle weight copies until they total this much");
 ABSL_FLAG(bool, baseline, true, "also time a plain oneDNN matmul");
+ABSL_FLAG(bool, baseline_huge_pages, true,
+          "give the baseline's weights huge pages too, as Linear's (false: oneDNN's allocator)");
 ABSL_FLAG(bool, cpu_time, false,
           "time with process CPU time instead of wall time (for compute-bound comparisons on a "
           "shared machine; use with OMP_NUM_THREADS=1, as spinning threads count too)");
@@ -137,7 +139,12 @@ class Baseline {
     impl_ = pd.impl_info_str();
     memory plain_mem(memory::desc({k, n}, type, memory::format_tag::ba), eng, const_cast<void*>(plain));
     for (int c = 0; c < copies; ++c) {
-      weights_.emplace_back(pd.weights_desc(), eng);
+      if (absl::GetFlag(FLAGS_baseline_huge_pages)) {
+        buffers_.emplace_back(pd.weights_desc().get_size(), /*huge_pages=*/true);
+        weights_.emplace_back(pd.weights_desc(), eng, buffers_.back().data());
+      } else {
+        weights_.emplace_back(pd.weights_desc(), eng);
+      }
       dnnl::reorder(plain_mem, weights_.back()).execute(linear_internal::DnnlStream(), plain_mem, weights_.back());
     }
     src_ = memory(pd.src_desc(), eng);
@@ -155,6 +162,7 @@ class Baseline {
  private:
   bool bf16_;
   dnnl::matmul prim_;
+  std::vector<AlignedBuffer<uint8_t>> buffers_;
   std::vector<dnnl::memory> weights_;
   dnnl::memory src_, dst_;
   std::string impl_;

@@ -1,5 +1,7 @@
 // Scalar element conversions and row widening (exact), shared by every Linear path.
 
+#include <sys/mman.h>
+
 #include <cstring>
 
 #include "engine/kernels/linear.h"
@@ -101,6 +103,11 @@ void DequantizeRow(const WeightView& w, int64_t row, float* out) {
 }
 
 namespace linear_internal {
+
+void AdviseHugePages(void* p, size_t bytes) {
+  const size_t whole = bytes / (size_t{2} << 20) * (size_t{2} << 20);
+  if (whole > 0) madvise(p, whole, MADV_HUGEPAGE);  // advisory: failure only costs speed
+}
 
 int64_t RowBytes(WeightType type, int64_t cols) {
   switch (type) {

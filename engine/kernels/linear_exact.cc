@@ -150,7 +150,7 @@ class ExactLinear final : public Linear {
  public:
   ExactLinear(int64_t k, int64_t n, int max_tokens, ExactIsa isa)
       : k_(k), k_padded_(RoundUp(k, kExactLanes)), n_(n), max_tokens_(max_tokens), isa_(isa),
-        w_(static_cast<size_t>(n * RoundUp(k, kExactLanes))) {}
+        w_(static_cast<size_t>(n * RoundUp(k, kExactLanes)), /*huge_pages=*/true) {}
 
   float* weights() { return w_.data(); }
   int64_t k_padded() const { return k_padded_; }

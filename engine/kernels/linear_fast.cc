@@ -130,10 +130,10 @@ class FastLinear final : public Linear {
     if (matmul_) absl::StrAppend(&name, "onednn-", bf16_ ? "bf16" : "f32", "(", matmul_->impl_name(), ")+");
     switch (small_) {
       case SmallM::kGemvBf16:
-        absl::StrAppend(&name, "gemv-bf16-avx512", gemv_copy_ ? "(own copy)" : "");
+        absl::StrAppend(&name, "gemv-bf16-avx512", matmul_ && gemv_copy_ ? "(2nd copy)" : "");
         break;
       case SmallM::kGemvF32:
-        absl::StrAppend(&name, "gemv-f32-avx512", gemv_copy_ ? "(own copy)" : "");
+        absl::StrAppend(&name, "gemv-f32-avx512", matmul_ && gemv_copy_ ? "(2nd copy)" : "");
         break;
       case SmallM::kQ8:
         absl::StrAppend(&name, "int8-vnni-q8_0");
@@ -195,7 +195,8 @@ class FastLinear final : public Linear {
       const void* weights = matmul_ ? matmul_->packed_weights() : nullptr;
       if (!matmul_ || gemv_desc != matmul_->weights_desc()) {
         try {
-          gemv_copy_ = memory(gemv_desc, DnnlEngine());
+          gemv_copy_buffer_ = AlignedBuffer<uint8_t>(gemv_desc.get_size(), /*huge_pages=*/true);
+          gemv_copy_ = memory(gemv_desc, DnnlEngine(), gemv_copy_buffer_.data());
           memory plain_mem(memory::desc({k_mm, n_}, type, memory::format_tag::ba), DnnlEngine(),
                            const_cast<void*>(plain));
           dnnl::reorder(plain_mem, gemv_copy_).execute(DnnlStream(), plain_mem, gemv_copy_);
@@ -224,7 +225,9 @@ class FastLinear final : public Linear {
   int max_tokens_ = 0;
   std::unique_ptr<OnednnMatmul> matmul_;  // null when max_tokens stays in the small-m range
   std::vector<int> no_buckets_;
-  memory gemv_copy_;  // only when oneDNN's layout is not the GEMV's, or there is no oneDNN
+  // Only when oneDNN's layout is not the GEMV's, or there is no oneDNN.
+  AlignedBuffer<uint8_t> gemv_copy_buffer_;
+  memory gemv_copy_;
   const uint16_t* gemv_bf16_ = nullptr;
   const float* gemv_f32_ = nullptr;
   std::optional<Q8Gemv> q8_;

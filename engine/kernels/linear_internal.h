@@ -25,16 +25,24 @@ const char* WeightTypeName(WeightType type);
 
 inline int64_t RoundUp(int64_t v, int64_t multiple) { return (v + multiple - 1) / multiple * multiple; }
 
-// A 64-byte aligned, zero-initialized heap buffer of T (never reallocated).
+// Asks for transparent huge pages on [p, p + bytes) (2 MiB aligned p): streaming packed
+// weights through 4 KiB pages measured ~25% slower (TLB misses, prefetchers stop at pages).
+void AdviseHugePages(void* p, size_t bytes);
+
+// A 64-byte aligned, zero-initialized heap buffer of T (never reallocated). With
+// huge_pages, buffers of 2 MiB or more are 2 MiB aligned and advised for huge pages.
 template <typename T>
 class AlignedBuffer {
  public:
   AlignedBuffer() = default;
-  explicit AlignedBuffer(size_t count) : size_(count) {
+  explicit AlignedBuffer(size_t count, bool huge_pages = false) : size_(count) {
     if (count == 0) return;
     const size_t bytes = RoundUp(static_cast<int64_t>(count * sizeof(T)), 64);
-    data_.reset(static_cast<T*>(std::aligned_alloc(64, bytes)));
-    std::memset(static_cast<void*>(data_.get()), 0, bytes);
+    constexpr size_t kHuge = size_t{2} << 20;
+    const bool huge = huge_pages && bytes >= kHuge;
+    data_.reset(static_cast<T*>(std::aligned_alloc(huge ? kHuge : 64, huge ? RoundUp(bytes, kHuge) : bytes)));
+    if (huge) AdviseHugePages(data_.get(), bytes);
+    std::memset(static_cast<void*>(data_.get()), 0, bytes);  // first touch after the advice
   }
   T* data() { return data_.get(); }
   const T* data() const { return data_.get(); }

@@ -62,7 +62,8 @@ absl::StatusOr<std::unique_ptr<OnednnMatmul>> OnednnMatmul::Create(memory::data_
     }
     // Pack: the plain [n x k] weight is {k, n} in "ba" order; reorder once into the layout
     // the primitives chose.
-    mm->weights_ = memory(mm->weights_desc_, eng);
+    mm->weights_buffer_ = AlignedBuffer<uint8_t>(mm->weights_desc_.get_size(), /*huge_pages=*/true);
+    mm->weights_ = memory(mm->weights_desc_, eng, mm->weights_buffer_.data());
     memory plain_mem(memory::desc({k, n}, type, memory::format_tag::ba), eng,
                      const_cast<void*>(plain));
     dnnl::reorder(plain_mem, mm->weights_).execute(DnnlStream(), plain_mem, mm->weights_);

@@ -36,7 +36,7 @@ class OnednnMatmul {
   void RunBucket(size_t b, const void* src, float* dst);
 
   const dnnl::memory::desc& weights_desc() const { return weights_desc_; }
-  const void* packed_weights() const { return weights_.get_data_handle(); }
+  const void* packed_weights() const { return weights_buffer_.data(); }
   int64_t packed_bytes() const { return static_cast<int64_t>(weights_desc_.get_size()); }
   const std::string& impl_name() const { return impl_name_; }
 
@@ -51,6 +51,7 @@ class OnednnMatmul {
   std::vector<int> bucket_rows_;
   std::vector<Bucket> buckets_;
   dnnl::memory::desc weights_desc_;
+  AlignedBuffer<uint8_t> weights_buffer_;  // huge-page backed storage of weights_
   dnnl::memory weights_;
   AlignedBuffer<uint8_t> scratchpad_;
   std::string impl_name_;

@@ -116,7 +116,7 @@ Q8Gemv::Q8Gemv(absl::Span<const WeightView> parts, int max_rows)
       groups_(parts[0].cols / 32),
       col_blocks_((TotalRows(parts) + kQ8BlockCols - 1) / kQ8BlockCols),
       max_rows_(max_rows),
-      w_(static_cast<size_t>(col_blocks_ * groups_ * kQ8GroupBytes)),
+      w_(static_cast<size_t>(col_blocks_ * groups_ * kQ8GroupBytes), /*huge_pages=*/true),
       xq_(static_cast<size_t>(max_rows) * k_),
       xd_(static_cast<size_t>(max_rows) * groups_),
       xneg_(static_cast<size_t>(max_rows) * groups_) {
