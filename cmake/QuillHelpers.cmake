@@ -23,6 +23,9 @@ endfunction()
 
 # quill_cc_test(NAME x SRCS ... DEPS ... [LABELS ...]) -> GoogleTest binary registered with CTest.
 # Tests find ../shared through the QUILL_SHARED_DIR environment variable (skip if absent).
+# Only one variable is set: gtest_discover_tests splits a list-valued ENVIRONMENT into
+# separate arguments, so a second one would be lost. Tests that run built binaries find
+# them through paths compiled into tests/testing (overridable with QUILL_BINARY_DIR).
 function(quill_cc_test)
   cmake_parse_arguments(Q "" "NAME;TIMEOUT" "SRCS;DEPS;LABELS" ${ARGN})
   add_executable(${Q_NAME} ${Q_SRCS})
@@ -38,7 +41,7 @@ function(quill_cc_test)
   gtest_discover_tests(${Q_NAME}
     DISCOVERY_TIMEOUT 60
     PROPERTIES LABELS "${Q_LABELS}" TIMEOUT ${Q_TIMEOUT}
-               ENVIRONMENT "QUILL_SHARED_DIR=${QUILL_SHARED_DIR};QUILL_SOURCE_DIR=${CMAKE_SOURCE_DIR};QUILL_BINARY_DIR=${CMAKE_BINARY_DIR}")
+               ENVIRONMENT "QUILL_SHARED_DIR=${QUILL_SHARED_DIR}")
 endfunction()
 
 # quill_cc_binary(NAME x SRCS ... DEPS ...)
