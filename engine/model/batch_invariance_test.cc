@@ -268,7 +268,7 @@ TEST_F(BatchInvarianceTest, FastKjvSameGreedyTokens) {
 TEST_F(BatchInvarianceTest, FastMiniBf16SameArgmax) {
   Load("mini-random-bf16.gguf", Precision::kFast);
   if (IsSkipped()) return;
-  const int steps = 8;
+  const int steps = 32;
   RunResult together = RunTogether(steps, nullptr);
   RunResult alone = RunAlone(steps, 0, &together);  // same inputs, compare outputs
   for (int s = 0; s < kNumSeqs; ++s) {
