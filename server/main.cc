@@ -155,21 +155,11 @@ bool ApplyEnvironment() {
   return true;
 }
 
-// OpenMP reads OMP_NUM_THREADS once at startup, and omp_set_num_threads() only affects
-// the calling thread, not the engine thread. So --threads re-executes the binary once
-// with OMP_NUM_THREADS set (same pid, same arguments).
-void ApplyThreads(int threads, char** original_argv) {
-  if (threads <= 0) return;
-  const std::string want = std::to_string(threads);
-  const char* have = std::getenv("OMP_NUM_THREADS");
-  if (have == nullptr || want != have) {
-    setenv("OMP_NUM_THREADS", want.c_str(), 1);
-    execv("/proc/self/exe", original_argv);
-    spdlog::warn("could not re-execute with OMP_NUM_THREADS={} ({}); using "
-                 "omp_set_num_threads, which may not reach the engine thread",
-                 want, std::strerror(errno));
-  }
-  omp_set_num_threads(threads);
+// --threads: the main thread (model loading and packing) is set here; the engine thread
+// sets its own from EngineOptions::num_threads, since omp_set_num_threads() only affects
+// the calling thread.
+void ApplyThreads(int threads) {
+  if (threads > 0) omp_set_num_threads(threads);
 }
 
 bool SetLogLevel(const std::string& name) {
@@ -206,6 +196,7 @@ absl::StatusOr<ServerOptions> OptionsFromFlags(const char* exe) {
   options.engine.max_running = absl::GetFlag(FLAGS_max_running);
   options.engine.max_queue = absl::GetFlag(FLAGS_max_queue);
   options.engine.max_tokens_limit = absl::GetFlag(FLAGS_max_tokens_limit);
+  options.engine.num_threads = absl::GetFlag(FLAGS_threads);
   options.drain_timeout = absl::GetFlag(FLAGS_drain_timeout);
   const int64_t max_message = absl::GetFlag(FLAGS_max_message_bytes).bytes;
 
@@ -300,7 +291,7 @@ int Main(int argc, char** argv) {
                          "critical or off\n");
     return 2;
   }
-  ApplyThreads(absl::GetFlag(FLAGS_threads), argv);
+  ApplyThreads(absl::GetFlag(FLAGS_threads));
 
   absl::StatusOr<ServerOptions> options = OptionsFromFlags(argv[0]);
   if (!options.ok()) {

@@ -1,5 +1,7 @@
 #include "engine/runtime/engine.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <atomic>
 #include <deque>
@@ -266,6 +268,7 @@ void Engine::Impl::Shutdown(absl::Duration drain_timeout) {
 
 void Engine::Impl::Run() {
   engine_thread_ = std::this_thread::get_id();
+  if (options_.num_threads > 0) omp_set_num_threads(options_.num_threads);
   while (true) {
     const bool idle = running_.empty() && waiting_.empty();
     commands_.clear();

@@ -23,6 +23,10 @@ struct EngineOptions {
   int64_t kv_cache_bytes = int64_t{256} << 20;
   int block_size_tokens = 16;
   int max_tokens_limit = 0;         // largest max_tokens accepted; 0 = the context length
+  // OpenMP threads the engine thread computes with; 0 = OpenMP's default (OMP_NUM_THREADS
+  // or every core). Set on the engine thread itself: omp_set_num_threads() only affects
+  // the thread that calls it.
+  int num_threads = 0;
 };
 
 // The engine: one thread that owns the model, the KV cache and every sequence, and runs
