@@ -151,7 +151,7 @@ QuillMetrics::QuillMetrics() : registry_(std::make_shared<prometheus::Registry>(
       gauge("quill_kv_cache_blocks_used", "KV cache blocks currently held by requests.");
   kv_bytes_used_ =
       gauge("quill_kv_cache_bytes_used", "Bytes of the KV cache pool currently held by requests.");
-  kv_bytes_total_ = gauge("quill_kv_cache_bytes_total", "Bytes of the whole KV cache pool.");
+  kv_bytes_total_ = gauge("quill_kv_cache_bytes_capacity", "Bytes of the whole KV cache pool (allocated at startup).");
   model_weights_bytes_ =
       gauge("quill_model_weights_bytes", "Bytes of model weights held in memory (as packed).");
   resident_memory_bytes_ = gauge("quill_process_resident_memory_bytes",
