@@ -13,7 +13,8 @@ namespace {
 absl::Status ValidateParts(absl::Span<const WeightView> parts, int max_tokens) {
   if (parts.empty()) return absl::InvalidArgumentError("Linear needs at least one weight part");
   if (max_tokens < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("Linear max_tokens must be >= 1, got ", max_tokens));
+    return absl::InvalidArgumentError(
+        absl::StrCat("Linear max_tokens must be >= 1, got ", max_tokens));
   }
   for (size_t i = 0; i < parts.size(); ++i) {
     const WeightView& p = parts[i];
@@ -27,7 +28,8 @@ absl::Status ValidateParts(absl::Span<const WeightView> parts, int max_tokens) {
         return absl::InvalidArgumentError(
             absl::StrCat("Linear part ", i, ": unknown weight type ", static_cast<int>(p.type)));
     }
-    if (p.data == nullptr) return absl::InvalidArgumentError(absl::StrCat("Linear part ", i, ": null data"));
+    if (p.data == nullptr)
+      return absl::InvalidArgumentError(absl::StrCat("Linear part ", i, ": null data"));
     if (p.rows <= 0 || p.cols <= 0) {
       return absl::InvalidArgumentError(
           absl::StrCat("Linear part ", i, ": bad shape ", p.rows, " x ", p.cols));

@@ -90,7 +90,8 @@ std::vector<uint8_t> MakeWeights(WeightType type, int64_t n, int64_t k, uint32_t
     case WeightType::kF16:
     case WeightType::kBF16:
       for (int64_t i = 0; i < count; ++i, p += 2) {
-        const uint16_t v = type == WeightType::kF16 ? FloatToFp16(Uniform(s)) : FloatToBf16(Uniform(s));
+        const uint16_t v =
+            type == WeightType::kF16 ? FloatToFp16(Uniform(s)) : FloatToBf16(Uniform(s));
         std::memcpy(p, &v, 2);
       }
       break;
@@ -137,7 +138,8 @@ class Baseline {
     dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src, wei, dst), eng);
     prim_ = dnnl::matmul(pd);
     impl_ = pd.impl_info_str();
-    memory plain_mem(memory::desc({k, n}, type, memory::format_tag::ba), eng, const_cast<void*>(plain));
+    memory plain_mem(memory::desc({k, n}, type, memory::format_tag::ba), eng,
+                     const_cast<void*>(plain));
     for (int c = 0; c < copies; ++c) {
       if (absl::GetFlag(FLAGS_baseline_huge_pages)) {
         buffers_.emplace_back(pd.weights_desc().get_size(), /*huge_pages=*/true);
@@ -145,16 +147,18 @@ class Baseline {
       } else {
         weights_.emplace_back(pd.weights_desc(), eng);
       }
-      dnnl::reorder(plain_mem, weights_.back()).execute(linear_internal::DnnlStream(), plain_mem, weights_.back());
+      dnnl::reorder(plain_mem, weights_.back())
+          .execute(linear_internal::DnnlStream(), plain_mem, weights_.back());
     }
     src_ = memory(pd.src_desc(), eng);
     dst_ = memory(pd.dst_desc(), eng);
     std::memset(src_.get_data_handle(), 0, pd.src_desc().get_size());
   }
   void Run(int copy) {
-    prim_.execute(linear_internal::DnnlStream(), {{DNNL_ARG_SRC, src_},
-                                                  {DNNL_ARG_WEIGHTS, weights_[copy % weights_.size()]},
-                                                  {DNNL_ARG_DST, dst_}});
+    prim_.execute(linear_internal::DnnlStream(),
+                  {{DNNL_ARG_SRC, src_},
+                   {DNNL_ARG_WEIGHTS, weights_[copy % weights_.size()]},
+                   {DNNL_ARG_DST, dst_}});
     linear_internal::DnnlStream().wait();
   }
   const std::string& impl() const { return impl_; }
@@ -219,7 +223,8 @@ int Main() {
       const int n_copies = std::clamp<int>(
           static_cast<int>(absl::GetFlag(FLAGS_working_set_mb) * 1e6 / streamed + 0.999), 1, 64);
       copies.push_back(std::move(*first));
-      for (int c = 1; c < n_copies; ++c) copies.push_back(*Linear::Create({view}, precision, max_m));
+      for (int c = 1; c < n_copies; ++c)
+        copies.push_back(*Linear::Create({view}, precision, max_m));
 
       // Baseline input: the same weights as oneDNN sees them in our fast path.
       const bool base_bf16 = type != WeightType::kF32 && kernel.find("f32") == std::string::npos;
@@ -231,17 +236,21 @@ int Main() {
         linear_internal::WidenPartsToF32({view}, plain32.data(), shape.k);
       }
       const void* plain = base_bf16 ? static_cast<const void*>(plain16.data()) : plain32.data();
-      const int base_copies = std::clamp<int>(
-          static_cast<int>(absl::GetFlag(FLAGS_working_set_mb) * 1e6 /
-                               ((base_bf16 ? 2.0 : 4.0) * shape.k * shape.n) + 0.999), 1, 64);
+      const int base_copies =
+          std::clamp<int>(static_cast<int>(absl::GetFlag(FLAGS_working_set_mb) * 1e6 /
+                                               ((base_bf16 ? 2.0 : 4.0) * shape.k * shape.n) +
+                                           0.999),
+                          1, 64);
 
-      AlignedBuffer<float> x(static_cast<size_t>(max_m) * shape.k), y(static_cast<size_t>(max_m) * shape.n);
+      AlignedBuffer<float> x(static_cast<size_t>(max_m) * shape.k),
+          y(static_cast<size_t>(max_m) * shape.n);
       uint32_t s = 7;
       for (size_t i = 0; i < x.size(); ++i) x.data()[i] = Uniform(s);
       for (size_t mi = 0; mi < ms.size(); ++mi) {
         const int m = ms[mi];
-        const double t = TimeCalls([&](int i) { copies[i % copies.size()]->Run(x.data(), m, y.data()); },
-                                   static_cast<int>(copies.size()), min_ms);
+        const double t =
+            TimeCalls([&](int i) { copies[i % copies.size()]->Run(x.data(), m, y.data()); },
+                      static_cast<int>(copies.size()), min_ms);
         const double flops = 2.0 * m * shape.k * shape.n;
         step_ms[mi] += t * shape.per_step;
         double tb = 0;
@@ -253,18 +262,20 @@ int Main() {
           step_base_ms[mi] += tb * shape.per_step;
         }
         const double bb = (base_bf16 ? 2.0 : 4.0) * shape.k * shape.n;
-        std::printf("%-8s %4d | %9.3f %8.1f %7.1f | %9.3f %8.1f %7.1f | %6.2fx | %s / %s\n", shape.name, m, t,
-                    flops / t / 1e6, streamed / t / 1e6, tb, tb > 0 ? flops / tb / 1e6 : 0.0,
-                    tb > 0 ? bb / tb / 1e6 : 0.0, tb > 0 ? tb / t : 0.0, kernel.c_str(), impl.c_str());
+        std::printf("%-8s %4d | %9.3f %8.1f %7.1f | %9.3f %8.1f %7.1f | %6.2fx | %s / %s\n",
+                    shape.name, m, t, flops / t / 1e6, streamed / t / 1e6, tb,
+                    tb > 0 ? flops / tb / 1e6 : 0.0, tb > 0 ? bb / tb / 1e6 : 0.0,
+                    tb > 0 ? tb / t : 0.0, kernel.c_str(), impl.c_str());
         std::fflush(stdout);
       }
     }
     if (shapes.size() == 5) {
-      std::printf("TinyLlama-1.1B forward (22 layers + lm_head), weights streamed %.2f GB per step:\n",
-                  step_bytes / 1e9);
+      std::printf(
+          "TinyLlama-1.1B forward (22 layers + lm_head), weights streamed %.2f GB per step:\n",
+          step_bytes / 1e9);
       for (size_t mi = 0; mi < ms.size(); ++mi) {
-        std::printf("  m=%4d: %8.2f ms (%.1f GB/s)  oneDNN: %8.2f ms  speedup %.2fx\n", ms[mi], step_ms[mi],
-                    step_bytes / step_ms[mi] / 1e6, step_base_ms[mi],
+        std::printf("  m=%4d: %8.2f ms (%.1f GB/s)  oneDNN: %8.2f ms  speedup %.2fx\n", ms[mi],
+                    step_ms[mi], step_bytes / step_ms[mi] / 1e6, step_base_ms[mi],
                     step_ms[mi] > 0 && step_base_ms[mi] > 0 ? step_base_ms[mi] / step_ms[mi] : 0.0);
       }
     }

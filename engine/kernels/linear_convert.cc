@@ -71,15 +71,16 @@ float Bf16ToFloat(uint16_t b) { return BitsToFloat(static_cast<uint32_t>(b) << 1
 
 uint16_t FloatToBf16(float f) {
   const uint32_t bits = FloatBits(f);
-  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x0040);  // quiet nan
+  if ((bits & 0x7fffffffu) > 0x7f800000u)
+    return static_cast<uint16_t>((bits >> 16) | 0x0040);  // quiet nan
   const uint32_t rounded = bits + 0x7fffu + ((bits >> 16) & 1);
   return static_cast<uint16_t>(rounded >> 16);
 }
 
 void DequantizeRow(const WeightView& w, int64_t row, float* out) {
   const int64_t cols = w.cols;
-  const uint8_t* base = static_cast<const uint8_t*>(w.data) +
-                        row * linear_internal::RowBytes(w.type, cols);
+  const uint8_t* base =
+      static_cast<const uint8_t*>(w.data) + row * linear_internal::RowBytes(w.type, cols);
   switch (w.type) {
     case WeightType::kF32:
       std::memcpy(out, base, cols * sizeof(float));

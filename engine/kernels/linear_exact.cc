@@ -125,19 +125,27 @@ using BlockFn = void (*)(const float*, int64_t, const float*, int64_t, int64_t, 
 template <int MR>
 BlockFn Pick512(int nr) {
   switch (nr) {
-    case 1: return Block512<MR, 1>;
-    case 2: return Block512<MR, 2>;
-    case 3: return Block512<MR, 3>;
-    default: return Block512<MR, 4>;
+    case 1:
+      return Block512<MR, 1>;
+    case 2:
+      return Block512<MR, 2>;
+    case 3:
+      return Block512<MR, 3>;
+    default:
+      return Block512<MR, 4>;
   }
 }
 
 BlockFn Pick512(int mr, int nr) {
   switch (mr) {
-    case 1: return Pick512<1>(nr);
-    case 2: return Pick512<2>(nr);
-    case 3: return Pick512<3>(nr);
-    default: return Pick512<4>(nr);
+    case 1:
+      return Pick512<1>(nr);
+    case 2:
+      return Pick512<2>(nr);
+    case 3:
+      return Pick512<3>(nr);
+    default:
+      return Pick512<4>(nr);
   }
 }
 
@@ -149,7 +157,11 @@ BlockFn Pick256(int mr, int nr) {
 class ExactLinear final : public Linear {
  public:
   ExactLinear(int64_t k, int64_t n, int max_tokens, ExactIsa isa)
-      : k_(k), k_padded_(RoundUp(k, kExactLanes)), n_(n), max_tokens_(max_tokens), isa_(isa),
+      : k_(k),
+        k_padded_(RoundUp(k, kExactLanes)),
+        n_(n),
+        max_tokens_(max_tokens),
+        isa_(isa),
         w_(static_cast<size_t>(n * RoundUp(k, kExactLanes)), /*huge_pages=*/true) {}
 
   float* weights() { return w_.data(); }
@@ -169,8 +181,8 @@ class ExactLinear final : public Linear {
 #pragma omp parallel for schedule(static) if (parallel)
     for (int64_t t = 0; t < tiles; ++t) {
       const int64_t n0 = t * tile;
-      ExactGemmTile(isa_, x, k_, m, w_.data() + n0 * k_padded_, k_, std::min(tile, n_ - n0),
-                    y + n0, n_);
+      ExactGemmTile(isa_, x, k_, m, w_.data() + n0 * k_padded_, k_, std::min(tile, n_ - n0), y + n0,
+                    n_);
     }
   }
 
@@ -190,8 +202,8 @@ class ExactLinear final : public Linear {
 
 }  // namespace
 
-void ExactGemmTile(ExactIsa isa, const float* x, int64_t x_stride, int m, const float* w,
-                   int64_t k, int64_t n, float* y, int64_t y_stride) {
+void ExactGemmTile(ExactIsa isa, const float* x, int64_t x_stride, int m, const float* w, int64_t k,
+                   int64_t n, float* y, int64_t y_stride) {
   const int64_t ws = RoundUp(k, kExactLanes);
   const int max_mr = isa == ExactIsa::kAvx512 ? 4 : 2;
   const int max_nr = isa == ExactIsa::kAvx512 ? 4 : 2;

@@ -127,7 +127,8 @@ class FastLinear final : public Linear {
   }
   std::string kernel_name() const override {
     std::string name;
-    if (matmul_) absl::StrAppend(&name, "onednn-", bf16_ ? "bf16" : "f32", "(", matmul_->impl_name(), ")+");
+    if (matmul_)
+      absl::StrAppend(&name, "onednn-", bf16_ ? "bf16" : "f32", "(", matmul_->impl_name(), ")+");
     switch (small_) {
       case SmallM::kGemvBf16:
         absl::StrAppend(&name, "gemv-bf16-avx512", matmul_ && gemv_copy_ ? "(2nd copy)" : "");
@@ -184,7 +185,8 @@ class FastLinear final : public Linear {
       const int largest = std::max(smallest, std::min(kMaxBucketRows, NextPow2(max_tokens_)));
       std::vector<int> buckets;
       for (int b = smallest; b <= largest; b *= 2) buckets.push_back(b);
-      QUILL_ASSIGN_OR_RETURN(matmul_, OnednnMatmul::Create(type, k_mm, n_, src_stride, plain, buckets));
+      QUILL_ASSIGN_OR_RETURN(matmul_,
+                             OnednnMatmul::Create(type, k_mm, n_, src_stride, plain, buckets));
       if (matmul_->buckets().front() != smallest) {
         return absl::InternalError("oneDNN refused the smallest static-M bucket");
       }
@@ -202,7 +204,8 @@ class FastLinear final : public Linear {
           dnnl::reorder(plain_mem, gemv_copy_).execute(DnnlStream(), plain_mem, gemv_copy_);
           DnnlStream().wait();
         } catch (const dnnl::error& e) {
-          return absl::InternalError(absl::StrCat("oneDNN reorder for the GEMV failed: ", e.what()));
+          return absl::InternalError(
+              absl::StrCat("oneDNN reorder for the GEMV failed: ", e.what()));
         }
         weights = gemv_copy_.get_data_handle();
       }

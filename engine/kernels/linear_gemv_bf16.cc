@@ -16,15 +16,15 @@ namespace {
 #define QUILL_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
 
 constexpr int kBlockCols = 64;
-constexpr int kMaxRows = 4;          // x rows per register tile (4 x 4 accumulators)
-constexpr int64_t kChunkPairs = 256; // k pairs per pass when rows need several passes (64 KiB)
+constexpr int kMaxRows = 4;           // x rows per register tile (4 x 4 accumulators)
+constexpr int64_t kChunkPairs = 256;  // k pairs per pass when rows need several passes (64 KiB)
 // (Software prefetch, 512 B to 8 KiB ahead, and 8 accumulator chains for m = 1 measured no
 // faster: the hardware prefetchers and 4 chains already keep the loads in flight.)
 
 // acc[MR][64] (+)= x[MR rows] . W[p0, p1) for one column block.
 template <int MR>
-QUILL_BF16 void BlockRows(const uint16_t* wb, int64_t p0, int64_t p1, const uint16_t* x,
-                          int64_t xs, float* acc, bool init) {
+QUILL_BF16 void BlockRows(const uint16_t* wb, int64_t p0, int64_t p1, const uint16_t* x, int64_t xs,
+                          float* acc, bool init) {
   __m512 c[MR][4];
 #pragma GCC unroll 4
   for (int i = 0; i < MR; ++i)
@@ -56,8 +56,8 @@ QUILL_BF16 void BlockRows(const uint16_t* wb, int64_t p0, int64_t p1, const uint
 
 using BlockRowsFn = void (*)(const uint16_t*, int64_t, int64_t, const uint16_t*, int64_t, float*,
                              bool);
-constexpr BlockRowsFn kBlockRows[kMaxRows + 1] = {nullptr, BlockRows<1>, BlockRows<2>,
-                                                  BlockRows<3>, BlockRows<4>};
+constexpr BlockRowsFn kBlockRows[kMaxRows + 1] = {nullptr, BlockRows<1>, BlockRows<2>, BlockRows<3>,
+                                                  BlockRows<4>};
 
 // One column block for up to kMaxGroupRows rows of x.
 constexpr int kMaxGroupRows = 32;

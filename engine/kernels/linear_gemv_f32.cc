@@ -19,8 +19,8 @@ constexpr int64_t kChunkK = 256;  // k values per pass when rows need several pa
 constexpr int kMaxGroupRows = 32;
 
 template <int MR>
-QUILL_AVX512F void BlockRows(const float* wb, int64_t k0, int64_t k1, const float* x,
-                             int64_t xs, float* acc, bool init) {
+QUILL_AVX512F void BlockRows(const float* wb, int64_t k0, int64_t k1, const float* x, int64_t xs,
+                             float* acc, bool init) {
   __m512 c[MR][4];
 #pragma GCC unroll 4
   for (int i = 0; i < MR; ++i)
@@ -49,8 +49,8 @@ QUILL_AVX512F void BlockRows(const float* wb, int64_t k0, int64_t k1, const floa
 }
 
 using BlockRowsFn = void (*)(const float*, int64_t, int64_t, const float*, int64_t, float*, bool);
-constexpr BlockRowsFn kBlockRows[kMaxRows + 1] = {nullptr, BlockRows<1>, BlockRows<2>,
-                                                  BlockRows<3>, BlockRows<4>};
+constexpr BlockRowsFn kBlockRows[kMaxRows + 1] = {nullptr, BlockRows<1>, BlockRows<2>, BlockRows<3>,
+                                                  BlockRows<4>};
 
 }  // namespace
 

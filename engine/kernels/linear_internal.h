@@ -23,7 +23,9 @@ inline constexpr int64_t kQ8BlockBytes = 34;  // fp16 scale + 32 int8
 int64_t RowBytes(WeightType type, int64_t cols);
 const char* WeightTypeName(WeightType type);
 
-inline int64_t RoundUp(int64_t v, int64_t multiple) { return (v + multiple - 1) / multiple * multiple; }
+inline int64_t RoundUp(int64_t v, int64_t multiple) {
+  return (v + multiple - 1) / multiple * multiple;
+}
 
 // Asks for transparent huge pages on [p, p + bytes) (2 MiB aligned p): streaming packed
 // weights through 4 KiB pages measured ~25% slower (TLB misses, prefetchers stop at pages).
@@ -40,7 +42,8 @@ class AlignedBuffer {
     const size_t bytes = RoundUp(static_cast<int64_t>(count * sizeof(T)), 64);
     constexpr size_t kHuge = size_t{2} << 20;
     const bool huge = huge_pages && bytes >= kHuge;
-    data_.reset(static_cast<T*>(std::aligned_alloc(huge ? kHuge : 64, huge ? RoundUp(bytes, kHuge) : bytes)));
+    data_.reset(static_cast<T*>(
+        std::aligned_alloc(huge ? kHuge : 64, huge ? RoundUp(bytes, kHuge) : bytes)));
     if (huge) AdviseHugePages(data_.get(), bytes);
     std::memset(static_cast<void*>(data_.get()), 0, bytes);  // first touch after the advice
   }
@@ -77,8 +80,8 @@ enum class ExactIsa { kAvx512, kAvx2 };
 // y[m x n] (row stride y_stride) = x[m x k] (row stride x_stride) * w^T, where w is
 // [n x k_padded] f32 with zero columns past k and k_padded = RoundUp(k, 16). Single
 // threaded; the caller splits n across threads.
-void ExactGemmTile(ExactIsa isa, const float* x, int64_t x_stride, int m, const float* w,
-                   int64_t k, int64_t n, float* y, int64_t y_stride);
+void ExactGemmTile(ExactIsa isa, const float* x, int64_t x_stride, int m, const float* w, int64_t k,
+                   int64_t n, float* y, int64_t y_stride);
 
 absl::StatusOr<std::unique_ptr<Linear>> CreateExactLinear(absl::Span<const WeightView> parts,
                                                           int max_tokens);

@@ -27,8 +27,7 @@ class OnednnMatmul {
   // have stride `src_stride` elements. Throws nothing: oneDNN errors become INTERNAL.
   static absl::StatusOr<std::unique_ptr<OnednnMatmul>> Create(dnnl::memory::data_type type,
                                                               int64_t k, int64_t n,
-                                                              int64_t src_stride,
-                                                              const void* plain,
+                                                              int64_t src_stride, const void* plain,
                                                               std::vector<int> buckets);
 
   const std::vector<int>& buckets() const { return bucket_rows_; }

@@ -21,14 +21,15 @@ namespace {
 
 #define QUILL_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni")))
 
-constexpr int kMaxRows = 4;          // x rows per register tile (6 measured no faster)
-constexpr int64_t kChunkGroups = 32; // 32-k groups per pass when rows need several passes
+constexpr int kMaxRows = 4;           // x rows per register tile (6 measured no faster)
+constexpr int64_t kChunkGroups = 32;  // 32-k groups per pass when rows need several passes
 constexpr int kMaxGroupRows = 32;
 
 // acc[MR][32] (+)= rows of x against groups [g0, g1) of one column block.
 template <int MR>
 QUILL_VNNI void BlockRows(const uint8_t* wb, int64_t g0, int64_t g1, const int8_t* xq, int64_t k,
-                          const float* xd, const int32_t* xneg, int64_t groups, float* acc, bool init) {
+                          const float* xd, const int32_t* xneg, int64_t groups, float* acc,
+                          bool init) {
   __m512 f[MR][2];
 #pragma GCC unroll 8
   for (int i = 0; i < MR; ++i)
@@ -55,7 +56,8 @@ QUILL_VNNI void BlockRows(const uint8_t* wb, int64_t g0, int64_t g1, const int8_
       }
     }
     const __m512 d0 = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wp)));
-    const __m512 d1 = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wp + 32)));
+    const __m512 d1 =
+        _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wp + 32)));
 #pragma GCC unroll 8
     for (int i = 0; i < MR; ++i) {
       const __m512 dx = _mm512_set1_ps(xd[i * groups + g]);
@@ -81,7 +83,8 @@ uint16_t LoadU16(const uint8_t* p) { return static_cast<uint16_t>(p[0] | (p[1] <
 
 namespace {
 
-QUILL_VNNI void QuantizeRowQ8(const float* x, int64_t groups, int8_t* xq, float* xd, int32_t* xneg) {
+QUILL_VNNI void QuantizeRowQ8(const float* x, int64_t groups, int8_t* xq, float* xd,
+                              int32_t* xneg) {
   for (int64_t g = 0; g < groups; ++g) {
     const float* src = x + g * 32;
     const __m512 a = _mm512_loadu_ps(src);
@@ -107,7 +110,8 @@ QUILL_VNNI void QuantizeRowQ8(const float* x, int64_t groups, int8_t* xq, float*
 void QuantizeRowsQ8(const float* x, int m, int64_t k, int8_t* xq, float* xd, int32_t* xneg) {
   const int64_t groups = k / 32;
 #pragma omp parallel for schedule(static) if (m * k >= (1 << 18))
-  for (int i = 0; i < m; ++i) QuantizeRowQ8(x + i * k, groups, xq + i * k, xd + i * groups, xneg + i * groups);
+  for (int i = 0; i < m; ++i)
+    QuantizeRowQ8(x + i * k, groups, xq + i * k, xd + i * groups, xneg + i * groups);
 }
 
 Q8Gemv::Q8Gemv(absl::Span<const WeightView> parts, int max_rows)

@@ -33,9 +33,9 @@ class Q8Gemv {
   int64_t k_, n_, groups_, col_blocks_;
   int max_rows_;
   AlignedBuffer<uint8_t> w_;
-  AlignedBuffer<int8_t> xq_;    // [max_rows x k] quantized x
-  AlignedBuffer<float> xd_;     // [max_rows x groups] x scales
-  AlignedBuffer<int32_t> xneg_; // [max_rows x groups] -128 * sum(xq) (undoes the +128)
+  AlignedBuffer<int8_t> xq_;     // [max_rows x k] quantized x
+  AlignedBuffer<float> xd_;      // [max_rows x groups] x scales
+  AlignedBuffer<int32_t> xneg_;  // [max_rows x groups] -128 * sum(xq) (undoes the +128)
 };
 
 // x rows -> int8 per 32-block (round to nearest even, |q| <= 127), scale d = max|x| / 127.

@@ -227,7 +227,8 @@ std::vector<LinearParam> AllShapes() {
       for (bool fused : {false, true})
         for (int64_t k : {5, 32, 64, 96, 129, 2048})
           for (int64_t n : {1, 5, 33, 100, 1000})
-            if (type != WeightType::kQ8_0 || k % 32 == 0) params.emplace_back(type, precision, fused, k, n);
+            if (type != WeightType::kQ8_0 || k % 32 == 0)
+              params.emplace_back(type, precision, fused, k, n);
   return params;
 }
 
@@ -325,7 +326,8 @@ TEST(ExactKernel, Avx512AndAvx2GiveSameBits) {
         ASSERT_EQ(Bits(y2[i * n + j]), Bits(CanonicalDot(x.data() + i * k, w.data() + j * kp, k)))
             << "avx2 k=" << k << " i=" << i << " j=" << j;
     if (!GetCpuFeatures().avx512f) continue;
-    linear_internal::ExactGemmTile(ExactIsa::kAvx512, x.data(), k, m, w.data(), k, n, y512.data(), n);
+    linear_internal::ExactGemmTile(ExactIsa::kAvx512, x.data(), k, m, w.data(), k, n, y512.data(),
+                                   n);
     EXPECT_EQ(std::memcmp(y2.data(), y512.data(), y2.size() * 4), 0) << "k=" << k;
   }
 }
@@ -372,10 +374,10 @@ TEST(Fp16ToFloat, KnownValues) {
   EXPECT_EQ(Fp16ToFloat(0xc000), -2.0f);
   EXPECT_EQ(Fp16ToFloat(0x7bff), 65504.0f);
   EXPECT_EQ(Fp16ToFloat(0x3555), 0.333251953125f);
-  EXPECT_EQ(Fp16ToFloat(0x0001), std::ldexp(1.0f, -24));  // smallest subnormal
+  EXPECT_EQ(Fp16ToFloat(0x0001), std::ldexp(1.0f, -24));     // smallest subnormal
   EXPECT_EQ(Fp16ToFloat(0x03ff), std::ldexp(1023.0f, -24));  // largest subnormal
-  EXPECT_EQ(Fp16ToFloat(0x0400), std::ldexp(1.0f, -14));  // smallest normal
-  EXPECT_EQ(Bits(Fp16ToFloat(0x8000)), 0x80000000u);  // -0
+  EXPECT_EQ(Fp16ToFloat(0x0400), std::ldexp(1.0f, -14));     // smallest normal
+  EXPECT_EQ(Bits(Fp16ToFloat(0x8000)), 0x80000000u);         // -0
   EXPECT_EQ(Fp16ToFloat(0x7c00), std::numeric_limits<float>::infinity());
   EXPECT_EQ(Fp16ToFloat(0xfc00), -std::numeric_limits<float>::infinity());
   EXPECT_TRUE(std::isnan(Fp16ToFloat(0x7e00)));
@@ -394,12 +396,12 @@ TEST(FloatToFp16, KnownValuesAndTies) {
   EXPECT_EQ(FloatToFp16(1.0f + 3 * std::ldexp(1.0f, -11)), 0x3c02);  // tie -> even (up)
   EXPECT_EQ(FloatToFp16(1.0f + std::ldexp(1.0f, -11) + std::ldexp(1.0f, -20)), 0x3c01);
   EXPECT_EQ(FloatToFp16(std::ldexp(1.0f, -24)), 0x0001);
-  EXPECT_EQ(FloatToFp16(std::ldexp(1.0f, -25)), 0x0000);           // subnormal tie -> 0
+  EXPECT_EQ(FloatToFp16(std::ldexp(1.0f, -25)), 0x0000);  // subnormal tie -> 0
   EXPECT_EQ(FloatToFp16(std::ldexp(1.5f, -25)), 0x0001);
-  EXPECT_EQ(FloatToFp16(std::ldexp(3.0f, -25)), 0x0002);           // 1.5 units: tie -> 2
-  EXPECT_EQ(FloatToFp16(std::ldexp(2047.0f, -25)), 0x0400);        // rounds up to a normal
+  EXPECT_EQ(FloatToFp16(std::ldexp(3.0f, -25)), 0x0002);     // 1.5 units: tie -> 2
+  EXPECT_EQ(FloatToFp16(std::ldexp(2047.0f, -25)), 0x0400);  // rounds up to a normal
   EXPECT_EQ(FloatToFp16(std::ldexp(1.0f, -30)), 0x0000);
-  EXPECT_EQ(FloatToFp16(FromBits(0x00000001)), 0x0000);            // f32 subnormal
+  EXPECT_EQ(FloatToFp16(FromBits(0x00000001)), 0x0000);  // f32 subnormal
   EXPECT_EQ(FloatToFp16(-0.0f), 0x8000);
   EXPECT_EQ(FloatToFp16(std::numeric_limits<float>::infinity()), 0x7c00);
   const uint16_t nan = FloatToFp16(std::nanf(""));
