@@ -45,6 +45,7 @@ ABSL_FLAG(int, reps, 3, "Repetitions per test (after one warm-up run).");
 ABSL_FLAG(int, threads, 0, "OpenMP threads (alias -t); 0 = $OMP_NUM_THREADS, else 2.");
 ABSL_FLAG(bool, exact, false, "Benchmark the exact (f32) kernels instead of the fast ones.");
 ABSL_FLAG(bool, profile, false, "Print a per-phase time breakdown of each test to stderr.");
+ABSL_FLAG(bool, trace_steps, false, "Print every decode step's latency (ms) to stderr (tg tests).");
 
 namespace quill::engine {
 namespace {
@@ -152,11 +153,18 @@ class Bench {
           BatchEntry e{0, history, 0, true};
           QUILL_RETURN_IF_ERROR(model_.Forward({&e, 1}, *cache, logits.data()));
           auto t0 = std::chrono::steady_clock::now();
+          auto last = t0;
           for (int i = 0; i < n; ++i) {
             history.push_back(Argmax(logits.data(), vocab_));
             BatchEntry d{0, absl::MakeConstSpan(&history.back(), 1),
                          static_cast<int32_t>(history.size() - 1), true};
             QUILL_RETURN_IF_ERROR(model_.Forward({&d, 1}, *cache, logits.data()));
+            if (trace_) {
+              auto now = std::chrono::steady_clock::now();
+              std::fprintf(stderr, "%.1f%c", std::chrono::duration<double>(now - last).count() * 1e3,
+                           i + 1 == n ? '\n' : ' ');
+              last = now;
+            }
           }
           double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
           return std::make_pair(int64_t{n}, s);
@@ -206,6 +214,7 @@ class Bench {
   Model& model_;
   int reps_;
   bool profile_;
+  bool trace_ = absl::GetFlag(FLAGS_trace_steps);
   int64_t vocab_ = 0;
   std::vector<TokenId> random_tokens_;
 };
