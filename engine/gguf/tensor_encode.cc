@@ -7,64 +7,6 @@
 #include "absl/strings/str_cat.h"
 
 namespace quill::engine {
-namespace {
-
-uint32_t FloatBits(float value) {
-  uint32_t bits;
-  std::memcpy(&bits, &value, 4);
-  return bits;
-}
-
-float BitsFloat(uint32_t bits) {
-  float value;
-  std::memcpy(&value, &bits, 4);
-  return value;
-}
-
-// Shifts `m` right by `shift` (1..31) rounding to nearest, ties to even.
-uint32_t ShiftRoundEven(uint32_t m, int shift) {
-  const uint32_t result = m >> shift;
-  const uint32_t rem = m & ((uint32_t{1} << shift) - 1);
-  const uint32_t half = uint32_t{1} << (shift - 1);
-  return (rem > half || (rem == half && (result & 1))) ? result + 1 : result;
-}
-
-}  // namespace
-
-uint16_t FloatToF16(float value) {
-  const uint32_t x = FloatBits(value);
-  const uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000);
-  const uint32_t abs = x & 0x7FFFFFFF;
-  if (abs > 0x7F800000) return sign | 0x7E00 | static_cast<uint16_t>((abs >> 13) & 0x1FF);  // NaN
-  if (abs >= 0x477FF000) return sign | 0x7C00;  // >= 65520 rounds to infinity
-  if (abs >= 0x38800000) {                      // normal half (>= 2^-14)
-    // Rebias the exponent (127 -> 15); a mantissa carry correctly bumps the exponent.
-    return sign | static_cast<uint16_t>(ShiftRoundEven(abs - 0x38000000, 13));
-  }
-  if (abs <= 0x33000000) return sign;  // <= 2^-25 rounds to zero
-  // Subnormal half: units of 2^-24.
-  const int exponent = static_cast<int>(abs >> 23);
-  const uint32_t mantissa = (abs & 0x7FFFFF) | 0x800000;
-  return sign | static_cast<uint16_t>(ShiftRoundEven(mantissa, 126 - exponent));
-}
-
-float F16ToFloat(uint16_t bits) {
-  const uint32_t sign = static_cast<uint32_t>(bits & 0x8000) << 16;
-  const uint32_t exponent = (bits >> 10) & 0x1F;
-  const uint32_t mantissa = bits & 0x3FF;
-  if (exponent == 0x1F) return BitsFloat(sign | 0x7F800000 | (mantissa << 13));
-  if (exponent != 0) return BitsFloat(sign | ((exponent + 112) << 23) | (mantissa << 13));
-  const float magnitude = std::ldexp(static_cast<float>(mantissa), -24);
-  return sign ? -magnitude : magnitude;
-}
-
-uint16_t FloatToBf16(float value) {
-  const uint32_t x = FloatBits(value);
-  if ((x & 0x7FFFFFFF) > 0x7F800000) return static_cast<uint16_t>((x >> 16) | 0x40);  // quiet NaN
-  return static_cast<uint16_t>((x + 0x7FFF + ((x >> 16) & 1)) >> 16);
-}
-
-float Bf16ToFloat(uint16_t bits) { return BitsFloat(static_cast<uint32_t>(bits) << 16); }
 
 absl::Status EncodeTensor(absl::Span<const float> values, GgmlType type,
                           std::vector<uint8_t>* out) {
@@ -80,7 +22,7 @@ absl::Status EncodeTensor(absl::Span<const float> values, GgmlType type,
       uint8_t* p = out->data() + start;
       for (size_t i = 0; i < values.size(); ++i) {
         const uint16_t bits =
-            type == GgmlType::kF16 ? FloatToF16(values[i]) : FloatToBf16(values[i]);
+            type == GgmlType::kF16 ? FloatToFp16(values[i]) : FloatToBf16(values[i]);
         std::memcpy(p + 2 * i, &bits, 2);
       }
       return absl::OkStatus();
@@ -99,7 +41,7 @@ absl::Status EncodeTensor(absl::Span<const float> values, GgmlType type,
         for (int i = 0; i < kQ8_0BlockElements; ++i) amax = std::max(amax, std::fabs(x[i]));
         const float scale = amax / 127.0f;
         const float inverse = scale != 0.0f ? 1.0f / scale : 0.0f;
-        const uint16_t scale_bits = FloatToF16(scale);
+        const uint16_t scale_bits = FloatToFp16(scale);
         std::memcpy(p, &scale_bits, 2);
         for (int i = 0; i < kQ8_0BlockElements; ++i) {
           const float q = std::round(x[i] * inverse);

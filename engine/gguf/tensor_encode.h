@@ -5,15 +5,11 @@
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
+#include "engine/base/float16.h"
 #include "engine/gguf/gguf_file.h"
 
 namespace quill::engine {
 
-// IEEE binary16 and bfloat16 conversions, rounding to nearest even (NaN stays NaN).
-uint16_t FloatToF16(float value);
-float F16ToFloat(uint16_t bits);
-uint16_t FloatToBf16(float value);
-float Bf16ToFloat(uint16_t bits);
 
 // One Q8_0 block as stored in GGUF: 32 int8 values sharing an fp16 scale.
 inline constexpr int kQ8_0BlockElements = 32;

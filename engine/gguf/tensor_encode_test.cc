@@ -30,12 +30,12 @@ TEST(TensorEncodeTest, F16MatchesHardwareOnEdgeCases) {
                          std::numeric_limits<float>::infinity(),
                          -std::numeric_limits<float>::infinity(), 1.00048828125f /* tie */,
                          1.00146484375f /* tie, odd */, 3.0517578e-05f};
-  for (float f : cases) EXPECT_EQ(FloatToF16(f), HardwareF16(f)) << f;
-  EXPECT_EQ(FloatToF16(1.0f), 0x3C00);
-  EXPECT_EQ(FloatToF16(65504.0f), 0x7BFF);
-  EXPECT_EQ(FloatToF16(65520.0f), 0x7C00);
-  EXPECT_EQ(FloatToF16(-2.0f), 0xC000);
-  const uint16_t nan = FloatToF16(std::numeric_limits<float>::quiet_NaN());
+  for (float f : cases) EXPECT_EQ(FloatToFp16(f), HardwareF16(f)) << f;
+  EXPECT_EQ(FloatToFp16(1.0f), 0x3C00);
+  EXPECT_EQ(FloatToFp16(65504.0f), 0x7BFF);
+  EXPECT_EQ(FloatToFp16(65520.0f), 0x7C00);
+  EXPECT_EQ(FloatToFp16(-2.0f), 0xC000);
+  const uint16_t nan = FloatToFp16(std::numeric_limits<float>::quiet_NaN());
   EXPECT_EQ(nan & 0x7C00, 0x7C00);
   EXPECT_NE(nan & 0x03FF, 0);
 }
@@ -48,14 +48,14 @@ TEST(TensorEncodeTest, F16MatchesHardwareOnRandomBitPatterns) {
     if (i % 2 == 0) bits = (bits & 0x807FFFFF) | ((96u + rng() % 49) << 23);
     const float f = FromBits(bits);
     if (std::isnan(f)) continue;
-    ASSERT_EQ(FloatToF16(f), HardwareF16(f)) << std::hex << bits;
+    ASSERT_EQ(FloatToFp16(f), HardwareF16(f)) << std::hex << bits;
   }
 }
 
 TEST(TensorEncodeTest, F16ToFloatMatchesHardwareForAllValues) {
   for (uint32_t h = 0; h < 65536; ++h) {
     const float expected = _cvtsh_ss(static_cast<uint16_t>(h));
-    const float got = F16ToFloat(static_cast<uint16_t>(h));
+    const float got = Fp16ToFloat(static_cast<uint16_t>(h));
     if (std::isnan(expected)) {
       EXPECT_TRUE(std::isnan(got)) << h;
     } else {
@@ -122,7 +122,7 @@ TEST(TensorEncodeTest, Q8_0ZeroBlockAndReconstruction) {
   for (int i = 0; i < 34; ++i) EXPECT_EQ(out[i], 0) << i;  // zero scale, zero values
   uint16_t scale_bits;
   std::memcpy(&scale_bits, out.data() + 34, 2);
-  const float scale = F16ToFloat(scale_bits);
+  const float scale = Fp16ToFloat(scale_bits);
   float amax = 0;
   for (int i = 32; i < 64; ++i) amax = std::max(amax, std::fabs(x[i]));
   EXPECT_NEAR(scale, amax / 127.0f, amax / 127.0f * 1e-3f);

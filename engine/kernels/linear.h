@@ -6,6 +6,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "engine/base/float16.h"
 
 namespace quill::engine::kernels {
 
@@ -57,10 +58,10 @@ class Linear {
 // embedding lookup and by tests.
 void DequantizeRow(const WeightView& w, int64_t row, float* out);
 
-// Conversions used across the kernels (round-to-nearest-even for f32 -> bf16).
-float Fp16ToFloat(uint16_t h);
-uint16_t FloatToFp16(float f);
-float Bf16ToFloat(uint16_t b);
-uint16_t FloatToBf16(float f);
+// Conversions used across the kernels (engine/base/float16.h).
+using ::quill::engine::Bf16ToFloat;
+using ::quill::engine::FloatToBf16;
+using ::quill::engine::FloatToFp16;
+using ::quill::engine::Fp16ToFloat;
 
 }  // namespace quill::engine::kernels
