@@ -3,6 +3,7 @@
 # random model and drives it with `quill bench` at several concurrencies, printing one line
 # per run: output tokens/s, TTFT and inter-token latency p50/p99.
 #   scripts/bench_serving.sh [MODEL.gguf] [CONCURRENCIES]     (defaults: a bf16 model, "1 4 16 64")
+# SERVER_FLAGS adds quill-server flags (e.g. "--max-batch-tokens 128").
 # The model is made with quill-make-model (tokenizer from ../shared) when it does not exist.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,7 +21,7 @@ if [ ! -f "$model" ]; then
 fi
 
 "$build_dir/server/quill-server" --model "$model" --port "$port" --metrics-port -1 \
-  --threads "$threads" --kv-cache-bytes 2GiB --log-level warn &
+  --threads "$threads" --kv-cache-bytes 2GiB --log-level warn ${SERVER_FLAGS:-} &
 server_pid=$!
 trap 'kill -TERM $server_pid 2>/dev/null; wait $server_pid 2>/dev/null || true' EXIT
 for _ in $(seq 1 600); do
