@@ -24,7 +24,9 @@ namespace {
 using kernels::Precision;
 
 constexpr int kPromptLengths[] = {3, 60, 7, 12, 45, 20, 37, 28};  // deliberately unsorted
-constexpr int kNumSeqs = 8;
+
+// Prompt length of sequence i: the list above, then a spread of 2..61 for larger batches.
+int PromptLength(int i) { return i < 8 ? kPromptLengths[i] : 2 + (i * 37) % 60; }
 
 std::string ModelPath(const std::string& name) {
   const char* dir = std::getenv("QUILL_SHARED_DIR");
@@ -43,7 +45,8 @@ TokenId Argmax(const std::vector<float>& x) {
 
 class BatchInvarianceTest : public ::testing::Test {
  protected:
-  void Load(const std::string& name, Precision precision) {
+  void Load(const std::string& name, Precision precision, int num_seqs = 8) {
+    num_seqs_ = num_seqs;
     path_ = ModelPath(name);
     if (path_.empty() || !std::ifstream(path_).good()) {
       GTEST_SKIP() << "shared assets not found at '" << path_ << "'";
@@ -51,7 +54,7 @@ class BatchInvarianceTest : public ::testing::Test {
     ModelOptions options;
     options.path = path_;
     options.precision = precision;
-    options.max_batch_tokens = 256;
+    options.max_batch_tokens = num_seqs <= 8 ? 256 : 64 * num_seqs;  // whole prefill in one step
     auto m = Model::Load(options);
     ASSERT_TRUE(m.ok()) << m.status();
     model_ = std::move(*m);
@@ -59,8 +62,8 @@ class BatchInvarianceTest : public ::testing::Test {
     std::mt19937 rng(7);
     std::uniform_int_distribution<TokenId> dist(3, static_cast<TokenId>(vocab_ - 1));
     prompts_.clear();
-    for (int len : kPromptLengths) {
-      std::vector<TokenId> p(len);
+    for (int i = 0; i < num_seqs; ++i) {
+      std::vector<TokenId> p(PromptLength(i));
       for (TokenId& t : p) t = dist(rng);
       p[0] = model_->tokenizer().bos_id() >= 0 ? model_->tokenizer().bos_id() : p[0];
       prompts_.push_back(p);
@@ -70,7 +73,7 @@ class BatchInvarianceTest : public ::testing::Test {
   std::unique_ptr<KvCache> NewCache() {
     const ModelConfig& c = model_->config();
     const int64_t per_token = int64_t{2} * c.block_count * c.head_count_kv * c.head_dim * 4;
-    auto cache = KvCache::Create(model_->MakeKvCacheOptions(per_token * 16 * 64, 16));
+    auto cache = KvCache::Create(model_->MakeKvCacheOptions(per_token * 128 * num_seqs_, 16));
     EXPECT_TRUE(cache.ok()) << cache.status();
     return std::move(*cache);
   }
@@ -85,19 +88,19 @@ class BatchInvarianceTest : public ::testing::Test {
   // All sequences in one Forward() for the prefill, then all decode together.
   RunResult RunTogether(int steps, const RunResult* forced) {
     RunResult r;
-    r.logits.assign(kNumSeqs, {});
-    r.tokens.assign(kNumSeqs, {});
+    r.logits.assign(num_seqs_, {});
+    r.tokens.assign(num_seqs_, {});
     auto cache = NewCache();
     std::vector<BatchEntry> batch;
-    for (int s = 0; s < kNumSeqs; ++s) {
+    for (int s = 0; s < num_seqs_; ++s) {
       EXPECT_TRUE(cache->Reserve(s + 10, prompts_[s].size() + steps).ok());
       batch.push_back({s + 10, prompts_[s], 0, true});
     }
-    std::vector<float> out(vocab_ * kNumSeqs);
-    std::vector<std::vector<TokenId>> fed(kNumSeqs);
+    std::vector<float> out(vocab_ * num_seqs_);
+    std::vector<std::vector<TokenId>> fed(num_seqs_);
     for (int step = 0; step <= steps; ++step) {
       if (step > 0) {
-        for (int s = 0; s < kNumSeqs; ++s) {
+        for (int s = 0; s < num_seqs_; ++s) {
           fed[s].push_back(NextToken(r, s, step - 1, forced));
           batch[s] = {s + 10, absl::MakeConstSpan(&fed[s].back(), 1),
                       static_cast<int32_t>(prompts_[s].size() + step - 1), true};
@@ -105,7 +108,7 @@ class BatchInvarianceTest : public ::testing::Test {
       }
       absl::Status st = model_->Forward(batch, *cache, out.data());
       EXPECT_TRUE(st.ok()) << st;
-      for (int s = 0; s < kNumSeqs; ++s) {
+      for (int s = 0; s < num_seqs_; ++s) {
         r.logits[s].emplace_back(out.begin() + s * vocab_, out.begin() + (s + 1) * vocab_);
       }
     }
@@ -115,10 +118,10 @@ class BatchInvarianceTest : public ::testing::Test {
   // Each sequence alone; its prompt in chunks of `chunk` tokens (0 = whole).
   RunResult RunAlone(int steps, int chunk, const RunResult* forced) {
     RunResult r;
-    r.logits.assign(kNumSeqs, {});
-    r.tokens.assign(kNumSeqs, {});
+    r.logits.assign(num_seqs_, {});
+    r.tokens.assign(num_seqs_, {});
     std::vector<float> out(vocab_);
-    for (int s = 0; s < kNumSeqs; ++s) {
+    for (int s = 0; s < num_seqs_; ++s) {
       auto cache = NewCache();
       const KvCache::SeqId id = 1000 + s;
       EXPECT_TRUE(cache->Reserve(id, prompts_[s].size() + steps).ok());
@@ -151,20 +154,20 @@ class BatchInvarianceTest : public ::testing::Test {
   // sequence's chunks share steps with other sequences' chunks and decodes.
   RunResult RunStaggered(int steps, int chunk, const RunResult* forced) {
     RunResult r;
-    r.logits.assign(kNumSeqs, {});
-    r.tokens.assign(kNumSeqs, {});
+    r.logits.assign(num_seqs_, {});
+    r.tokens.assign(num_seqs_, {});
     auto cache = NewCache();
-    std::vector<size_t> done(kNumSeqs, 0);  // prompt tokens processed
-    std::vector<std::vector<TokenId>> fed(kNumSeqs);
-    for (int s = 0; s < kNumSeqs; ++s) {
+    std::vector<size_t> done(num_seqs_, 0);  // prompt tokens processed
+    std::vector<std::vector<TokenId>> fed(num_seqs_);
+    for (int s = 0; s < num_seqs_; ++s) {
       fed[s].reserve(steps);
       EXPECT_TRUE(cache->Reserve(s + 50, prompts_[s].size() + steps).ok());
     }
-    std::vector<float> out(vocab_ * kNumSeqs);
+    std::vector<float> out(vocab_ * num_seqs_);
     for (int step_index = 0;; ++step_index) {
       std::vector<BatchEntry> batch;
       std::vector<int> who;
-      for (int s = 0; s < kNumSeqs; ++s) {
+      for (int s = 0; s < num_seqs_; ++s) {
         const size_t n = prompts_[s].size();
         if (done[s] < n) {
           if (step_index < s) continue;  // sequence s starts s steps late
@@ -181,7 +184,7 @@ class BatchInvarianceTest : public ::testing::Test {
           who.push_back(s);
         }
       }
-      if (batch.empty() && step_index >= kNumSeqs) break;
+      if (batch.empty() && step_index >= num_seqs_) break;
       if (batch.empty()) continue;
       absl::Status st = model_->Forward(batch, *cache, out.data());
       EXPECT_TRUE(st.ok()) << st;
@@ -195,7 +198,7 @@ class BatchInvarianceTest : public ::testing::Test {
 
   // Bitwise comparison of every logits row.
   void ExpectIdentical(const RunResult& a, const RunResult& b, const std::string& what) {
-    for (int s = 0; s < kNumSeqs; ++s) {
+    for (int s = 0; s < num_seqs_; ++s) {
       ASSERT_EQ(a.logits[s].size(), b.logits[s].size()) << what << " seq " << s;
       for (size_t step = 0; step < a.logits[s].size(); ++step) {
         EXPECT_EQ(0, std::memcmp(a.logits[s][step].data(), b.logits[s][step].data(),
@@ -214,7 +217,7 @@ class BatchInvarianceTest : public ::testing::Test {
 
   double MaxDiffAll(const RunResult& a, const RunResult& b) {
     double m = 0;
-    for (int s = 0; s < kNumSeqs; ++s) {
+    for (int s = 0; s < num_seqs_; ++s) {
       for (size_t step = 0; step < std::min(a.logits[s].size(), b.logits[s].size()); ++step) {
         m = std::max(m, MaxDiff(a.logits[s][step], b.logits[s][step]));
       }
@@ -223,6 +226,7 @@ class BatchInvarianceTest : public ::testing::Test {
   }
 
   std::string path_;
+  int num_seqs_ = 8;
   std::unique_ptr<Model> model_;
   int64_t vocab_ = 0;
   std::vector<std::vector<TokenId>> prompts_;
@@ -254,7 +258,7 @@ TEST_F(BatchInvarianceTest, FastKjvSameGreedyTokens) {
   const int steps = 32;
   RunResult together = RunTogether(steps, nullptr);
   RunResult alone = RunAlone(steps, 0, nullptr);  // its own greedy choices
-  for (int s = 0; s < kNumSeqs; ++s) {
+  for (int s = 0; s < num_seqs_; ++s) {
     // The last decode's logits were not used to pick a token; compare the ones that were.
     EXPECT_EQ(together.tokens[s], alone.tokens[s]) << "seq " << s;
   }
@@ -271,7 +275,7 @@ TEST_F(BatchInvarianceTest, FastMiniBf16SameArgmax) {
   const int steps = 32;
   RunResult together = RunTogether(steps, nullptr);
   RunResult alone = RunAlone(steps, 0, &together);  // same inputs, compare outputs
-  for (int s = 0; s < kNumSeqs; ++s) {
+  for (int s = 0; s < num_seqs_; ++s) {
     for (size_t step = 0; step < together.logits[s].size(); ++step) {
       EXPECT_EQ(Argmax(together.logits[s][step]), Argmax(alone.logits[s][step]))
           << "seq " << s << " step " << step;
@@ -281,6 +285,61 @@ TEST_F(BatchInvarianceTest, FastMiniBf16SameArgmax) {
   std::cout << absl::StrFormat("[batch-invariance] mini-random-bf16 fast: max|d| logits %.3g (%s)\n",
                                diff, model_->kernel_summary());
   RecordProperty("mini_bf16_fast_max_abs_diff", absl::StrFormat("%.3g", diff));
+}
+
+// The serving claim: a request's output does not change among 63 others. 64 decode rows
+// take the large-batch matmul path, unlike a solo run.
+TEST_F(BatchInvarianceTest, ExactAmong63OthersBitForBit) {
+  Load("kjv-1m.gguf", Precision::kExact, 64);
+  if (IsSkipped()) return;
+  const int steps = 4;
+  RunResult together = RunTogether(steps, nullptr);
+  RunResult alone = RunAlone(steps, 0, &together);
+  ExpectIdentical(together, alone, "64 batched vs alone");
+}
+
+// Fast mode among 63 others: measured and printed (the large-batch path uses oneDNN, whose
+// summation order differs from the small-batch kernels); greedy tokens must still agree.
+TEST_F(BatchInvarianceTest, FastKjvAmong63OthersSameGreedyTokens) {
+  Load("kjv-1m.gguf", Precision::kFast, 64);
+  if (IsSkipped()) return;
+  const int steps = 16;
+  RunResult together = RunTogether(steps, nullptr);
+  RunResult alone = RunAlone(steps, 0, &together);  // same inputs, compare outputs
+  int argmax_mismatches = 0;
+  for (int s = 0; s < num_seqs_; ++s) {
+    for (size_t step = 0; step < together.logits[s].size(); ++step) {
+      argmax_mismatches += Argmax(together.logits[s][step]) != Argmax(alone.logits[s][step]);
+    }
+  }
+  const double diff = MaxDiffAll(together, alone);
+  std::cout << absl::StrFormat(
+      "[batch-invariance] kjv-1m fast, 64 sequences: max|d| logits %.3g, argmax mismatches %d\n",
+      diff, argmax_mismatches);
+  RecordProperty("kjv_fast_64_max_abs_diff", absl::StrFormat("%.3g", diff));
+  EXPECT_EQ(argmax_mismatches, 0);
+  EXPECT_LE(diff, 1e-3);
+}
+
+TEST_F(BatchInvarianceTest, FastMiniBf16Among63OthersSameArgmax) {
+  Load("mini-random-bf16.gguf", Precision::kFast, 64);
+  if (IsSkipped()) return;
+  const int steps = 8;
+  RunResult together = RunTogether(steps, nullptr);
+  RunResult alone = RunAlone(steps, 0, &together);
+  int argmax_mismatches = 0;
+  for (int s = 0; s < num_seqs_; ++s) {
+    for (size_t step = 0; step < together.logits[s].size(); ++step) {
+      argmax_mismatches += Argmax(together.logits[s][step]) != Argmax(alone.logits[s][step]);
+    }
+  }
+  const double diff = MaxDiffAll(together, alone);
+  std::cout << absl::StrFormat(
+      "[batch-invariance] mini-random-bf16 fast, 64 sequences: max|d| logits %.3g, argmax "
+      "mismatches %d\n",
+      diff, argmax_mismatches);
+  RecordProperty("mini_bf16_fast_64_max_abs_diff", absl::StrFormat("%.3g", diff));
+  EXPECT_EQ(argmax_mismatches, 0);
 }
 
 }  // namespace
