@@ -17,6 +17,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "engine/runtime/engine.h"
+#include "engine/runtime/recording_sink_for_test.h"
 #include "gtest/gtest.h"
 
 namespace quill::engine {
@@ -125,67 +126,6 @@ class FakeStepModel final : public StepModel {
   FakeTokenizer tokenizer_;
   std::shared_ptr<Shared> shared_;
   absl::flat_hash_map<KvCache::SeqId, int64_t> next_pos_;
-};
-
-class RecordingSink final : public TokenSink {
- public:
-  explicit RecordingSink(int accept_chunks = -1) : accept_chunks_(accept_chunks) {}
-
-  bool OnChunk(TokenChunk chunk) override {
-    absl::MutexLock lock(&mu_);
-    if (finished_) violations_ += "chunk after finish; ";
-    chunks_.push_back(std::move(chunk));
-    return accept_chunks_ < 0 || static_cast<int>(chunks_.size()) < accept_chunks_;
-  }
-  void OnFinish(const FinishInfo& info) override {
-    absl::MutexLock lock(&mu_);
-    if (finished_) violations_ += "second finish; ";
-    finished_ = true;
-    info_ = info;
-    done_.Notify();
-  }
-
-  // Waits for OnFinish (bounded only so a bug cannot hang the suite).
-  bool Wait() { return done_.WaitForNotificationWithTimeout(absl::Seconds(60)); }
-
-  std::vector<TokenId> ids() {
-    absl::MutexLock lock(&mu_);
-    std::vector<TokenId> ids;
-    for (const TokenChunk& c : chunks_)
-      for (const GeneratedToken& t : c.tokens) ids.push_back(t.id);
-    return ids;
-  }
-  std::string text() {
-    absl::MutexLock lock(&mu_);
-    std::string text;
-    for (const TokenChunk& c : chunks_) text += c.text;
-    return text;
-  }
-  std::vector<TokenChunk> chunks() {
-    absl::MutexLock lock(&mu_);
-    return chunks_;
-  }
-  FinishInfo info() {
-    absl::MutexLock lock(&mu_);
-    return info_;
-  }
-  bool called() {
-    absl::MutexLock lock(&mu_);
-    return finished_ || !chunks_.empty();
-  }
-  std::string violations() {
-    absl::MutexLock lock(&mu_);
-    return violations_;
-  }
-
- private:
-  const int accept_chunks_;
-  absl::Mutex mu_;
-  std::vector<TokenChunk> chunks_ ABSL_GUARDED_BY(mu_);
-  FinishInfo info_ ABSL_GUARDED_BY(mu_);
-  bool finished_ ABSL_GUARDED_BY(mu_) = false;
-  std::string violations_ ABSL_GUARDED_BY(mu_);
-  absl::Notification done_;
 };
 
 class RecordingObserver final : public EngineObserver {
@@ -522,7 +462,7 @@ TEST_F(EngineFakeTest, CancelWaitingAndRunning) {
 
 TEST_F(EngineFakeTest, SinkReturningFalseStopsWithinOneStep) {
   Start();
-  auto sink = std::make_shared<RecordingSink>(/*accept_chunks=*/3);
+  auto sink = std::make_shared<RecordingSink>(/*gate_chunk=*/0, /*accept_chunks=*/3);
   ASSERT_TRUE(engine_->Submit(Request("r", {kBos, 5}, 50), sink).ok());
   ASSERT_TRUE(sink->Wait());
   EXPECT_EQ(sink->chunks().size(), 3u);  // the third OnChunk returned false

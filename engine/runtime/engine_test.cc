@@ -15,6 +15,7 @@
 #include "absl/synchronization/notification.h"
 #include "engine/kv_cache/kv_cache.h"
 #include "engine/runtime/engine.h"
+#include "engine/runtime/recording_sink_for_test.h"
 #include "engine/sampler/sampler.h"
 #include "gtest/gtest.h"
 
@@ -35,77 +36,6 @@ std::unique_ptr<Model> LoadModel() {
   EXPECT_TRUE(model.ok()) << model.status();
   return model.ok() ? std::move(model).value() : nullptr;
 }
-
-// Records everything; optionally blocks inside its `gate_chunk`-th OnChunk until
-// Release(), which pins the engine thread mid-step so the test can act deterministically.
-class RecordingSink final : public TokenSink {
- public:
-  explicit RecordingSink(int gate_chunk = 0, int accept_chunks = -1)
-      : gate_chunk_(gate_chunk), accept_chunks_(accept_chunks) {}
-
-  bool OnChunk(TokenChunk chunk) override {
-    int n;
-    {
-      absl::MutexLock lock(&mu_);
-      chunks_.push_back(std::move(chunk));
-      n = static_cast<int>(chunks_.size());
-    }
-    if (n == 1) first_chunk_.Notify();
-    if (n == gate_chunk_) {
-      gated_.Notify();
-      release_.WaitForNotification();
-    }
-    return accept_chunks_ < 0 || n < accept_chunks_;
-  }
-  void OnFinish(const FinishInfo& info) override {
-    {
-      absl::MutexLock lock(&mu_);
-      ++finishes_;
-      info_ = info;
-    }
-    if (!done_.HasBeenNotified()) done_.Notify();  // a second finish is caught by finishes()
-  }
-
-  bool Wait() { return done_.WaitForNotificationWithTimeout(absl::Seconds(120)); }
-  void WaitGated() { gated_.WaitForNotification(); }
-  void WaitFirstChunk() { first_chunk_.WaitForNotification(); }
-  void Release() { release_.Notify(); }
-
-  std::vector<TokenId> ids() {
-    absl::MutexLock lock(&mu_);
-    std::vector<TokenId> ids;
-    for (const TokenChunk& c : chunks_)
-      for (const GeneratedToken& t : c.tokens) ids.push_back(t.id);
-    return ids;
-  }
-  std::string text() {
-    absl::MutexLock lock(&mu_);
-    std::string text;
-    for (const TokenChunk& c : chunks_) text += c.text;
-    return text;
-  }
-  std::vector<TokenChunk> chunks() {
-    absl::MutexLock lock(&mu_);
-    return chunks_;
-  }
-  FinishInfo info() {
-    absl::MutexLock lock(&mu_);
-    return info_;
-  }
-  int finishes() {
-    absl::MutexLock lock(&mu_);
-    return finishes_;
-  }
-
- private:
-  const int gate_chunk_;
-  const int accept_chunks_;
-  absl::Mutex mu_;
-  std::vector<TokenChunk> chunks_ ABSL_GUARDED_BY(mu_);
-  FinishInfo info_ ABSL_GUARDED_BY(mu_);
-  int finishes_ ABSL_GUARDED_BY(mu_) = 0;
-  absl::Notification first_chunk_, gated_, release_, done_;
-};
 
 class StepRecorder final : public EngineObserver {
  public:
