@@ -29,17 +29,10 @@ SERVER = os.path.join(BINARY_DIR, "server", "quill-server")
 CLI = os.path.join(BINARY_DIR, "client", "quill")
 PYTHON = "/usr/bin/python3"
 
-# The metric families quill-server exports (checked on a real scrape).
-SERVER_METRICS = [
-    "quill_time_to_first_token_seconds", "quill_inter_token_latency_seconds",
-    "quill_request_duration_seconds", "quill_queue_wait_seconds",
-    "quill_prefill_duration_seconds", "quill_decode_duration_seconds",
-    "quill_engine_step_duration_seconds", "quill_batch_tokens", "quill_requests_total",
-    "quill_prompt_tokens_total", "quill_generated_tokens_total", "quill_requests_running",
-    "quill_requests_waiting", "quill_kv_cache_blocks_total", "quill_kv_cache_blocks_used",
-    "quill_kv_cache_bytes_used", "quill_model_weights_bytes",
-    "quill_process_resident_memory_bytes",
-]
+# The metric families quill-server exports (checked on a real scrape): one list, kept in
+# scripts/check_deploy.py, which also checks the dashboard covers them.
+sys.path.insert(0, os.path.join(SOURCE_DIR, "scripts"))
+from check_deploy import SERVER_METRICS  # noqa: E402
 
 
 def skip(message):
