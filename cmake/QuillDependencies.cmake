@@ -13,6 +13,10 @@ set_target_properties(DNNL::dnnl PROPERTIES
 find_package(spdlog CONFIG REQUIRED)
 find_package(GTest CONFIG REQUIRED)
 find_package(nlohmann_json CONFIG REQUIRED)
+# PCRE2 (libpcre2-dev) runs the tokenizers' pre-tokenizer split patterns; Debian ships
+# only a pkg-config file for it.
+find_package(PkgConfig REQUIRED)
+pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)
 # gRPC/protobuf are found here (not in proto/) so their imported targets are visible to
 # server/, client/ and tests/. Only quill_proto and what depends on it link them.
 find_package(Protobuf REQUIRED)
