@@ -17,6 +17,9 @@ find_package(nlohmann_json CONFIG REQUIRED)
 # only a pkg-config file for it.
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)
+# Boost.Beast/Asio (header-only, libboost1.81-dev) for the HTTP API and `quill bench --api
+# http`. Nothing to link: Boost.System is header-only since 1.69.
+find_package(Boost 1.81 CONFIG REQUIRED COMPONENTS headers)
 # gRPC/protobuf are found here (not in proto/) so their imported targets are visible to
 # server/, client/ and tests/. Only quill_proto and what depends on it link them.
 find_package(Protobuf REQUIRED)
