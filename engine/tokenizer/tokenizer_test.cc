@@ -356,6 +356,98 @@ TEST_P(VocabVectorsTest, RoundTrips) {
   }
 }
 
+// --- SentencePiece flags on the real Llama 2 vocabulary -------------------------------
+
+// A copy of ggml-vocab-llama-spm.gguf with some tokenizer.ggml.* flags changed, checked
+// against llama.cpp's vectors for the original: with add_space_prefix false, " " + text
+// must give the vector of text (the prefix is that one space); add_bos_token and
+// add_eos_token only add ids 1 and 2 around it.
+class SpmFlagsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    base_ = absl::StrCat(SharedDir(), "/vocab/ggml-vocab-llama-spm.gguf");
+    std::ifstream probe(base_);
+    if (SharedDir().empty() || !probe)
+      GTEST_SKIP() << "shared assets not found at '" << base_ << "'";
+    std::string inp, out;
+    ASSERT_TRUE(ReadFile(base_ + ".inp", &inp));
+    ASSERT_TRUE(ReadFile(base_ + ".out", &out));
+    texts_ = absl::StrSplit(inp, "\n__ggml_vocab_test__\n");
+    texts_.pop_back();
+    const std::vector<std::string> lines = absl::StrSplit(out, '\n');
+    ASSERT_GE(lines.size(), texts_.size());
+    for (size_t i = 0; i < texts_.size(); ++i) {
+      std::vector<TokenId> ids;
+      std::istringstream in(lines[i]);
+      for (TokenId id; in >> id;) ids.push_back(id);
+      expected_.push_back(ids);
+    }
+  }
+
+  // The vocabulary with `flags` (key suffix -> value) set.
+  std::unique_ptr<Tokenizer> Variant(const std::vector<std::pair<std::string, bool>>& flags) {
+    auto source = GgufFile::Open(base_);
+    EXPECT_TRUE(source.ok()) << source.status();
+    if (!source.ok()) return nullptr;
+    GgufWriter w;
+    EXPECT_TRUE(w.CopyKeys(**source, "tokenizer.").ok());
+    for (const auto& [key, value] : flags) w.SetBool("tokenizer.ggml." + key, value);
+    const std::string path =
+        absl::StrCat(::testing::TempDir(), "/spm_flags_",
+                     ::testing::UnitTest::GetInstance()->current_test_info()->name(), ".gguf");
+    EXPECT_TRUE(w.WriteFile(path).ok());
+    std::unique_ptr<Tokenizer> tokenizer = LoadTokenizer(path);
+    std::remove(path.c_str());
+    return tokenizer;
+  }
+
+  std::string base_;
+  std::vector<std::string> texts_;
+  std::vector<std::vector<TokenId>> expected_;
+};
+
+TEST_F(SpmFlagsTest, AddSpacePrefixFalse) {
+  auto t = Variant({{"add_space_prefix", false}});
+  ASSERT_NE(t, nullptr);
+  EXPECT_FALSE(t->adds_space_prefix());
+  for (size_t i = 0; i < texts_.size(); ++i) {
+    if (texts_[i].empty()) continue;  // "" has no prefix to move
+    EXPECT_THAT(EncodeOrDie(*t, " " + texts_[i], false), ElementsAreArray(expected_[i]))
+        << "vector " << i << " text \"" << texts_[i] << "\"";
+  }
+  // "Hello" is then not "▁Hello" (15043), and nothing is stripped when decoding.
+  const std::vector<TokenId> ids = EncodeOrDie(*t, "Hello world", true);
+  ASSERT_GE(ids.size(), 2u);
+  EXPECT_EQ(ids[0], 1);
+  EXPECT_NE(ids[1], 15043);
+  EXPECT_EQ(t->TokenBytes(ids[1]).front(), 'H');
+  EXPECT_EQ(t->Decode(ids, /*strip_leading_space=*/true), "Hello world");
+  EXPECT_EQ(t->Decode(EncodeOrDie(*t, " Hello", true), true), " Hello");
+}
+
+TEST_F(SpmFlagsTest, AddBosAndAddEos) {
+  struct Case {
+    bool add_bos, add_eos;
+  };
+  for (const Case c :
+       {Case{false, true}, Case{true, true}, Case{false, false}, Case{true, false}}) {
+    SCOPED_TRACE(absl::StrCat("add_bos ", c.add_bos, " add_eos ", c.add_eos));
+    auto t = Variant({{"add_bos_token", c.add_bos}, {"add_eos_token", c.add_eos}});
+    ASSERT_NE(t, nullptr);
+    EXPECT_EQ(t->add_bos(), c.add_bos);
+    EXPECT_TRUE(t->adds_space_prefix());
+    for (size_t i = 0; i < texts_.size(); ++i) {
+      std::vector<TokenId> want;
+      if (c.add_bos) want.push_back(1);
+      want.insert(want.end(), expected_[i].begin(), expected_[i].end());
+      if (c.add_eos) want.push_back(2);
+      if (want.empty()) want.push_back(1);  // a prompt is never empty
+      EXPECT_THAT(EncodeOrDie(*t, texts_[i], true), ElementsAreArray(want)) << "vector " << i;
+      EXPECT_THAT(EncodeOrDie(*t, texts_[i], false), ElementsAreArray(expected_[i]));
+    }
+  }
+}
+
 // --- FromGguf on written fixtures ------------------------------------------------------
 
 class FromGgufTest : public ::testing::Test {
