@@ -92,8 +92,9 @@ grpc::ServerUnaryReactor* GenerationService::Tokenize(grpc::CallbackServerContex
     out.add_token_ids(id);
     out.add_pieces(ToValidUtf8(tokenizer.TokenBytes(id)));
   }
-  // SentencePiece vocabularies prefix the text with a space when encoding; drop it again.
-  out.set_text(ToValidUtf8(tokenizer.Decode(*ids, tokenizer.model_name() == "llama")));
+  // A vocabulary that prefixes the text with a space when encoding (SentencePiece
+  // add_space_prefix) has it dropped again.
+  out.set_text(ToValidUtf8(tokenizer.Decode(*ids, tokenizer.adds_space_prefix())));
   *response = SerializeResponse(out);
   reactor->Finish(grpc::Status::OK);
   return reactor;
