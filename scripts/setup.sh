@@ -10,6 +10,7 @@ packages=(
   libgtest-dev libgmock-dev nlohmann-json3-dev zlib1g-dev
   python3 python3-grpcio python3-grpc-tools python3-yaml
   prometheus curl
+  clang-14 libclang-rt-14-dev llvm-14
 )
 
 missing=()
