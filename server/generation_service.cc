@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "engine/base/log_field.h"
 #include "engine/model/model.h"
 #include "engine/model/model_config.h"
 #include "server/generate_reactor.h"
@@ -74,7 +75,7 @@ std::string GenerationService::NewRequestId() {
 grpc::ServerWriteReactor<grpc::ByteBuffer>* GenerationService::RejectGenerate(
     const absl::Status& status) {
   if (metrics_ != nullptr) metrics_->RecordRejected();
-  spdlog::debug("rejected generate: {}", status.ToString());
+  spdlog::debug("rejected generate: status={}", LogField(status.ToString()));
   // Never submitted, so the reactor never reaches the engine.
   auto* reactor = new GenerateReactor(/*engine=*/nullptr, "", /*with_logprobs=*/false,
                                       absl::InfiniteFuture());
@@ -103,7 +104,7 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* GenerationService::Generate(
   const absl::Status submitted = engine->Submit(*std::move(converted), reactor->channel());
   if (!submitted.ok()) {
     if (metrics_ != nullptr) metrics_->RecordRejected();
-    spdlog::debug("engine refused request: {}", submitted.ToString());
+    spdlog::debug("engine refused request: status={}", LogField(submitted.ToString()));
     reactor->Reject(submitted);
     return reactor;
   }
@@ -169,7 +170,7 @@ v1::ModelInfo BuildModelInfo(const engine::Engine& engine, const RequestLimits& 
   v1::ModelInfo info;
   info.set_name(ToValidUtf8(config.name.empty() ? Basename(model_path) : config.name));
   info.set_architecture(ToValidUtf8(config.architecture));
-  info.set_path(ToValidUtf8(model_path));
+  info.set_path(ToValidUtf8(Basename(model_path)));  // not the server's directory layout
   info.set_weight_type(model.weight_type_name());
   info.set_precision(precision);
   info.set_vocab_size(tokenizer.vocab_size());

@@ -64,6 +64,12 @@ ABSL_FLAG(std::string, metrics_host, "",
 ABSL_FLAG(int, metrics_port, 9090,
           "Port of the Prometheus /metrics endpoint. 0 picks a free port (the log says "
           "'metrics on http://HOST:PORT/metrics'); -1 turns the endpoint off.");
+ABSL_FLAG(int, metrics_threads, 16,
+          "Connections the /metrics endpoint serves at once (a thread each); stalled clients "
+          "beyond that wait in its accept queue.");
+ABSL_FLAG(absl::Duration, metrics_timeout, absl::Seconds(2),
+          "A /metrics connection that has not sent its whole request (or read the answer) in "
+          "this long is dropped, so idle or stalled clients cannot hold its threads.");
 ABSL_FLAG(int, threads, 0,
           "Compute threads (OpenMP) for the engine. 0 = OpenMP's default (OMP_NUM_THREADS "
           "or every core).");
@@ -104,7 +110,7 @@ namespace {
 // Every flag above, for the QUILL_<NAME> environment fallback.
 constexpr const char* kFlagNames[] = {
     "model",         "host",          "port",           "metrics_host",
-    "metrics_port",  "threads",       "precision",      "kv_cache_bytes",
+    "metrics_port",  "metrics_threads", "metrics_timeout", "threads",       "precision",      "kv_cache_bytes",
     "kv_block_size", "max_batch_tokens", "prefill_chunk_tokens", "max_running",
     "max_queue",     "max_tokens_limit", "drain_timeout", "max_message_bytes",
     "log_level",
@@ -189,6 +195,8 @@ absl::StatusOr<ServerOptions> OptionsFromFlags(const char* exe) {
   options.port = absl::GetFlag(FLAGS_port);
   options.metrics_host = absl::GetFlag(FLAGS_metrics_host);
   options.metrics_port = absl::GetFlag(FLAGS_metrics_port);
+  options.metrics_threads = absl::GetFlag(FLAGS_metrics_threads);
+  options.metrics_request_timeout = absl::GetFlag(FLAGS_metrics_timeout);
   options.engine.kv_cache_bytes = absl::GetFlag(FLAGS_kv_cache_bytes).bytes;
   options.engine.block_size_tokens = absl::GetFlag(FLAGS_kv_block_size);
   options.engine.max_batch_tokens = absl::GetFlag(FLAGS_max_batch_tokens);
@@ -206,6 +214,12 @@ absl::StatusOr<ServerOptions> OptionsFromFlags(const char* exe) {
   if (options.metrics_port > 65535) {
     return absl::InvalidArgumentError(
         absl::StrCat("--metrics-port ", options.metrics_port, " is not a port"));
+  }
+  if (options.metrics_threads < 1 || options.metrics_threads > 1024) {
+    return absl::InvalidArgumentError("--metrics-threads must be in [1, 1024]");
+  }
+  if (options.metrics_request_timeout < absl::Milliseconds(1)) {
+    return absl::InvalidArgumentError("--metrics-timeout must be at least 1ms");
   }
   if (options.drain_timeout < absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--drain-timeout must not be negative");
