@@ -26,7 +26,7 @@ RUN apt-get update \
  && apt-get install -y --no-install-recommends \
       libgrpc++1.51 libgrpc29 libprotobuf32 libabsl20220623 libdnnl2 libgomp1 \
       libspdlog1.10 libfmt9 libprometheus-cpp-core1.0 libprometheus-cpp-pull1.0 \
-      libre2-9 libc-ares2 libssl3 zlib1g \
+      libre2-9 libc-ares2 libssl3 zlib1g libpcre2-8-0 \
  && rm -rf /var/lib/apt/lists/*
 COPY --from=build /src/build/server/quill-server /src/build/client/quill \
                   /src/build/engine/tools/quill-run /usr/local/bin/

@@ -7,7 +7,7 @@ packages=(
   build-essential cmake ninja-build pkg-config git
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libdnnl-dev libspdlog-dev libfmt-dev prometheus-cpp-dev
-  libgtest-dev libgmock-dev nlohmann-json3-dev zlib1g-dev
+  libgtest-dev libgmock-dev nlohmann-json3-dev zlib1g-dev libpcre2-dev libboost1.81-dev
   python3 python3-grpcio python3-grpc-tools python3-yaml
   prometheus curl
   clang-14 libclang-rt-14-dev llvm-14

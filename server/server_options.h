@@ -28,6 +28,9 @@ struct ServerOptions {
   // `metrics_request_timeout` each, so scrapes keep being answered.
   int metrics_threads = 16;
   absl::Duration metrics_request_timeout = absl::Seconds(2);
+  std::string http_host;     // empty = same as host
+  int http_port = 8080;      // OpenAI-compatible HTTP API; 0 = any free port; negative = off
+  int http_threads = 2;      // HTTP io threads (they only parse, format and copy bytes)
 
   engine::EngineOptions engine;
 
@@ -35,7 +38,7 @@ struct ServerOptions {
   absl::Duration drain_timeout = absl::Seconds(30);
   // After the drain, gRPC gets this long to flush the last messages before it cancels.
   absl::Duration grpc_shutdown_grace = absl::Seconds(5);
-  // Requests larger than this are refused by gRPC (RESOURCE_EXHAUSTED).
+  // Requests larger than this are refused by gRPC (RESOURCE_EXHAUSTED) and HTTP (413).
   int max_receive_message_bytes = 4 << 20;
 };
 

@@ -492,6 +492,7 @@ void Engine::Impl::FinishSequence(Sequence& seq, absl::Time now) {
   info.prompt_tokens = seq.prompt_tokens();
   info.completion_tokens = seq.completion_tokens();
   info.timings = seq.Timings(now);
+  info.frontend = seq.request().frontend;
   seq.sink().OnFinish(info);
   if (observer_ != nullptr) observer_->OnRequestFinished(info);
 }

@@ -34,6 +34,9 @@ struct GenerationRequest {
   bool ignore_eos = false;
   int logprobs = 0;                  // top alternatives per token (0 = none)
   absl::Time deadline = absl::InfiniteFuture();
+  // Opaque to the engine: copied into FinishInfo so that its observer can tell front ends
+  // apart (the server's metrics label requests "grpc" or "http").
+  std::string frontend;
 };
 
 struct GeneratedToken {
@@ -66,6 +69,7 @@ struct FinishInfo {
   int prompt_tokens = 0;
   int completion_tokens = 0;
   RequestTimings timings;
+  std::string frontend;  // GenerationRequest::frontend
 };
 
 }  // namespace quill::engine

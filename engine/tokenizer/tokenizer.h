@@ -1,5 +1,6 @@
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -14,19 +15,29 @@ namespace quill::engine {
 
 using TokenId = int32_t;
 
+// A half-open byte range [begin, end) of a text.
+struct ByteRange {
+  size_t begin = 0;
+  size_t end = 0;
+};
+
 // A tokenizer built from GGUF metadata (tokenizer.ggml.*): "llama" (SentencePiece BPE by
-// score with byte fallback) or "gpt2" (byte-level BPE over merges with the GPT-2
-// pre-tokenizer). Immutable; Encode/Decode are const and thread-safe.
+// score with byte fallback) or "gpt2" (byte-level BPE over merges, after the split
+// patterns of the family named by tokenizer.ggml.pre). Immutable; every method is const
+// and thread-safe.
 class Tokenizer {
  public:
-  // INVALID_ARGUMENT for a missing/unsupported tokenizer model or inconsistent arrays.
+  // INVALID_ARGUMENT for a missing/unsupported tokenizer model, an unsupported
+  // pre-tokenizer (naming the tokenizer.ggml.pre value) or inconsistent arrays.
   static absl::StatusOr<std::unique_ptr<Tokenizer>> FromGguf(const GgufFile& file);
   virtual ~Tokenizer() = default;
 
   // Text -> ids. With add_special, BOS is prepended when the vocabulary says
   // add_bos_token (and EOS appended when it says add_eos_token); an empty result becomes
   // {BOS} if the vocabulary has one, so a prompt is never empty (GPT-2: <|endoftext|>).
-  // Special/control token strings inside `text` are plain text. INVALID_ARGUMENT if
+  // Control-token text (e.g. "<|im_end|>", "<s>") inside `text` is plain text;
+  // user-defined tokens (added tokens that are not special, e.g. Qwen2's "<think>") are
+  // recognized as themselves, as Hugging Face and llama.cpp do. INVALID_ARGUMENT if
   // `text` is not valid UTF-8 ("prompt is not valid UTF-8 at byte N").
   virtual absl::StatusOr<std::vector<TokenId>> Encode(absl::string_view text,
                                                       bool add_special) const = 0;
@@ -42,8 +53,8 @@ class Tokenizer {
   std::string Decode(absl::Span<const TokenId> ids, bool strip_leading_space = false) const;
 
   virtual int vocab_size() const = 0;
-  virtual TokenId bos_id() const = 0;   // -1 if none
-  virtual TokenId eos_id() const = 0;   // -1 if none
+  virtual TokenId bos_id() const = 0;  // -1 if none
+  virtual TokenId eos_id() const = 0;  // -1 if none
   virtual bool add_bos() const = 0;
   // True for tokens that end generation (EOS, EOT, ...).
   virtual bool IsEndOfGeneration(TokenId id) const = 0;

@@ -105,7 +105,14 @@ TEST(SpmTokenizerTest, SpacesBecomeMarkersWithAPrefix) {
   const TokenId marker = b.Add("\xE2\x96\x81", -5);  // ▁
   const TokenId a = b.Add("a", -5);
   b.Add("b", -5);
-  const TokenId ma = b.Add("\xE2\x96\x81" "a", -1), mb = b.Add("\xE2\x96\x81" "b", -1);
+  const TokenId ma = b.Add(
+                    "\xE2\x96\x81"
+                    "a",
+                    -1),
+                mb = b.Add(
+                    "\xE2\x96\x81"
+                    "b",
+                    -1);
   auto t = b.Build();
   EXPECT_THAT(EncodeOrDie(*t, "a b", false), ElementsAre(ma, mb));
   EXPECT_THAT(EncodeOrDie(*t, " a", false), ElementsAre(marker, ma));
@@ -310,8 +317,8 @@ TEST(BpeTokenizerTest, RankDecidesBetweenOverlappingPairs) {
   for (bool ab_first : {true, false}) {
     BpeBuilder b;
     const TokenId ab = b.Add("ab"), bc = b.Add("bc");
-    b.vocab.merges = ab_first ? std::vector<std::string>{"a b", "b c"}
-                              : std::vector<std::string>{"b c", "a b"};
+    b.vocab.merges =
+        ab_first ? std::vector<std::string>{"a b", "b c"} : std::vector<std::string>{"b c", "a b"};
     auto t = b.Build();
     if (ab_first) {
       EXPECT_THAT(EncodeOrDie(*t, "abc", false), ElementsAre(ab, 'c'));
@@ -393,10 +400,14 @@ TEST(VocabValidationTest, RejectsInconsistentVocabularies) {
   w.merges = {"ab"};
   EXPECT_EQ(code(w), kInvalid);
   w = bpe.vocab;
-  w.pre = "llama-bpe";
+  w.pre = "no-such-pre";
   EXPECT_EQ(code(w), kInvalid);
+  EXPECT_THAT(std::string(CreateTokenizer(w).status().message()),
+              HasSubstr("unsupported pre-tokenizer 'no-such-pre'"));
+  w.pre = "llama-bpe";
+  EXPECT_TRUE(CreateTokenizer(w).ok());
   w = bpe.vocab;
-  w.tokens[10] = "not-a-byte";
+  w.tokens['a'] = "not-a-byte";  // printable ASCII must have its byte symbol
   EXPECT_EQ(code(w), kInvalid);
 }
 
@@ -421,7 +432,7 @@ TEST(IncrementalDetokenizerTest, ReplacesInvalidBytes) {
   EXPECT_EQ(detok.Push(kFirstByte + 0xE2), "");
   EXPECT_EQ(detok.Push(x), "\xEF\xBF\xBDx");  // E2 then 'x': the E2 was ill-formed
   EXPECT_EQ(detok.Push(kFirstByte + 0xC3), "");
-  EXPECT_EQ(detok.Flush(), "\xEF\xBF\xBD");   // truncated at the end of the stream
+  EXPECT_EQ(detok.Flush(), "\xEF\xBF\xBD");  // truncated at the end of the stream
 }
 
 TEST(IncrementalDetokenizerTest, StripsOnlyTheFirstLeadingSpace) {
