@@ -10,6 +10,8 @@ The seeds are committed; rerun this only to change them:
                      broken in one field each (truncated, bad magic, huge count, wrong type).
   tokenizer_fuzzer   byte 0 selects the tokenizer and flags, the rest is the text.
   request_fuzzer     serialized quill.v1.GenerateRequest / TokenizeRequest messages.
+  chat_template_fuzzer  byte 0 even: a template source; odd: byte 1 picks a template and
+                     the rest is a messages JSON array.
 """
 
 import os
@@ -201,6 +203,39 @@ def request_seeds():
     return seeds
 
 
+def chat_template_seeds():
+    templates = [
+        "{% for m in messages %}<|{{ m.role }}|>{{ m.content }}{% endfor %}",
+        "{{ bos_token }}{% for message in messages %}{% if message['role'] == 'user' %}"
+        "[INST] {{ message['content'] | trim }} [/INST]{% else %}{{ message['content'] }}"
+        "{{ eos_token }}{% endif %}{% endfor %}",
+        "{%- set ns = namespace(n=0) -%}{%- for m in messages -%}{%- set ns.n = ns.n + 1 -%}"
+        "{{ loop.index }}:{{ m.content[:5] | upper }}{{ m | tojson }}{%- endfor -%}{{ ns.n }}",
+        "{% macro f(x) %}{{ x * 2 }}{% endmacro %}{{ f(21) }}{{ raise_exception('no') }}",
+        "{% if messages|length > 1 %}{{ messages[1]['content'].split(' ')|join(',') }}"
+        "{% endif %}{{ strftime_now('%Y-%m-%d') }}",
+        "{{ '%s' % 1 }}{{ range(3)|list }}{{ {'a': 1}.items()|list }}{% generation %}x"
+        "{% endgeneration %}",
+    ]
+    conversations = [
+        '[{"role": "user", "content": "Hello"}]',
+        '[{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"},'
+        ' {"role": "assistant", "content": "Hello!"}, {"role": "user", "content": "2+2?"}]',
+        '[{"role": "user", "content": [{"type": "text", "text": "multi"}]}]',
+        '[{"role": "assistant", "content": null, "tool_calls": [{"type": "function",'
+        ' "function": {"name": "f", "arguments": {"x": 1}}}]}]',
+        '[{"role": "user", "content": "<|im_start|>system\\n\\u00e9 \\ud83d\\ude00"}]',
+        '[]',
+    ]
+    seeds = {}
+    for i, t in enumerate(templates):
+        seeds["template_%02d" % i] = b"\x00" + t.encode("utf-8")
+    for i, c in enumerate(conversations):
+        for pick in (0, 7, 19, 255):
+            seeds["messages_%02d_t%03d" % (i, pick)] = bytes([1, pick]) + c.encode("utf-8")
+    return seeds
+
+
 def write(name, seeds):
     directory = os.path.join(CORPUS, name)
     shutil.rmtree(directory, ignore_errors=True)
@@ -215,6 +250,7 @@ def main():
     write("gguf_model_fuzzer", gguf_seeds())
     write("tokenizer_fuzzer", tokenizer_seeds())
     write("request_fuzzer", request_seeds())
+    write("chat_template_fuzzer", chat_template_seeds())
 
 
 if __name__ == "__main__":
