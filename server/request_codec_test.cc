@@ -145,6 +145,12 @@ TEST(RequestCodecTest, EveryInvalidRequestIsInvalidArgumentNamingTheField) {
        "stop_token_ids[0]"},
       {"request_id too long", [](auto* r) { r->set_request_id(std::string(129, 'i')); },
        "request_id"},
+      // Ids are logged: a newline would start a forged log line.
+      {"request_id with a newline", [](auto* r) { r->set_request_id("a\nfinished request_id=x"); },
+       "request_id"},
+      {"request_id with a control byte", [](auto* r) { r->set_request_id("a\x7f"); },
+       "request_id"},
+      {"request_id not ASCII", [](auto* r) { r->set_request_id("caf\xC3\xA9"); }, "request_id"},
   };
   ByteTokenizer tokenizer;
   for (const InvalidCase& c : cases) {
@@ -156,6 +162,15 @@ TEST(RequestCodecTest, EveryInvalidRequestIsInvalidArgumentNamingTheField) {
     EXPECT_THAT(std::string(got.status().message()), ::testing::StartsWith(c.field))
         << c.name << ": " << got.status();
   }
+}
+
+TEST(RequestCodecTest, PrintableRequestIdsAreAccepted) {
+  v1::GenerateRequest request = Valid();
+  request.set_request_id("user 42: \"job\" #7 (retry) ~!");
+  ByteTokenizer tokenizer;
+  absl::StatusOr<engine::GenerationRequest> got = ToEngineRequest(request, Limits(), tokenizer);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->request_id, request.request_id());
 }
 
 TEST(RequestCodecTest, PromptPlusMaxTokensBeyondTheKvPoolIsRejected) {

@@ -383,6 +383,7 @@ TEST_F(EngineFakeTest, ValidationErrorsNameTheFieldAndNeverCallTheSink) {
   };
   const std::vector<Case> cases = {
       {"request_id", [](GenerationRequest& r) { r.request_id.clear(); }},
+      {"request_id", [](GenerationRequest& r) { r.request_id = "a\nb"; }},
       {"prompt", [](GenerationRequest& r) { r.prompt_ids.clear(); }},
       {"prompt_token_ids[1]", [](GenerationRequest& r) { r.prompt_ids[1] = kVocab; }},
       {"prompt_token_ids[0]", [](GenerationRequest& r) { r.prompt_ids[0] = -1; }},
