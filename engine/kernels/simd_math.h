@@ -31,8 +31,10 @@ inline bool UseAvx512() {
   return HasAvx512Bf16() && !force_portable_for_testing.load(std::memory_order_relaxed);
 }
 
-// Lanes [0, n) set, for n in [0, 16].
+// Lanes [0, n) set: none for n <= 0, all 16 for n >= 16. Callers pass "keys left" counts
+// that go negative past the end of a tile, and a shift by a negative amount is undefined.
 inline __mmask16 TailMask(int n) {
+  if (n <= 0) return 0;
   return n >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << n) - 1);
 }
 
