@@ -346,7 +346,8 @@ TEST_F(BatchInvarianceTest, FastMiniBf16Among63OthersSameArgmax) {
 
 // ---- One model of each family ------------------------------------------------------------
 // gpt2: learned positions, LayerNorm, fused QKV and biases; gemma2: soft-caps, a 32-token
-// sliding window on alternate layers (the prompts reach 61 tokens), post-norms, GEGLU.
+// sliding window on alternate layers (the prompts reach 61 tokens), post-norms, GEGLU;
+// qwen2: Q/K/V biases, NEOX RoPE; llama3: rope_freqs.
 
 class FamilyInvarianceTest : public BatchInvarianceTest {};
 
@@ -382,7 +383,8 @@ TEST_P(FamilyInvarianceTest, FastSameArgmax) {
 
 INSTANTIATE_TEST_SUITE_P(Families, FamilyInvarianceTest,
                          ::testing::Values("gpt2-tiny.gguf", "gemma2-tiny.gguf",
-                                           "gemma2-tiny-bf16.gguf"),
+                                           "gemma2-tiny-bf16.gguf", "qwen2-tiny.gguf",
+                                           "llama3-tiny.gguf"),
                          [](const ::testing::TestParamInfo<const char*>& info) {
                            std::string name = info.param;
                            name = name.substr(0, name.find(".gguf"));

@@ -41,6 +41,8 @@ const char* const kGoldenFiles[] = {
     "families/gemma2-tiny.json",
     "families/gemma2-tiny-bf16.json",
     "families/gpt2-tiny.json",
+    "families/llama3-tiny.json",
+    "families/qwen2-tiny.json",
 };
 
 std::string SharedDir() {

@@ -362,6 +362,9 @@ TEST(ModelConfigTest, FamilyModelsFromGguf) {
     EXPECT_EQ(d.WindowOfLayer(3), 0);
     EXPECT_FLOAT_EQ(c.attention_scale(), 1.0f / std::sqrt(32.0f));
     EXPECT_TRUE(c.tied_embeddings);
+    // Per block: q 96*128 + k, v 2 * 96*64 + o 128*96 = 36,864; gate, up, down 3 * 96*256
+    // = 73,728; four norms 384. 4 * 110,976 + 32000*96 + 96 (final norm).
+    EXPECT_EQ(ComputeAccounting(c, 512, 2).total_params, 4 * 110976 + 3072000 + 96);
   }
   {
     const ModelConfig c = open("gpt2-tiny.gguf");
@@ -377,6 +380,9 @@ TEST(ModelConfigTest, FamilyModelsFromGguf) {
     EXPECT_EQ(d.sliding_window, 0);
     EXPECT_FLOAT_EQ(d.attn_softcap, 0.0f);
     EXPECT_TRUE(c.tied_embeddings);
+    // Per block: two LayerNorms 256; qkv 64*192 + 192; o 64*64 + 64; up 64*256 + 256;
+    // down 256*64 + 64 = 49,984. 2 blocks + wte 50257*64 + wpe 128*64 + final LayerNorm 128.
+    EXPECT_EQ(ComputeAccounting(c, 128, 2).total_params, 2 * 49984 + 3216448 + 8192 + 128);
   }
   {
     const ModelConfig c = open("qwen2-tiny.gguf");
@@ -385,6 +391,8 @@ TEST(ModelConfigTest, FamilyModelsFromGguf) {
     EXPECT_FALSE(c.decoder.attn_output_bias || c.decoder.ffn_bias || c.decoder.rope_freq_factors);
     EXPECT_FLOAT_EQ(c.rope_freq_base, 1e6f);
     EXPECT_TRUE(c.tied_embeddings);
+    // Per block: q 64*64 + 64; k, v 2 * (64*32 + 32); o 64*64; 3 * 64*160; norms 128 = 43,264.
+    EXPECT_EQ(ComputeAccounting(c, 64, 2).total_params, 2 * 43264 + 151936 * 64 + 64);
   }
   {
     const ModelConfig c = open("llama3-tiny.gguf");
@@ -393,6 +401,8 @@ TEST(ModelConfigTest, FamilyModelsFromGguf) {
     EXPECT_FALSE(c.decoder.qkv_bias);
     EXPECT_FLOAT_EQ(c.rope_freq_base, 5e5f);
     EXPECT_TRUE(c.tied_embeddings);
+    // Per block: q, o 2 * 64*64; k, v 2 * 64*32; 3 * 64*192; norms 128 = 49,280.
+    EXPECT_EQ(ComputeAccounting(c, 64, 2).total_params, 2 * 49280 + 128256 * 64 + 64);
   }
 }
 

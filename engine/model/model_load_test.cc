@@ -8,6 +8,7 @@
 // the loader, so they check the loader rather than restate it.
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -16,6 +17,7 @@
 #include <functional>
 #include <iostream>
 #include <map>
+#include <new>
 #include <random>
 #include <string>
 #include <utility>
@@ -27,6 +29,18 @@
 #include "engine/model/model.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+
+// Counts heap allocations so a test can prove Forward() makes none. (GCC 12 cannot see that
+// the replaced new and delete pair up, and warns.)
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+static std::atomic<int64_t> g_allocations{0};
+void* operator new(size_t size) {
+  g_allocations.fetch_add(1, std::memory_order_relaxed);
+  if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, size_t) noexcept { std::free(p); }
 
 namespace quill::engine {
 namespace {
@@ -257,6 +271,41 @@ TEST_F(ModelLoadFixtureTest, RopeFreqFactorsApply) {
   }
   EXPECT_EQ(logits[0], logits[1]);
   EXPECT_NE(logits[0], logits[2]);
+}
+
+// After a first step has sized everything, prefill and decode steps of every family (a
+// batch of a chunk and a decode row, crossing gemma2's window) allocate nothing.
+TEST_F(ModelLoadFixtureTest, ForwardAllocatesNothing) {
+  for (const char* arch : {"llama", "qwen2", "gemma2", "gpt2"}) {
+    Fixture f = Family(arch);
+    f.rope_freqs = std::string(arch) == "llama";
+    const std::string path = Write(f, std::string("alloc_") + arch);
+    for (Precision p : {Precision::kExact, Precision::kFast}) {
+      SCOPED_TRACE(std::string(arch) + (p == Precision::kExact ? " exact" : " fast"));
+      auto m = Load(path, p);
+      ASSERT_TRUE(m.ok()) << m.status();
+      Model& model = **m;
+      auto cache = KvCache::Create(model.MakeKvCacheOptions(int64_t{1} << 20, 16));
+      ASSERT_TRUE(cache.ok());
+      ASSERT_TRUE((*cache)->Reserve(1, 40).ok());
+      ASSERT_TRUE((*cache)->Reserve(2, 48).ok());
+      const std::vector<TokenId> prompt = {1, 5, 9, 300, 12, 7, 8, 100, 200, 3, 4, 5, 6, 7, 8, 9};
+      std::vector<float> logits(2 * model.config().vocab_size);
+      // The warm-up has the steps' batch shape (PagedAttention's per-call table only grows).
+      BatchEntry warm[2] = {{1, prompt, 0, true},
+                            {2, absl::MakeConstSpan(prompt.data(), 1), 0, true}};
+      ASSERT_TRUE(model.Forward(warm, **cache, logits.data()).ok());
+      const int64_t before = g_allocations.load();
+      for (int step = 0; step < 20; ++step) {
+        BatchEntry batch[2] = {
+            {1, absl::MakeConstSpan(&prompt[step % 16], 1), 16 + step, true},
+            {2, absl::MakeConstSpan(prompt.data(), 2), 1 + 2 * step, step % 3 == 0}};
+        ASSERT_TRUE(model.Forward(batch, **cache, logits.data()).ok());
+      }
+      EXPECT_EQ(g_allocations.load() - before, 0);
+    }
+    std::remove(path.c_str());
+  }
 }
 
 struct Corruption {

@@ -222,8 +222,12 @@ int RunInfo(const std::string& path) {
   std::printf("head_count           %ld (kv %ld, head_dim %ld)\n", static_cast<long>(c.head_count),
               static_cast<long>(c.head_count_kv), static_cast<long>(c.head_dim));
   std::printf("feed_forward_length  %ld\n", static_cast<long>(c.feed_forward_length));
-  std::printf("rope                 dim %ld, base %g\n", static_cast<long>(c.rope_dimension_count),
-              c.rope_freq_base);
+  if (c.decoder.uses_rope()) {
+    std::printf("rope                 dim %ld, base %g\n",
+                static_cast<long>(c.rope_dimension_count), c.rope_freq_base);
+  } else {
+    std::printf("rope                 none\n");
+  }
   std::printf("norm_eps             %g\n", c.norm_eps);
   std::printf("decoder              %s\n", DecoderSummary(c.decoder).c_str());
   std::printf("tied_embeddings      %s\n", c.tied_embeddings ? "yes" : "no");
