@@ -9,14 +9,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Adds the elapsed time since `start` to `slot` when profiling, and restarts the clock.
-inline void Lap(bool on, Clock::time_point* start, double* slot) {
-  if (!on) return;
-  Clock::time_point now = Clock::now();
-  *slot += std::chrono::duration<double>(now - *start).count();
-  *start = now;
-}
-
 const float* OrNull(const std::vector<float>& v) { return v.empty() ? nullptr : v.data(); }
 
 }  // namespace
@@ -145,103 +137,126 @@ void ForwardPass::QueryKeyValue(int l, int T, int n_logits, KvCache& cache) {
   }
 }
 
+ForwardPass::PhaseTimer::PhaseTimer(bool on) : on_(on) {
+  if (on_) begin_ = last_ = Clock::now();
+}
+
+void ForwardPass::PhaseTimer::Lap(double* slot) {
+  if (!on_) return;
+  const Clock::time_point now = Clock::now();
+  *slot += std::chrono::duration<double>(now - last_).count();
+  last_ = now;
+}
+
+double ForwardPass::PhaseTimer::Total() const {
+  return std::chrono::duration<double>(Clock::now() - begin_).count();
+}
+
 void ForwardPass::Run(absl::Span<const BatchEntry> batch, KvCache& cache, float* logits, bool prof,
                       ModelProfile& pr) {
-  const DecoderDescription& dd = config_.decoder;
-  Clock::time_point t0 = prof ? Clock::now() : Clock::time_point();
-  Clock::time_point start = t0;
-
+  PhaseTimer timer(prof);
   int T = 0;
   const int n_logits = Flatten(batch, cache, &T);
-  const auto seqs = absl::MakeConstSpan(attn_seqs_.data(), num_seqs_);
-  const auto lseqs = absl::MakeConstSpan(last_seqs_.data(), n_logits);
   Embed(T);
-  Lap(prof, &start, &pr.embed);
+  timer.Lap(&pr.embed);
 
-  float* hidden = hidden_.data();
-  float* normed = normed_.data();
-  float* proj = proj_.data();
   const int L = static_cast<int>(weights_.layers.size());
   for (int l = 0; l < L; ++l) {
-    LayerWeights& layer = weights_.layers[l];
-    ModelProfile::LayerTimes& lt = pr.layers[l];
-    const bool last = l == L - 1;
-
-    Norm(hidden, layer.attn_norm, layer.attn_norm_bias, T, normed);
-    Lap(prof, &start, &lt.norm);
-    layer.qkv->Run(normed, T, qkv_.data());
-    if (!layer.qkv_bias.empty()) kernels::AddBias(qkv_.data(), layer.qkv_bias.data(), T, qkv_dim_);
-    Lap(prof, &start, &lt.qkv);
-    QueryKeyValue(l, T, n_logits, cache);
-    Lap(prof, &start, &lt.rope_kv);
-    if (last && n_logits == 0) break;
-
-    kernels::AttentionParams params = attention_;
-    params.window = layer.window;
-    kernels::PagedAttention(q_.data(), cache.k_data(l), cache.v_data(l), cache.layout(),
-                            last ? lseqs : seqs, n_heads_, params, attn_out_.data());
-    Lap(prof, &start, &lt.attention);
-
-    // In the last layer the rest only matters for the logit rows: compact them.
-    int rows = T;
-    if (last) {
-      rows = n_logits;
-      for (int r = 0; r < n_logits; ++r) {
-        if (logit_rows_[r] != r) {
-          std::memcpy(hidden + static_cast<size_t>(r) * d_,
-                      hidden + static_cast<size_t>(logit_rows_[r]) * d_, d_ * sizeof(float));
-        }
-      }
-    }
-    const int64_t n = static_cast<int64_t>(rows) * d_;
-    layer.o->Run(attn_out_.data(), rows, proj);
-    if (!layer.o_bias.empty()) kernels::AddBias(proj, layer.o_bias.data(), rows, d_);
-    Lap(prof, &start, &lt.o);
-    if (!layer.post_attn_norm.empty()) Norm(proj, layer.post_attn_norm, {}, rows, proj);
-    kernels::AddInPlace(hidden, proj, n);
-    Norm(hidden, layer.ffn_norm, layer.ffn_norm_bias, rows, normed);
-    Lap(prof, &start, &lt.norm);
-    layer.up->Run(normed, rows, gate_up_.data());
-    if (!layer.up_bias.empty()) {
-      kernels::AddBias(gate_up_.data(), layer.up_bias.data(), rows,
-                       static_cast<int>(layer.up_bias.size()));
-    }
-    Lap(prof, &start, &lt.gate_up);
-    switch (dd.ffn) {
-      case FfnKind::kSwiGlu:
-        kernels::SwiGlu(gate_up_.data(), rows, ffn_, ffn_out_.data());
-        break;
-      case FfnKind::kGeGlu:
-        kernels::GeGlu(gate_up_.data(), rows, ffn_, ffn_out_.data());
-        break;
-      case FfnKind::kGelu:
-        kernels::Gelu(gate_up_.data(), static_cast<int64_t>(rows) * ffn_, ffn_out_.data());
-        break;
-    }
-    Lap(prof, &start, &lt.activation);
-    layer.down->Run(ffn_out_.data(), rows, proj);
-    if (!layer.down_bias.empty()) kernels::AddBias(proj, layer.down_bias.data(), rows, d_);
-    Lap(prof, &start, &lt.down);
-    if (!layer.post_ffn_norm.empty()) Norm(proj, layer.post_ffn_norm, {}, rows, proj);
-    kernels::AddInPlace(hidden, proj, n);
-    Lap(prof, &start, &lt.norm);
+    const int rows = AttentionBlock(l, T, n_logits, cache, timer, pr.layers[l]);
+    if (rows == 0) break;  // last layer, no logits wanted: only its K/V mattered
+    FeedForwardBlock(weights_.layers[l], rows, timer, pr.layers[l]);
   }
 
   if (n_logits > 0) {
     // After the last layer the logit rows are the first n_logits rows of `hidden`.
-    Norm(hidden, weights_.output_norm, weights_.output_norm_bias, n_logits, normed);
-    weights_.lm_head->Run(normed, n_logits, logits);
-    if (dd.final_softcap > 0.0f) {
+    Norm(hidden_.data(), weights_.output_norm, weights_.output_norm_bias, n_logits, normed_.data());
+    weights_.lm_head->Run(normed_.data(), n_logits, logits);
+    if (config_.decoder.final_softcap > 0.0f) {
       kernels::SoftCap(logits, static_cast<int64_t>(n_logits) * config_.vocab_size,
-                       dd.final_softcap);
+                       config_.decoder.final_softcap);
     }
-    Lap(prof, &start, &pr.lm_head);
+    timer.Lap(&pr.lm_head);
   }
   if (prof) {
-    pr.total += std::chrono::duration<double>(Clock::now() - t0).count();
+    pr.total += timer.Total();
     pr.steps += 1;
     pr.tokens += T;
   }
+}
+
+int ForwardPass::AttentionBlock(int l, int T, int n_logits, KvCache& cache, PhaseTimer& timer,
+                                ModelProfile::LayerTimes& lt) {
+  LayerWeights& layer = weights_.layers[l];
+  const bool last = l == static_cast<int>(weights_.layers.size()) - 1;
+  float* hidden = hidden_.data();
+  float* proj = proj_.data();
+
+  Norm(hidden, layer.attn_norm, layer.attn_norm_bias, T, normed_.data());
+  timer.Lap(&lt.norm);
+  layer.qkv->Run(normed_.data(), T, qkv_.data());
+  if (!layer.qkv_bias.empty()) kernels::AddBias(qkv_.data(), layer.qkv_bias.data(), T, qkv_dim_);
+  timer.Lap(&lt.qkv);
+  QueryKeyValue(l, T, n_logits, cache);
+  timer.Lap(&lt.rope_kv);
+  if (last && n_logits == 0) return 0;
+
+  kernels::AttentionParams params = attention_;
+  params.window = layer.window;
+  const auto seqs = last ? absl::MakeConstSpan(last_seqs_.data(), n_logits)
+                         : absl::MakeConstSpan(attn_seqs_.data(), num_seqs_);
+  kernels::PagedAttention(q_.data(), cache.k_data(l), cache.v_data(l), cache.layout(), seqs,
+                          n_heads_, params, attn_out_.data());
+  timer.Lap(&lt.attention);
+
+  // In the last layer the rest only matters for the logit rows: compact them.
+  int rows = T;
+  if (last) {
+    rows = n_logits;
+    for (int r = 0; r < n_logits; ++r) {
+      if (logit_rows_[r] != r) {
+        std::memcpy(hidden + static_cast<size_t>(r) * d_,
+                    hidden + static_cast<size_t>(logit_rows_[r]) * d_, d_ * sizeof(float));
+      }
+    }
+  }
+  layer.o->Run(attn_out_.data(), rows, proj);
+  if (!layer.o_bias.empty()) kernels::AddBias(proj, layer.o_bias.data(), rows, d_);
+  timer.Lap(&lt.o);
+  if (!layer.post_attn_norm.empty()) Norm(proj, layer.post_attn_norm, {}, rows, proj);
+  kernels::AddInPlace(hidden, proj, static_cast<int64_t>(rows) * d_);
+  return rows;
+}
+
+void ForwardPass::FeedForwardBlock(LayerWeights& layer, int rows, PhaseTimer& timer,
+                                   ModelProfile::LayerTimes& lt) {
+  float* hidden = hidden_.data();
+  float* proj = proj_.data();
+  Norm(hidden, layer.ffn_norm, layer.ffn_norm_bias, rows, normed_.data());
+  timer.Lap(&lt.norm);
+  layer.up->Run(normed_.data(), rows, gate_up_.data());
+  if (!layer.up_bias.empty()) {
+    kernels::AddBias(gate_up_.data(), layer.up_bias.data(), rows,
+                     static_cast<int>(layer.up_bias.size()));
+  }
+  timer.Lap(&lt.gate_up);
+  switch (config_.decoder.ffn) {
+    case FfnKind::kSwiGlu:
+      kernels::SwiGlu(gate_up_.data(), rows, ffn_, ffn_out_.data());
+      break;
+    case FfnKind::kGeGlu:
+      kernels::GeGlu(gate_up_.data(), rows, ffn_, ffn_out_.data());
+      break;
+    case FfnKind::kGelu:
+      kernels::Gelu(gate_up_.data(), static_cast<int64_t>(rows) * ffn_, ffn_out_.data());
+      break;
+  }
+  timer.Lap(&lt.activation);
+  layer.down->Run(ffn_out_.data(), rows, proj);
+  if (!layer.down_bias.empty()) kernels::AddBias(proj, layer.down_bias.data(), rows, d_);
+  timer.Lap(&lt.down);
+  if (!layer.post_ffn_norm.empty()) Norm(proj, layer.post_ffn_norm, {}, rows, proj);
+  kernels::AddInPlace(hidden, proj, static_cast<int64_t>(rows) * d_);
+  timer.Lap(&lt.norm);
 }
 
 }  // namespace quill::engine

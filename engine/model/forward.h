@@ -1,5 +1,6 @@
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <vector>
 
@@ -34,6 +35,27 @@ class ForwardPass {
   // RMSNorm or LayerNorm per the description; an empty `bias` means none.
   void Norm(const float* x, const std::vector<float>& weight, const std::vector<float>& bias,
             int rows, float* out) const;
+  // Adds the time since the previous lap to a profile slot, when profiling.
+  class PhaseTimer {
+   public:
+    explicit PhaseTimer(bool on);
+    void Lap(double* slot);
+    double Total() const;  // seconds since construction
+
+   private:
+    bool on_;
+    std::chrono::steady_clock::time_point begin_, last_;
+  };
+
+  // Attention sub-block of layer `l` (norm, QKV, RoPE and cache writes, attention, output
+  // projection, post-norm, residual). Returns the rows the rest of the layer works on (all
+  // T, or the compacted logit rows in the last layer).
+  int AttentionBlock(int l, int T, int n_logits, KvCache& cache, PhaseTimer& timer,
+                     ModelProfile::LayerTimes& lt);
+  // FFN sub-block over `rows` rows (norm, up or gate|up, activation, down, post-norm,
+  // residual).
+  void FeedForwardBlock(LayerWeights& layer, int rows, PhaseTimer& timer,
+                        ModelProfile::LayerTimes& lt);
   // Flattens the batch into rows; returns the number of rows wanting logits.
   int Flatten(absl::Span<const BatchEntry> batch, KvCache& cache, int* num_tokens);
   void Embed(int T);
