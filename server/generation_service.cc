@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "engine/base/log_field.h"
 #include "engine/model/model.h"
 #include "engine/model/model_config.h"
 #include "server/generate_reactor.h"
@@ -28,6 +29,11 @@ absl::Time DeadlineOf(const grpc::CallbackServerContext& context) {
   return t;
 }
 
+std::string FileName(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
 }  // namespace
 
 GenerationService::GenerationService(RequestGateway* gateway, Info info)
@@ -36,7 +42,7 @@ GenerationService::GenerationService(RequestGateway* gateway, Info info)
 grpc::ServerWriteReactor<grpc::ByteBuffer>* GenerationService::RejectGenerate(
     const absl::Status& status, bool counted) {
   if (!counted) gateway_->RecordRejected(Api::kGrpc);
-  spdlog::debug("rejected generate: {}", status.ToString());
+  spdlog::debug("rejected generate: status={}", LogField(status.ToString()));
   // Never submitted, so the reactor never reaches the engine.
   auto* reactor = new GenerateReactor(/*engine=*/nullptr, "", /*with_logprobs=*/false,
                                       absl::InfiniteFuture());
@@ -128,7 +134,7 @@ v1::ModelInfo BuildModelInfo(const engine::Engine& engine, const RequestLimits& 
   v1::ModelInfo info;
   info.set_name(ToValidUtf8(ServedModelName(engine, model_path)));
   info.set_architecture(ToValidUtf8(config.architecture));
-  info.set_path(ToValidUtf8(model_path));
+  info.set_path(ToValidUtf8(FileName(model_path)));  // not the server's directory layout
   info.set_weight_type(model.weight_type_name());
   info.set_precision(precision);
   info.set_vocab_size(tokenizer.vocab_size());

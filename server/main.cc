@@ -64,6 +64,12 @@ ABSL_FLAG(std::string, metrics_host, "",
 ABSL_FLAG(int, metrics_port, 9090,
           "Port of the Prometheus /metrics endpoint. 0 picks a free port (the log says "
           "'metrics on http://HOST:PORT/metrics'); -1 turns the endpoint off.");
+ABSL_FLAG(int, metrics_threads, 16,
+          "Connections the /metrics endpoint serves at once (a thread each); stalled clients "
+          "beyond that wait in its accept queue.");
+ABSL_FLAG(absl::Duration, metrics_timeout, absl::Seconds(2),
+          "A /metrics connection that has not sent its whole request (or read the answer) in "
+          "this long is dropped, so idle or stalled clients cannot hold its threads.");
 ABSL_FLAG(std::string, http_host, "",
           "Address the OpenAI-compatible HTTP API binds. Default: the value of --host.");
 ABSL_FLAG(int, http_port, 8080,
@@ -114,6 +120,8 @@ constexpr const char* kFlagNames[] = {
     "port",
     "metrics_host",
     "metrics_port",
+    "metrics_threads",
+    "metrics_timeout",
     "http_host",
     "http_port",
     "threads",
@@ -210,6 +218,8 @@ absl::StatusOr<ServerOptions> OptionsFromFlags(const char* exe) {
   options.port = absl::GetFlag(FLAGS_port);
   options.metrics_host = absl::GetFlag(FLAGS_metrics_host);
   options.metrics_port = absl::GetFlag(FLAGS_metrics_port);
+  options.metrics_threads = absl::GetFlag(FLAGS_metrics_threads);
+  options.metrics_request_timeout = absl::GetFlag(FLAGS_metrics_timeout);
   options.http_host = absl::GetFlag(FLAGS_http_host);
   options.http_port = absl::GetFlag(FLAGS_http_port);
   options.engine.kv_cache_bytes = absl::GetFlag(FLAGS_kv_cache_bytes).bytes;
@@ -229,6 +239,12 @@ absl::StatusOr<ServerOptions> OptionsFromFlags(const char* exe) {
   if (options.metrics_port > 65535) {
     return absl::InvalidArgumentError(
         absl::StrCat("--metrics-port ", options.metrics_port, " is not a port"));
+  }
+  if (options.metrics_threads < 1 || options.metrics_threads > 1024) {
+    return absl::InvalidArgumentError("--metrics-threads must be in [1, 1024]");
+  }
+  if (options.metrics_request_timeout < absl::Milliseconds(1)) {
+    return absl::InvalidArgumentError("--metrics-timeout must be at least 1ms");
   }
   if (options.http_port > 65535) {
     return absl::InvalidArgumentError(

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_format.h"
+#include "engine/base/log_field.h"
 #include "engine/model/model.h"
 #include "engine/model/model_config.h"
 #include "spdlog/spdlog.h"
@@ -61,8 +62,8 @@ absl::StatusOr<engine::GenerationRequest> RequestGateway::Prepare(
       ToEngineRequest(request, limits_, engine()->model().tokenizer());
   if (!converted.ok()) {
     RecordRejected(api);
-    spdlog::debug("rejected request api={}: {}", std::string(ApiName(api)),
-                  converted.status().ToString());
+    spdlog::debug("rejected request api={} status={}", std::string(ApiName(api)),
+                  LogField(converted.status().ToString()));
     return converted.status();
   }
   if (converted->request_id.empty()) converted->request_id = NewRequestId();
@@ -78,8 +79,8 @@ absl::Status RequestGateway::Submit(engine::GenerationRequest request,
       e == nullptr ? CheckServing() : e->Submit(std::move(request), std::move(sink));
   if (!submitted.ok()) {
     RecordRejected(api);
-    spdlog::debug("engine refused request api={}: {}", std::string(ApiName(api)),
-                  submitted.ToString());
+    spdlog::debug("engine refused request api={} status={}", std::string(ApiName(api)),
+                  LogField(submitted.ToString()));
   }
   return submitted;
 }

@@ -97,8 +97,17 @@ absl::Status Server::StartMetrics() {
   if (options_.metrics_port < 0) return absl::OkStatus();
   const std::string host = options_.metrics_host.empty() ? options_.host : options_.metrics_host;
   const std::string bind = JoinHostPort(host, options_.metrics_port);
+  // civetweb options (see ServerOptions::metrics_threads); no keep-alive, so a connection
+  // holds its thread only for one request.
+  std::vector<std::string> civetweb = {
+      "listening_ports", bind,
+      "num_threads", std::to_string(options_.metrics_threads),
+      "request_timeout_ms",
+      std::to_string(absl::ToInt64Milliseconds(options_.metrics_request_timeout)),
+      "enable_keep_alive", "no",
+  };
   try {
-    exposer_ = std::make_unique<prometheus::Exposer>(bind, /*num_threads=*/2);
+    exposer_ = std::make_unique<prometheus::Exposer>(std::move(civetweb));
   } catch (const std::exception& e) {
     return absl::UnavailableError(
         absl::StrCat("cannot serve metrics on ", bind, ": ", e.what()));

@@ -19,6 +19,11 @@ enum class FinishReason { kLength, kStop, kEos, kCancelled, kDeadline, kError, k
 // "length", "stop", "eos", "cancelled", "deadline", "error", "shutdown".
 absl::string_view FinishReasonName(FinishReason reason);
 
+// OK if every byte of `value` is printable ASCII (0x20..0x7E); otherwise INVALID_ARGUMENT
+// naming `field` and the first offending byte. Request ids (and other client-chosen names)
+// end up in log lines and responses, where a newline could forge a line.
+absl::Status CheckPrintableAscii(absl::string_view field, absl::string_view value);
+
 struct GenerationRequest {
   std::string request_id;            // unique among live requests
   std::vector<TokenId> prompt_ids;   // already tokenized (BOS included where the vocab wants it)

@@ -22,6 +22,7 @@
 #include "absl/strings/str_split.h"
 #include "engine/gguf/gguf_file.h"
 #include "engine/gguf/gguf_writer.h"
+#include "engine/tokenizer/vocab_test_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -35,42 +36,12 @@ using ::testing::ElementsAreArray;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-std::string SharedDir() {
-  const char* dir = std::getenv("QUILL_SHARED_DIR");
-  return dir != nullptr ? dir : "";
-}
-
-bool ReadFile(const std::string& path, std::string* contents) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return false;
-  std::ostringstream s;
-  s << in.rdbuf();
-  *contents = s.str();
-  return true;
-}
-
-#define SKIP_IF_NO_SHARED(path)                                        \
-  do {                                                                 \
-    std::ifstream probe_(path);                                        \
-    if (SharedDir().empty() || !probe_) {                              \
-      GTEST_SKIP() << "shared assets not found at '" << (path) << "'"; \
-    }                                                                  \
-  } while (0)
-
-std::unique_ptr<Tokenizer> LoadTokenizer(const std::string& path) {
-  auto file = GgufFile::Open(path);
-  EXPECT_TRUE(file.ok()) << file.status();
-  if (!file.ok()) return nullptr;
-  auto tokenizer = Tokenizer::FromGguf(**file);
-  EXPECT_TRUE(tokenizer.ok()) << tokenizer.status();
-  return tokenizer.ok() ? std::move(tokenizer).value() : nullptr;
-}
-
-std::vector<TokenId> EncodeOrDie(const Tokenizer& t, absl::string_view text, bool add_special) {
-  auto ids = t.Encode(text, add_special);
-  EXPECT_TRUE(ids.ok()) << ids.status();
-  return ids.ok() ? *ids : std::vector<TokenId>{};
-}
+using vocab_testing::EncodeOrDie;
+using vocab_testing::LoadTokenizer;
+using vocab_testing::ReadFile;
+using vocab_testing::ReadVectors;
+using vocab_testing::SharedDir;
+using vocab_testing::Vectors;
 
 // --- The llama.cpp tokenizer test vectors ---------------------------------------------
 
@@ -82,20 +53,13 @@ TEST_P(VocabVectorsTest, EveryVectorMatches) {
   auto tokenizer = LoadTokenizer(base);
   ASSERT_NE(tokenizer, nullptr);
 
-  std::string inp, out;
-  ASSERT_TRUE(ReadFile(base + ".inp", &inp));
-  ASSERT_TRUE(ReadFile(base + ".out", &out));
-  std::vector<std::string> texts = absl::StrSplit(inp, "\n__ggml_vocab_test__\n");
-  ASSERT_EQ(texts.back(), "");  // the file ends with the separator
-  texts.pop_back();
-  ASSERT_EQ(texts.size(), 46u);
-  std::vector<std::string> lines = absl::StrSplit(out, '\n');
-  ASSERT_GE(lines.size(), texts.size());
+  Vectors vectors;
+  ASSERT_TRUE(ReadVectors(base, &vectors));
+  ASSERT_EQ(vectors.texts.size(), 46u);
+  const std::vector<std::string>& texts = vectors.texts;
 
   for (size_t i = 0; i < texts.size(); ++i) {
-    std::vector<TokenId> expected;
-    std::istringstream ids(lines[i]);
-    for (TokenId id; ids >> id;) expected.push_back(id);
+    const std::vector<TokenId>& expected = vectors.ids[i];
     EXPECT_THAT(EncodeOrDie(*tokenizer, texts[i], /*add_special=*/false),
                 ElementsAreArray(expected))
         << "vector " << i << " text \"" << texts[i] << "\"";
@@ -369,19 +333,10 @@ class SpmFlagsTest : public ::testing::Test {
     std::ifstream probe(base_);
     if (SharedDir().empty() || !probe)
       GTEST_SKIP() << "shared assets not found at '" << base_ << "'";
-    std::string inp, out;
-    ASSERT_TRUE(ReadFile(base_ + ".inp", &inp));
-    ASSERT_TRUE(ReadFile(base_ + ".out", &out));
-    texts_ = absl::StrSplit(inp, "\n__ggml_vocab_test__\n");
-    texts_.pop_back();
-    const std::vector<std::string> lines = absl::StrSplit(out, '\n');
-    ASSERT_GE(lines.size(), texts_.size());
-    for (size_t i = 0; i < texts_.size(); ++i) {
-      std::vector<TokenId> ids;
-      std::istringstream in(lines[i]);
-      for (TokenId id; in >> id;) ids.push_back(id);
-      expected_.push_back(ids);
-    }
+    Vectors vectors;
+    ASSERT_TRUE(ReadVectors(base_, &vectors));
+    texts_ = vectors.texts;
+    expected_ = vectors.ids;
   }
 
   // The vocabulary with `flags` (key suffix -> value) set.

@@ -153,7 +153,8 @@ QuillMetrics::QuillMetrics() : registry_(std::make_shared<prometheus::Registry>(
                             "Requests in the running set (prefilling or decoding).");
   requests_waiting_ =
       gauge("quill_requests_waiting", "Requests accepted and waiting for admission.");
-  kv_blocks_total_ = gauge("quill_kv_cache_blocks_total", "Blocks in the paged KV cache pool.");
+  kv_capacity_blocks_ = gauge("quill_kv_cache_capacity_blocks",
+                              "Blocks in the paged KV cache pool (fixed at startup).");
   kv_blocks_used_ =
       gauge("quill_kv_cache_blocks_used", "KV cache blocks currently held by requests.");
   kv_bytes_used_ =
@@ -250,7 +251,7 @@ void QuillMetrics::SetGaugeSource(std::function<engine::EngineGauges()> source) 
 void QuillMetrics::SetEngineGauges(const engine::EngineGauges& gauges) const {
   requests_running_->Set(gauges.requests_running);
   requests_waiting_->Set(gauges.requests_waiting);
-  kv_blocks_total_->Set(gauges.kv_blocks_total);
+  kv_capacity_blocks_->Set(gauges.kv_blocks_total);
   kv_blocks_used_->Set(gauges.kv_blocks_used);
   kv_bytes_used_->Set(static_cast<double>(gauges.kv_bytes_used));
   kv_bytes_total_->Set(static_cast<double>(gauges.kv_bytes_total));

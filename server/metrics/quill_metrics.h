@@ -95,7 +95,7 @@ class QuillMetrics final : public engine::EngineObserver {
   // Gauges.
   prometheus::Gauge* requests_running_;
   prometheus::Gauge* requests_waiting_;
-  prometheus::Gauge* kv_blocks_total_;
+  prometheus::Gauge* kv_capacity_blocks_;
   prometheus::Gauge* kv_blocks_used_;
   prometheus::Gauge* kv_bytes_used_;
   prometheus::Gauge* kv_bytes_total_;

@@ -38,7 +38,7 @@ TEST(QuillMetricsTest, ExportsEveryFamilyWithTypeAndHelp) {
       {"quill_generated_tokens_total", "counter"},
       {"quill_requests_running", "gauge"},
       {"quill_requests_waiting", "gauge"},
-      {"quill_kv_cache_blocks_total", "gauge"},
+      {"quill_kv_cache_capacity_blocks", "gauge"},
       {"quill_kv_cache_blocks_used", "gauge"},
       {"quill_kv_cache_bytes_used", "gauge"},
       {"quill_kv_cache_usage_ratio", "gauge"},
@@ -159,7 +159,7 @@ TEST(QuillMetricsTest, StepsFeedPhaseHistogramsBatchTokensItlAndGauges) {
   EXPECT_EQ(text.HistogramCount("quill_inter_token_latency_seconds"), 2.0);
   EXPECT_EQ(text.Value("quill_requests_running"), 3.0);
   EXPECT_EQ(text.Value("quill_requests_waiting"), 1.0);
-  EXPECT_EQ(text.Value("quill_kv_cache_blocks_total"), 100.0);
+  EXPECT_EQ(text.Value("quill_kv_cache_capacity_blocks"), 100.0);
   EXPECT_EQ(text.Value("quill_kv_cache_blocks_used"), 12.0);
   EXPECT_EQ(text.Value("quill_kv_cache_bytes_used"), 12.0 * 32768);
   EXPECT_DOUBLE_EQ(*text.Value("quill_kv_cache_usage_ratio"), 0.12);
@@ -185,7 +185,7 @@ TEST(QuillMetricsTest, StepsFeedPhaseHistogramsBatchTokensItlAndGauges) {
   EXPECT_EQ(text.Value("quill_requests_running"), 0.0);
   EXPECT_EQ(text.Value("quill_kv_cache_blocks_used"), 0.0);
   EXPECT_EQ(text.Value("quill_kv_cache_usage_ratio"), 0.0);
-  EXPECT_EQ(text.Value("quill_kv_cache_blocks_total"), 100.0);
+  EXPECT_EQ(text.Value("quill_kv_cache_capacity_blocks"), 100.0);
 }
 
 TEST(QuillMetricsTest, ServedOverHttpOnAFreePort) {

@@ -429,6 +429,9 @@ TEST_F(ServerTest, InvalidRequestsAreInvalidArgumentNamingTheField) {
       {"stop of 257 bytes", [](auto* r) { r->add_stop(std::string(257, 'x')); }, "stop[0]"},
       {"stop_token_id out of vocab", [](auto* r) { r->add_stop_token_ids(99999); },
        "stop_token_ids[0]"},
+      {"request_id forging a log line",
+       [](auto* r) { r->set_request_id("x\nfinished request_id=forged reason=stop"); },
+       "request_id"},
   };
   const double rejected_before =
       Metric(Scrape(), "quill_requests_total", {{"api", "grpc"}, {"outcome", "rejected"}});
@@ -524,7 +527,7 @@ TEST_F(ServerTest, MetricsAgreeWithTheTrafficSent) {
   EXPECT_EQ(Metric(*after, "quill_requests_running"), 0);
   EXPECT_EQ(Metric(*after, "quill_requests_waiting"), 0);
   EXPECT_EQ(Metric(*after, "quill_kv_cache_blocks_used"), 0);
-  EXPECT_EQ(Metric(*after, "quill_kv_cache_blocks_total"), server_->engine().gauges().kv_blocks_total);
+  EXPECT_EQ(Metric(*after, "quill_kv_cache_capacity_blocks"), server_->engine().gauges().kv_blocks_total);
   EXPECT_GT(Metric(*after, "quill_process_resident_memory_bytes"), 1e6);
   absl::StatusOr<v1::ModelInfo> info = client_->GetModelInfo();
   ASSERT_TRUE(info.ok());
@@ -562,7 +565,7 @@ TEST_F(ServerTest, ModelInfoDescribesKjv) {
   EXPECT_EQ(info->precision(), "exact");
   EXPECT_EQ(info->bos_token_id(), 1);
   EXPECT_EQ(info->eos_token_id(), 2);
-  EXPECT_EQ(info->path(), ModelPath());
+  EXPECT_EQ(info->path(), "kjv-1m.gguf");  // the file name, not where the server keeps it
   // Packed weights: at most 4 bytes per parameter (F32), and most of the model.
   EXPECT_GT(info->weights_bytes(), 2 * 1049728);
   EXPECT_LE(info->weights_bytes(), 4 * 1049728);
