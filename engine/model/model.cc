@@ -43,6 +43,9 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const ModelOptions& options) 
   }
   QUILL_ASSIGN_OR_RETURN(impl->weights,
                          LoadWeights(file, c, options.precision, options.max_batch_tokens));
+  // Every Linear holds its own copy of its weights, so the file's pages are only needed for
+  // the embedding rows a batch looks up: drop them (RSS ~ the packed weights, not the file too).
+  file.ReleaseResidentPages();
   impl->forward = std::make_unique<ForwardPass>(c, impl->weights, options.max_batch_tokens);
   impl->profile.Reset(static_cast<int>(c.block_count));
   return std::unique_ptr<Model>(new Model(std::move(impl)));

@@ -11,6 +11,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "engine/base/status_macros.h"
+#include "engine/gguf/ggml_types.h"
+#include "engine/quant/block_layout.h"
 
 namespace quill::engine {
 namespace {
@@ -36,6 +38,27 @@ bool ToWeightType(GgmlType type, WeightType* out) {
     case GgmlType::kQ8_0:
       *out = WeightType::kQ8_0;
       return true;
+    case GgmlType::kQ4_0:
+      *out = WeightType::kQ4_0;
+      return true;
+    case GgmlType::kQ4_1:
+      *out = WeightType::kQ4_1;
+      return true;
+    case GgmlType::kQ5_0:
+      *out = WeightType::kQ5_0;
+      return true;
+    case GgmlType::kQ5_1:
+      *out = WeightType::kQ5_1;
+      return true;
+    case GgmlType::kQ4_K:
+      *out = WeightType::kQ4_K;
+      return true;
+    case GgmlType::kQ5_K:
+      *out = WeightType::kQ5_K;
+      return true;
+    case GgmlType::kQ6_K:
+      *out = WeightType::kQ6_K;
+      return true;
     default:
       return false;
   }
@@ -50,9 +73,10 @@ absl::StatusOr<WeightView> BindMatrix(const GgufFile& file, const std::string& n
   }
   WeightView view;
   if (!ToWeightType(t->type, &view.type)) {
-    return absl::InvalidArgumentError(absl::StrCat("tensor '", name, "' has unsupported type ",
-                                                   GgmlTypeName(t->type),
-                                                   " (supported: F32, F16, BF16, Q8_0)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor '", name, "' has unsupported type ", GgmlTypeName(t->type),
+                     " (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, ",
+                     "Q6_K)"));
   }
   bool shape_ok = t->dims.size() == 2 && t->dims[0] == cols && t->dims[1] == rows;
   if (!shape_ok && t->dims.size() > 2) {
@@ -65,9 +89,20 @@ absl::StatusOr<WeightView> BindMatrix(const GgufFile& file, const std::string& n
                                                    absl::StrJoin(t->dims, ", "), "], expected [",
                                                    cols, ", ", rows, "]"));
   }
-  if (view.type == WeightType::kQ8_0 && cols % 32 != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("tensor '", name, "' is Q8_0 with ", cols, " columns (not a multiple of 32)"));
+  // Block types: whole blocks per row, and finite scales (the embedding rows are read
+  // without going through Linear's checks).
+  if (quant::QuantType q; ToQuantType(t->type, &q)) {
+    if (cols % quant::BlockElements(q) != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor '", name, "' is ", GgmlTypeName(t->type), " with ", cols,
+                       " columns (not a multiple of ", quant::BlockElements(q), ")"));
+    }
+    const int64_t blocks_per_row = cols / quant::BlockElements(q);
+    if (int64_t bad = quant::FindNonFiniteScale(q, t->data, rows * blocks_per_row); bad >= 0) {
+      return absl::DataLossError(absl::StrCat("tensor '", name, "' row ", bad / blocks_per_row,
+                                              " block ", bad % blocks_per_row,
+                                              " has a NaN or infinite scale"));
+    }
   }
   view.data = t->data;
   view.rows = rows;
@@ -85,6 +120,20 @@ const char* WeightTypeName(WeightType t) {
       return "BF16";
     case WeightType::kQ8_0:
       return "Q8_0";
+    case WeightType::kQ4_0:
+      return "Q4_0";
+    case WeightType::kQ4_1:
+      return "Q4_1";
+    case WeightType::kQ5_0:
+      return "Q5_0";
+    case WeightType::kQ5_1:
+      return "Q5_1";
+    case WeightType::kQ4_K:
+      return "Q4_K";
+    case WeightType::kQ5_K:
+      return "Q5_K";
+    case WeightType::kQ6_K:
+      return "Q6_K";
   }
   return "?";
 }

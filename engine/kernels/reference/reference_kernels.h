@@ -15,6 +15,11 @@ namespace quill::engine::kernels::reference {
 
 // y[m x N] = x[m x K] * W^T with W widened exactly to f32.
 void Linear(const WeightView& w, const float* x, int m, float* y);
+// The fast kernel's arithmetic for the block types Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K
+// (linear_qblock.h), written plainly over the GGUF blocks: x quantized to int8 per 32,
+// integer dot products per weight group, then the documented float steps in order. The
+// fast kernel must match it bit for bit.
+void QBlockLinear(const WeightView& w, const float* x, int m, float* y);
 void RmsNorm(const float* x, const float* weight, int rows, int dim, float eps, float* out);
 void LayerNorm(const float* x, const float* weight, const float* bias, int rows, int dim, float eps,
                float* out);
