@@ -43,6 +43,7 @@ const char* const kGoldenFiles[] = {
     "families/gpt2-tiny.json",
     "families/llama3-tiny.json",
     "families/qwen2-tiny.json",
+    "families/tinyllama-256-Q4_K_M.json",  // llama-quantize Q4_K_M: Q4_K with Q6_K tensors
 };
 
 std::string SharedDir() {
