@@ -364,7 +364,14 @@ TEST(ModelConfigTest, FamilyModelsFromGguf) {
     EXPECT_TRUE(c.tied_embeddings);
     // Per block: q 96*128 + k, v 2 * 96*64 + o 128*96 = 36,864; gate, up, down 3 * 96*256
     // = 73,728; four norms 384. 4 * 110,976 + 32000*96 + 96 (final norm).
-    EXPECT_EQ(ComputeAccounting(c, 512, 2).total_params, 4 * 110976 + 3072000 + 96);
+    const ModelAccounting a = ComputeAccounting(c, 512, 2);
+    EXPECT_EQ(a.total_params, 4 * 110976 + 3072000 + 96);
+    EXPECT_EQ(a.non_embedding_params, 4 * 110976 + 96);  // 444,000
+    // 2 * (444,000 + 3,072,000 LM head) = 7,032,000; attention 4 * (q width 4*32 = 128) *
+    // positions seen: layers 0 and 2 slide (32 each), 1 and 3 see all 512 -> 1,088.
+    EXPECT_EQ(a.flops_per_token, 7032000 + 4 * 128 * 1088);
+    // key_length 32, not d/heads 24: 2 (K, V) * 4 layers * 2 KV heads * 32 * 2 bytes.
+    EXPECT_EQ(a.kv_bytes_per_token, 1024);
   }
   {
     const ModelConfig c = open("gpt2-tiny.gguf");
@@ -382,7 +389,13 @@ TEST(ModelConfigTest, FamilyModelsFromGguf) {
     EXPECT_TRUE(c.tied_embeddings);
     // Per block: two LayerNorms 256; qkv 64*192 + 192; o 64*64 + 64; up 64*256 + 256;
     // down 256*64 + 64 = 49,984. 2 blocks + wte 50257*64 + wpe 128*64 + final LayerNorm 128.
-    EXPECT_EQ(ComputeAccounting(c, 128, 2).total_params, 2 * 49984 + 3216448 + 8192 + 128);
+    const ModelAccounting a = ComputeAccounting(c, 128, 2);
+    EXPECT_EQ(a.total_params, 2 * 49984 + 3216448 + 8192 + 128);
+    EXPECT_EQ(a.position_params, 8192);                 // wpe 128 * 64
+    EXPECT_EQ(a.non_embedding_params, 2 * 49984 + 128);  // 100,096: no wte, no wpe
+    // 2 * (100,096 + 3,216,448 LM head) = 6,633,088; attention 4 * 2 layers * 128 * 64.
+    EXPECT_EQ(a.flops_per_token, 6633088 + 65536);
+    EXPECT_EQ(a.kv_bytes_per_token, 512);  // 2 * 2 layers * 4 heads * 16 * 2 bytes
   }
   {
     const ModelConfig c = open("qwen2-tiny.gguf");
@@ -392,7 +405,12 @@ TEST(ModelConfigTest, FamilyModelsFromGguf) {
     EXPECT_FLOAT_EQ(c.rope_freq_base, 1e6f);
     EXPECT_TRUE(c.tied_embeddings);
     // Per block: q 64*64 + 64; k, v 2 * (64*32 + 32); o 64*64; 3 * 64*160; norms 128 = 43,264.
-    EXPECT_EQ(ComputeAccounting(c, 64, 2).total_params, 2 * 43264 + 151936 * 64 + 64);
+    const ModelAccounting a = ComputeAccounting(c, 64, 2);
+    EXPECT_EQ(a.total_params, 2 * 43264 + 151936 * 64 + 64);
+    EXPECT_EQ(a.non_embedding_params, 2 * 43264 + 64);  // 86,592, the biases included
+    // 2 * (86,592 + 9,723,904 LM head) = 19,620,992; attention 4 * 2 layers * 64 * 64.
+    EXPECT_EQ(a.flops_per_token, 19620992 + 32768);
+    EXPECT_EQ(a.kv_bytes_per_token, 256);  // 2 * 2 layers * 2 KV heads * 16 * 2 bytes
   }
   {
     const ModelConfig c = open("llama3-tiny.gguf");
@@ -402,7 +420,12 @@ TEST(ModelConfigTest, FamilyModelsFromGguf) {
     EXPECT_FLOAT_EQ(c.rope_freq_base, 5e5f);
     EXPECT_TRUE(c.tied_embeddings);
     // Per block: q, o 2 * 64*64; k, v 2 * 64*32; 3 * 64*192; norms 128 = 49,280.
-    EXPECT_EQ(ComputeAccounting(c, 64, 2).total_params, 2 * 49280 + 128256 * 64 + 64);
+    const ModelAccounting a = ComputeAccounting(c, 64, 2);
+    EXPECT_EQ(a.total_params, 2 * 49280 + 128256 * 64 + 64);
+    EXPECT_EQ(a.non_embedding_params, 2 * 49280 + 64);  // 98,624; rope_freqs is no parameter
+    // 2 * (98,624 + 8,208,384 LM head) = 16,614,016; attention 4 * 2 layers * 64 * 64.
+    EXPECT_EQ(a.flops_per_token, 16614016 + 32768);
+    EXPECT_EQ(a.kv_bytes_per_token, 256);  // 2 * 2 layers * 2 KV heads * 16 * 2 bytes
   }
 }
 

@@ -24,9 +24,12 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "engine/gguf/ggml_types.h"
 #include "engine/gguf/gguf_writer.h"
 #include "engine/kv_cache/kv_cache.h"
 #include "engine/model/model.h"
+#include "engine/quant/dequantize.h"
+#include "engine/quant/quantize.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -71,6 +74,10 @@ struct Fixture {
   std::function<void(GgufWriter&)> keys;             // applied last (override or add)
   std::string tokenizer_from = "models/kjv-1m.gguf";
   std::map<std::string, float> fill;  // tensor -> constant value
+  // Every 2-D tensor (embeddings, matrices) stored as this type; with `widen`, rounded
+  // through it (quant::Quantize then quant::Dequantize) and stored as F32 instead.
+  GgmlType matrix_type = GgmlType::kF32;
+  bool widen = false;
 };
 
 Fixture Family(const std::string& arch) {
@@ -183,6 +190,17 @@ std::string Write(const Fixture& f, const std::string& name) {
           : tname == "rope_freqs.weight" ? 1.0f + std::fabs(normal(rng)) * 4
                                          : normal(rng);
     }
+    quant::QuantType qt;
+    if (dims.size() == 2 && ToQuantType(f.matrix_type, &qt)) {
+      const int64_t blocks = n / quant::BlockElements(qt);
+      std::vector<uint8_t> packed(blocks * quant::BlockBytes(qt));
+      EXPECT_TRUE(quant::Quantize(qt, v.data(), blocks, packed.data()).ok()) << tname;
+      if (!f.widen) {
+        w.AddTensor(tname, f.matrix_type, dims, std::move(packed));
+        continue;
+      }
+      quant::Dequantize(qt, packed.data(), blocks, v.data());
+    }
     std::vector<uint8_t> bytes(n * 4);
     std::memcpy(bytes.data(), v.data(), bytes.size());
     w.AddTensor(tname, GgmlType::kF32, dims, std::move(bytes));
@@ -217,6 +235,21 @@ void ExpectFiniteLogits(Model& model, int n) {
   for (float x : logits) ASSERT_TRUE(std::isfinite(x));
 }
 
+// The logits of the last of `n` prefilled tokens.
+std::vector<float> LastLogits(Model& model, int n) {
+  const ModelConfig& c = model.config();
+  auto cache = KvCache::Create(model.MakeKvCacheOptions(
+      int64_t{2} * c.block_count * c.head_count_kv * c.head_dim * 4 * (c.context_length + 16), 16));
+  EXPECT_TRUE(cache.ok()) << cache.status();
+  std::vector<float> logits(c.vocab_size);
+  if (!cache.ok() || !(*cache)->Reserve(1, n).ok()) return {};
+  std::vector<TokenId> tokens(n);
+  for (int i = 0; i < n; ++i) tokens[i] = (i * 37 + 1) % static_cast<int>(c.vocab_size);
+  BatchEntry e{1, tokens, 0, true};
+  EXPECT_TRUE(model.Forward({&e, 1}, **cache, logits.data()).ok());
+  return logits;
+}
+
 class ModelLoadFixtureTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -246,6 +279,51 @@ TEST_F(ModelLoadFixtureTest, EveryFamilyLoadsAndRuns) {
   ASSERT_TRUE(m.ok()) << m.status();
   EXPECT_TRUE((*m)->config().decoder.rope_freq_factors);
   ExpectFiniteLogits(**m, 20);
+}
+
+// The block types load for every family through the one loader. In exact mode a file with
+// Q4_0 / Q5_1 / Q8_0 matrices gives the logits of the same file written as F32 with those
+// weights dequantized by quant::Dequantize (not by the loader); fast mode gives the same top-1.
+TEST_F(ModelLoadFixtureTest, EveryFamilyLoadsBlockTypes) {
+  int i = 0;
+  for (const char* arch : {"llama", "qwen2", "gemma2", "gpt2"}) {
+    for (GgmlType type : {GgmlType::kQ4_0, GgmlType::kQ5_1, GgmlType::kQ8_0}) {
+      SCOPED_TRACE(absl::StrCat(arch, " ", GgmlTypeName(type)));
+      Fixture f = Family(arch);
+      f.matrix_type = type;
+      Fixture widened = f;
+      widened.widen = true;
+      const std::string qpath = Write(f, absl::StrCat("blocks", i));
+      const std::string fpath = Write(widened, absl::StrCat("widened", i++));
+      auto quantized = Load(qpath);
+      auto reference = Load(fpath);
+      auto fast = Load(qpath, Precision::kFast);
+      std::remove(qpath.c_str());
+      std::remove(fpath.c_str());
+      ASSERT_TRUE(quantized.ok()) << quantized.status();
+      ASSERT_TRUE(reference.ok()) << reference.status();
+      ASSERT_TRUE(fast.ok()) << fast.status();
+      EXPECT_EQ((*quantized)->weight_type_name(), GgmlTypeName(type));
+      EXPECT_EQ((*reference)->weight_type_name(), "F32");
+
+      const std::vector<float> got = LastLogits(**quantized, 9);
+      const std::vector<float> want = LastLogits(**reference, 9);
+      const std::vector<float> got_fast = LastLogits(**fast, 9);
+      ASSERT_EQ(got.size(), want.size());
+      ASSERT_EQ(got_fast.size(), want.size());
+      float max_ref = 1.0f, max_diff = 0.0f;
+      for (size_t j = 0; j < want.size(); ++j) {
+        ASSERT_TRUE(std::isfinite(got[j]) && std::isfinite(got_fast[j]));
+        max_ref = std::max(max_ref, std::fabs(want[j]));
+        max_diff = std::max(max_diff, std::fabs(got[j] - want[j]));
+      }
+      EXPECT_LE(max_diff, 1e-4f * max_ref);
+      auto argmax = [](const std::vector<float>& x) {
+        return std::max_element(x.begin(), x.end()) - x.begin();
+      };
+      EXPECT_EQ(argmax(got_fast), argmax(want));
+    }
+  }
 }
 
 // The rope_freqs factors really reach the rotation: all-ones factors equal no factors bit
@@ -417,6 +495,93 @@ std::vector<Corruption> Corruptions() {
     f.extra_tensors = {{"rope_freqs.weight", {4}}};
     add("rope_freqs on a model without RoPE", f,
         {"tensor 'rope_freqs.weight' is not used by architecture 'gpt2'"});
+  }
+  {
+    Fixture f = Family("llama");
+    f.rope_freqs = true;
+    f.bend = {{"rope_freqs.weight", {2, 2}}};
+    add("rope_freqs of two dimensions", f, {"'rope_freqs.weight'", "[2, 2]", "expected [4]"});
+  }
+  {
+    Fixture f = Family("llama");
+    f.rope_freqs = true;
+    f.fill["rope_freqs.weight"] = NAN;
+    add("rope_freqs with a NaN factor", f, {"'rope_freqs.weight'", "finite and > 0"});
+  }
+  {
+    Fixture f = Family("qwen2");
+    f.omit = {"blk.0.attn_v.bias"};
+    add("qwen2 missing V bias", f, {"missing tensor 'blk.0.attn_v.bias'"});
+  }
+  {
+    Fixture f = Family("gpt2");
+    f.omit = {"blk.0.attn_output.bias"};
+    add("gpt2 missing output-projection bias", f, {"missing tensor 'blk.0.attn_output.bias'"});
+  }
+  {
+    Fixture f = Family("gpt2");
+    f.bend = {{"blk.1.ffn_up.bias", {32}}};
+    add("gpt2 up bias of d_model entries", f, {"'blk.1.ffn_up.bias'", "[32]", "expected [64]"});
+  }
+  {
+    Fixture f = Family("gemma2");
+    f.omit = {"blk.0.post_attention_norm.weight"};
+    add("gemma2 missing post-attention norm", f,
+        {"missing tensor 'blk.0.post_attention_norm.weight'"});
+  }
+  {
+    Fixture f = Family("gemma2");
+    f.keys = [](GgufWriter& w) {
+      w.SetUint32("gemma2.attention.key_length", 512);
+      w.SetUint32("gemma2.attention.value_length", 512);
+    };
+    add("key_length above the kernel limit", f, {"'gemma2.attention.key_length' is 512"});
+  }
+  {
+    Fixture f = Family("gemma2");
+    f.keys = [](GgufWriter& w) { w.SetUint32("gemma2.attention.value_length", 8); };
+    add("value_length != key_length", f, {"'gemma2.attention.value_length' is 8"});
+  }
+  {
+    Fixture f = Family("gemma2");
+    f.keys = [](GgufWriter& w) { w.SetFloat32("gemma2.attn_logit_softcapping", NAN); };
+    add("NaN attention soft-cap", f, {"'gemma2.attn_logit_softcapping' is nan", "finite"});
+  }
+  {
+    Fixture f = Family("gemma2");
+    f.keys = [](GgufWriter& w) { w.SetFloat32("gemma2.final_logit_softcapping", -30.0f); };
+    add("negative final soft-cap", f, {"'gemma2.final_logit_softcapping' is -30"});
+  }
+  {
+    Fixture f = Family("gemma2");
+    f.keys = [](GgufWriter& w) { w.SetFloat32("gemma2.final_logit_softcapping", INFINITY); };
+    add("infinite final soft-cap", f, {"'gemma2.final_logit_softcapping' is inf"});
+  }
+  {
+    Fixture f = Family("gemma2");
+    f.keys = [](GgufWriter& w) { w.SetFloat32("gemma2.attn_logit_softcapping", 0.0f); };
+    add("zero attention soft-cap", f, {"'gemma2.attn_logit_softcapping' is 0"});
+  }
+  {
+    Fixture f = Family("gemma2");
+    f.keys = [](GgufWriter& w) { w.SetUint32("gemma2.attention.sliding_window", 0); };
+    add("zero window", f, {"'gemma2.attention.sliding_window' is 0", "[1, 64]"});
+  }
+  {
+    Fixture f = Family("gemma2");
+    f.keys = [](GgufWriter& w) { w.SetUint32("gemma2.attention.sliding_window", 0xFFFFFFFFu); };
+    add("huge window", f, {"'gemma2.attention.sliding_window' is 4294967295", "[1, 64]"});
+  }
+  {
+    Fixture f = Family("gemma2");
+    f.keys = [](GgufWriter& w) { w.SetInt32("gemma2.attention.sliding_window", -16); };
+    add("negative window", f, {"'gemma2.attention.sliding_window' is -16"});
+  }
+  {
+    Fixture f = Family("gemma2");
+    f.keys = [](GgufWriter& w) { w.SetUint32("gemma2.attention.sliding_window_pattern", 3); };
+    add("window pattern beyond the layers", f,
+        {"'gemma2.attention.sliding_window_pattern' is 3", "[0, 2]"});
   }
   return cases;
 }
