@@ -20,6 +20,7 @@ class Exposer;
 
 namespace quill::server {
 
+class ApiKeys;
 class GenerationService;
 class QuillMetrics;
 class RequestGateway;
@@ -58,6 +59,11 @@ class Server {
   // Blocks until a Shutdown() has finished.
   void Wait() { shut_down_.WaitForNotification(); }
 
+  // Re-reads --api-keys-file (quill-server does on SIGHUP). OK without API keys. On error
+  // the keys in force stay.
+  absl::Status ReloadApiKeys();
+  bool reflection_enabled() const { return reflection_; }
+
   engine::Engine& engine() { return *engine_; }
   QuillMetrics& metrics() { return *metrics_; }
 
@@ -74,11 +80,13 @@ class Server {
   int port_ = 0;
   int metrics_port_ = -1;
   int http_port_ = -1;
+  bool reflection_ = false;
 
   // Declaration order is destruction order reversed: the exposer (which reads the
   // metrics), the HTTP and gRPC servers (whose connections and reactors use the gateway
   // and the engine) go first.
   std::unique_ptr<QuillMetrics> metrics_;
+  std::unique_ptr<ApiKeys> api_keys_;
   std::unique_ptr<engine::Engine> engine_;
   std::unique_ptr<RequestGateway> gateway_;
   std::unique_ptr<GenerationService> service_;
