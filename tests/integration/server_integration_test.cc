@@ -650,10 +650,11 @@ namespace {
 // A prompt of several full KV blocks (16 tokens each), made unique per test so that no
 // other test has cached it.
 std::string LongPrompt(const std::string& tag) {
-  return absl::StrCat(tag, " And God said, Let there be light: and there was light. And God saw "
-                           "the light, that it was good: and God divided the light from the "
-                           "darkness. And God called the light Day, and the darkness he called "
-                           "Night.");
+  return absl::StrCat(tag,
+                      " And God said, Let there be light: and there was light. And God saw "
+                      "the light, that it was good: and God divided the light from the "
+                      "darkness. And God called the light Day, and the darkness he called "
+                      "Night.");
 }
 
 TEST_F(ServerTest, SharedPrefixIsReportedInUsageAndCountedInMetrics) {
