@@ -29,22 +29,34 @@ std::unique_ptr<KvCache> MakeCache(int num_blocks) {
   return cache.ok() ? std::move(cache).value() : nullptr;
 }
 
-// Stands in for Forward: position p of `seq` gets {token, p} in its K row.
+// A fingerprint of tokens [0, p], computed here independently of prefix_hash: real K/V
+// at position p depends on every earlier token, so a block shared after a different
+// prefix must show up as a mismatch.
+float PrefixFingerprint(const std::vector<TokenId>& tokens, int p) {
+  uint32_t h = 17;
+  for (int i = 0; i <= p; ++i) h = (h * 31 + static_cast<uint32_t>(tokens[i]) + 1) % (1u << 20);
+  return static_cast<float>(h);  // exact: below 2^24
+}
+
+// Stands in for Forward: position p of `seq` gets {token, p, prefix fingerprint} in its
+// K row.
 void Write(KvCache& cache, KvCache::SeqId seq, const std::vector<TokenId>& tokens, int from,
            int to) {
   for (int p = from; p < to; ++p) {
     float* row = cache.k_data(0) + cache.SlotOffset(seq, p);
     row[0] = static_cast<float>(tokens[p]);
     row[1] = static_cast<float>(p);
+    row[2] = PrefixFingerprint(tokens, p);
   }
 }
 
-// The K rows `seq` sees at [0, n) hold exactly `tokens`' ids at their positions.
+// The K rows `seq` sees at [0, n) are exactly what `tokens` would have written.
 void ExpectContent(KvCache& cache, KvCache::SeqId seq, const std::vector<TokenId>& tokens, int n) {
   for (int p = 0; p < n; ++p) {
     const float* row = cache.k_data(0) + cache.SlotOffset(seq, p);
     ASSERT_EQ(row[0], static_cast<float>(tokens[p])) << "seq " << seq << " pos " << p;
     ASSERT_EQ(row[1], static_cast<float>(p)) << "seq " << seq << " pos " << p;
+    ASSERT_EQ(row[2], PrefixFingerprint(tokens, p)) << "seq " << seq << " pos " << p;
   }
 }
 
