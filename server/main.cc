@@ -88,6 +88,10 @@ ABSL_FLAG(quill::server::ByteSizeFlag, kv_cache_bytes,
           "(prompts + outputs) are in flight. Accepts suffixes: 512MiB, 2GiB, 1.5G, 500MB.");
 ABSL_FLAG(int, kv_block_size, kEngineDefaults.block_size_tokens,
           "Tokens per KV cache block (the allocation unit).");
+ABSL_FLAG(bool, prefix_cache, kEngineDefaults.prefix_cache,
+          "Prefix caching: keep full KV blocks after requests end and reuse them for "
+          "prompts that start with the same tokens (shared system prompts, chat history), "
+          "prefilling only the rest. Off: --prefix-cache=false or --no-prefix-cache.");
 ABSL_FLAG(int, max_batch_tokens, kEngineDefaults.max_batch_tokens,
           "Most tokens one engine step processes (prefill chunks + one per decoding "
           "sequence); also sizes the model's scratch buffers.");
@@ -140,6 +144,7 @@ constexpr const char* kFlagNames[] = {
     "precision",
     "kv_cache_bytes",
     "kv_block_size",
+    "prefix_cache",
     "max_batch_tokens",
     "prefill_chunk_tokens",
     "max_running",
@@ -180,6 +185,15 @@ std::vector<std::string> NormalizeFlagNames(int argc, char** argv) {
       const size_t end = std::min(arg.find('='), arg.size());
       if (start != std::string::npos && start < end) {
         std::replace(arg.begin() + start, arg.begin() + end, '-', '_');
+        // "--no_prefix_cache" -> "--prefix_cache=false" for boolean flags (absl itself
+        // only knows "--noprefix_cache").
+        const std::string name = arg.substr(start, end - start);
+        if (end == arg.size() && absl::StartsWith(name, "no_")) {
+          const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name.substr(3));
+          if (flag != nullptr && flag->IsOfType<bool>()) {
+            arg = absl::StrCat(arg.substr(0, start), name.substr(3), "=false");
+          }
+        }
       }
     }
     args.push_back(std::move(arg));
@@ -243,6 +257,7 @@ absl::StatusOr<ServerOptions> OptionsFromFlags(const char* exe) {
   options.http_port = absl::GetFlag(FLAGS_http_port);
   options.engine.kv_cache_bytes = absl::GetFlag(FLAGS_kv_cache_bytes).bytes;
   options.engine.block_size_tokens = absl::GetFlag(FLAGS_kv_block_size);
+  options.engine.prefix_cache = absl::GetFlag(FLAGS_prefix_cache);
   options.engine.max_batch_tokens = absl::GetFlag(FLAGS_max_batch_tokens);
   options.engine.prefill_chunk_tokens = absl::GetFlag(FLAGS_prefill_chunk_tokens);
   options.engine.max_running = absl::GetFlag(FLAGS_max_running);

@@ -360,6 +360,7 @@ TEST(ResponseCodecTest, FinalFields) {
   info.reason = engine::FinishReason::kEos;
   info.prompt_tokens = 7;
   info.completion_tokens = 3;
+  info.cached_prompt_tokens = 4;
   info.timings.queue_wait = absl::Milliseconds(5);
   info.timings.time_to_first_token = absl::Milliseconds(20);
   info.timings.prefill = absl::Milliseconds(15);
@@ -370,6 +371,7 @@ TEST(ResponseCodecTest, FinalFields) {
   EXPECT_EQ(r.finish_reason(), v1::EOS);
   EXPECT_EQ(r.usage().prompt_tokens(), 7);
   EXPECT_EQ(r.usage().completion_tokens(), 3);
+  EXPECT_EQ(r.usage().cached_prompt_tokens(), 4);
   EXPECT_DOUBLE_EQ(r.timings().queue_seconds(), 0.005);
   EXPECT_DOUBLE_EQ(r.timings().time_to_first_token_seconds(), 0.020);
   EXPECT_DOUBLE_EQ(r.timings().prefill_seconds(), 0.015);

@@ -269,11 +269,10 @@ absl::Status Server::LoadModelAndEngine() {
   const RequestLimits& limits = gateway_->limits();
   spdlog::info(
       "kv cache: blocks={} block_size_tokens={} capacity_tokens={} bytes={} ({}) "
-      "bytes_per_token={}",
+      "bytes_per_token={} prefix_cache={}",
       gauges.kv_blocks_total, eo.block_size_tokens,
-      static_cast<int64_t>(gauges.kv_blocks_total) * eo.block_size_tokens,
-      gauges.kv_bytes_total, HumanBytes(gauges.kv_bytes_total),
-      accounting.kv_bytes_per_token);
+      static_cast<int64_t>(gauges.kv_blocks_total) * eo.block_size_tokens, gauges.kv_bytes_total,
+      HumanBytes(gauges.kv_bytes_total), accounting.kv_bytes_per_token, eo.prefix_cache);
   spdlog::info(
       "limits: max_tokens={} max_prompt_tokens={} max_batch_tokens={} prefill_chunk_tokens={} "
       "max_running={} max_queue={} max_message_bytes={} drain_timeout={}",

@@ -92,6 +92,11 @@ RequestRecord RunOne(const StreamFn& stream, const quill::v1::GenerateRequest& r
 // One worker: claims requests until the budget is spent, and keeps its own records.
 void Worker(const StreamFn& stream, const quill::v1::ModelInfo& info, const BenchOptions& options,
             RunState& state, std::vector<RequestRecord>* records) {
+  // The same for every worker: seeded by --seed alone.
+  std::mt19937_64 prefix_rng(options.seed ^ 0x5eed5eed5eed5eedull);
+  const std::vector<int32_t> shared_prefix =
+      MakePromptIds(options.shared_prefix_tokens, info.vocab_size(), info.bos_token_id(),
+                    info.eos_token_id(), prefix_rng);
   int64_t index;
   Clock::time_point when;
   while (state.Claim(&index, &when)) {
@@ -106,10 +111,14 @@ void Worker(const StreamFn& stream, const quill::v1::ModelInfo& info, const Benc
     std::mt19937_64 rng(seq);
     quill::v1::GenerateRequest request;
     request.set_request_id(absl::StrCat("bench-", options.seed, "-", index));
-    for (int32_t id : MakePromptIds(options.prompt_tokens, info.vocab_size(), info.bos_token_id(),
-                                    info.eos_token_id(), rng)) {
-      request.mutable_prompt_token_ids()->add_ids(id);
-    }
+    for (int32_t id : shared_prefix) request.mutable_prompt_token_ids()->add_ids(id);
+    std::vector<int32_t> own =
+        MakePromptIds(options.prompt_tokens + (shared_prefix.empty() ? 0 : 1), info.vocab_size(),
+                      info.bos_token_id(), info.eos_token_id(), rng);
+    // After a shared prefix the prompt's own part has no BOS.
+    if (!shared_prefix.empty() && info.bos_token_id() >= 0) own.erase(own.begin());
+    own.resize(options.prompt_tokens);
+    for (int32_t id : own) request.mutable_prompt_token_ids()->add_ids(id);
     request.set_max_tokens(options.max_tokens);
     request.set_ignore_eos(true);
     request.mutable_sampling()->set_temperature(options.temperature);
@@ -173,14 +182,19 @@ absl::Status ValidateBenchOptions(const BenchOptions& options, const quill::v1::
   if (options.rate < 0) return absl::InvalidArgumentError("--rate must be >= 0");
   if (options.prompt_tokens < 1) return absl::InvalidArgumentError("--prompt-tokens must be >= 1");
   if (options.max_tokens < 1) return absl::InvalidArgumentError("--max-tokens must be >= 1");
+  if (options.shared_prefix_tokens < 0) {
+    return absl::InvalidArgumentError("--shared-prefix-tokens must be >= 0");
+  }
   if (info.vocab_size() <= 0) {
     return absl::FailedPreconditionError("the server reported no vocabulary size");
   }
   if (info.context_length() > 0 &&
-      options.prompt_tokens + options.max_tokens > info.context_length()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--prompt-tokens + --max-tokens = ", options.prompt_tokens + options.max_tokens,
-        " exceeds the model's context length ", info.context_length()));
+      options.shared_prefix_tokens + options.prompt_tokens + options.max_tokens >
+          info.context_length()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--shared-prefix-tokens + --prompt-tokens + --max-tokens = ",
+                     options.shared_prefix_tokens + options.prompt_tokens + options.max_tokens,
+                     " exceeds the model's context length ", info.context_length()));
   }
   return absl::OkStatus();
 }
@@ -293,6 +307,7 @@ nlohmann::json ReportToJson(const BenchReport& report) {
                            {"duration_limit_s", absl::ToDoubleSeconds(o.duration)},
                            {"rate", o.rate},
                            {"prompt_tokens", o.prompt_tokens},
+                           {"shared_prefix_tokens", o.shared_prefix_tokens},
                            {"max_tokens", o.max_tokens},
                            {"temperature", o.temperature},
                            {"seed", o.seed}};

@@ -31,6 +31,9 @@ struct BenchOptions {
   // Open loop: mean arrivals per second (Poisson). 0 = closed loop.
   double rate = 0;
   int prompt_tokens = 32;
+  // Every prompt starts with the same this-many ids (BOS first; a shared system prompt,
+  // for prefix caching), followed by its own prompt_tokens ids. 0 = none.
+  int shared_prefix_tokens = 0;
   int max_tokens = 64;
   float temperature = 0;  // 0 = greedy
   uint64_t seed = 0;      // prompts and arrival times

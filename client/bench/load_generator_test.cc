@@ -1,8 +1,10 @@
 #include "client/bench/load_generator.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <memory>
+#include <mutex>
 #include <set>
 #include <string>
 
@@ -124,8 +126,14 @@ class FakeGenerator final : public quill::v1::Generator::Service {
   grpc::Status Generate(grpc::ServerContext*, const quill::v1::GenerateRequest* request,
                         grpc::ServerWriter<quill::v1::GenerateResponse>* writer) override {
     if (++calls_ % 3 == 0) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "inbox full");
-    if (request->prompt_token_ids().ids_size() != 8 || !request->ignore_eos()) {
+    if (request->prompt_token_ids().ids_size() != expected_prompt_tokens_ ||
+        !request->ignore_eos()) {
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "unexpected request shape");
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      prompts_.emplace_back(request->prompt_token_ids().ids().begin(),
+                            request->prompt_token_ids().ids().end());
     }
     for (int i = 0; i < request->max_tokens(); ++i) {
       quill::v1::GenerateResponse response;
@@ -135,6 +143,9 @@ class FakeGenerator final : public quill::v1::Generator::Service {
     return grpc::Status::OK;
   }
   std::atomic<int> calls_{0};
+  int expected_prompt_tokens_ = 8;
+  std::mutex mu_;
+  std::vector<std::vector<int>> prompts_;  // guarded by mu_
 };
 
 TEST(RunBenchTest, ClosedLoopAgainstFakeServer) {
@@ -177,6 +188,43 @@ TEST(RunBenchTest, ClosedLoopAgainstFakeServer) {
   EXPECT_GT(report->request_throughput, 0);
 }
 
+TEST(RunBenchTest, SharedPrefixStartsEveryPromptThenOwnIds) {
+  FakeGenerator service;
+  service.expected_prompt_tokens_ = 20 + 8;
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_NE(server, nullptr);
+  std::unique_ptr<client::QuillClient> client =
+      client::QuillClient::Connect("127.0.0.1:" + std::to_string(port));
+  quill::v1::ModelInfo info;
+  info.set_vocab_size(1024);
+  info.set_context_length(256);
+  info.set_bos_token_id(1);
+  info.set_eos_token_id(2);
+  BenchOptions options;
+  options.concurrency = 2;
+  options.requests = 4;
+  options.shared_prefix_tokens = 20;
+  options.prompt_tokens = 8;
+  options.max_tokens = 2;
+  absl::StatusOr<BenchReport> report = RunBench(*client, info, options);
+  server->Shutdown();
+  ASSERT_TRUE(report.ok()) << report.status();
+  std::lock_guard<std::mutex> lock(service.mu_);
+  ASSERT_EQ(service.prompts_.size(), 3u);  // the third call fails by design
+  const std::vector<int>& first = service.prompts_[0];
+  EXPECT_EQ(first[0], 1);  // BOS once, at the start
+  for (const std::vector<int>& p : service.prompts_) {
+    EXPECT_TRUE(std::equal(first.begin(), first.begin() + 20, p.begin()));
+    EXPECT_EQ(std::count(p.begin(), p.end(), 1), 1);
+  }
+  // The prompts' own parts differ.
+  EXPECT_FALSE(std::equal(first.begin() + 20, first.end(), service.prompts_[1].begin() + 20));
+}
+
 TEST(RunBenchTest, RejectsPromptsLongerThanTheContext) {
   std::unique_ptr<client::QuillClient> client = client::QuillClient::Connect("127.0.0.1:1");
   quill::v1::ModelInfo info;
@@ -186,6 +234,10 @@ TEST(RunBenchTest, RejectsPromptsLongerThanTheContext) {
   options.prompt_tokens = 60;
   options.max_tokens = 8;
   EXPECT_EQ(RunBench(*client, info, options).status().code(), absl::StatusCode::kInvalidArgument);
+  options.prompt_tokens = 20;
+  options.shared_prefix_tokens = 40;  // 40 + 20 + 8 > 64
+  EXPECT_EQ(RunBench(*client, info, options).status().code(), absl::StatusCode::kInvalidArgument);
+  options.shared_prefix_tokens = 0;
   options.prompt_tokens = 8;
   options.requests = 0;  // and no duration: would never end
   EXPECT_EQ(RunBench(*client, info, options).status().code(), absl::StatusCode::kInvalidArgument);

@@ -50,7 +50,11 @@ int BenchCommand(const std::vector<std::string>& args) {
                      "Stop starting requests after this long (e.g. 20s); requests in flight "
                      "finish. 0 = no limit.");
   parser.AddDouble("rate", &options.rate, "Open loop: mean requests per second; 0 = closed loop.");
-  parser.AddInt("prompt-tokens", &options.prompt_tokens, "Prompt length in tokens.");
+  parser.AddInt("prompt-tokens", &options.prompt_tokens,
+                "Prompt length in tokens (after the shared prefix, if any).");
+  parser.AddInt("shared-prefix-tokens", &options.shared_prefix_tokens,
+                "Start every prompt with the same this-many random ids (BOS first), like a "
+                "shared system prompt; exercises the server's prefix cache. 0 = none.");
   parser.AddInt("max-tokens", &options.max_tokens, "Tokens generated per request.");
   parser.AddDouble("temperature", &temperature, "Sampling temperature; 0 is greedy.");
   parser.AddUint64("seed", &options.seed, "Seed for the prompts and the arrival times.");

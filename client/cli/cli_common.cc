@@ -86,7 +86,8 @@ nlohmann::json ToJson(const quill::v1::GenerateResponse& response) {
   }
   if (response.has_usage()) {
     out["usage"] = {{"prompt_tokens", response.usage().prompt_tokens()},
-                    {"completion_tokens", response.usage().completion_tokens()}};
+                    {"completion_tokens", response.usage().completion_tokens()},
+                    {"cached_prompt_tokens", response.usage().cached_prompt_tokens()}};
   }
   if (response.has_timings()) {
     const quill::v1::Timings& t = response.timings();

@@ -8,6 +8,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "engine/kernels/attention.h"
+#include "engine/kv_cache/block_pool.h"
 
 namespace quill::engine {
 
@@ -22,6 +23,13 @@ struct KvCacheOptions {
 // The paged KV cache: a fixed pool of blocks allocated once at startup from a byte budget,
 // and one block table per sequence. Plan, then commit: CanReserve() answers without
 // changing anything; Reserve() grows a sequence; Release() is the only way blocks return.
+//
+// Prefix caching (optional; nothing is cached unless CacheFullBlocks is called): full
+// blocks are registered under their content address and shared between sequences (see
+// BlockPool). A new sequence starts with AttachPrefix(), which puts the longest cached
+// chain matching its prompt at the front of its table; it must then write K/V only at
+// positions past that prefix. Released cached blocks stay cached until evicted, and
+// count as free.
 // Owned and used by one thread (the engine thread); not thread-safe.
 class KvCache {
  public:
@@ -35,10 +43,11 @@ class KvCache {
   int64_t block_bytes() const;  // bytes_per_token * block_size
   int block_size() const;
   int num_blocks() const;
-  int num_used_blocks() const;
-  int num_free_blocks() const;
+  int num_used_blocks() const;    // held by at least one sequence
+  int num_free_blocks() const;    // free, including cached blocks no sequence holds
+  int num_cached_blocks() const;  // registered in the prefix cache (held or not)
   int64_t total_bytes() const;
-  int64_t used_bytes() const;  // num_used_blocks * block_bytes
+  int64_t used_bytes() const;                 // num_used_blocks * block_bytes
   int BlocksForTokens(int64_t tokens) const;  // ceil(tokens / block_size)
 
   // Blocks `seq` would need in addition to what it holds to store `num_tokens` tokens.
@@ -49,6 +58,27 @@ class KvCache {
   absl::Status Reserve(SeqId seq, int64_t num_tokens);
   // Returns all of `seq`'s blocks to the pool. Unknown ids are a no-op.
   void Release(SeqId seq);
+
+  // The longest chain of cached blocks equal to the first blocks of `tokens`, whose
+  // chained hashes (prefix_hash.h) are `block_hashes` (one per full block to try).
+  // Changes nothing.
+  struct PrefixMatch {
+    int blocks = 0;
+    int evictable_blocks = 0;  // of those, held by no sequence (taking them uses free blocks)
+  };
+  PrefixMatch MatchPrefix(absl::Span<const uint64_t> block_hashes,
+                          absl::Span<const TokenId> tokens) const;
+  // Creates `seq` (which must be unknown) holding the blocks MatchPrefix would return;
+  // returns how many. Reserve() then grows it past them.
+  int AttachPrefix(SeqId seq, absl::Span<const uint64_t> block_hashes,
+                   absl::Span<const TokenId> tokens);
+  // Registers `seq`'s blocks [already registered, block_hashes.size()) in the prefix
+  // cache. Each must be full with its K/V written: block_hashes are the chained hashes
+  // of the full blocks of `tokens` whose K/V is in the cache.
+  void CacheFullBlocks(SeqId seq, absl::Span<const uint64_t> block_hashes,
+                       absl::Span<const TokenId> tokens);
+  // Holders of a physical block (for tests).
+  int block_refcount(int32_t block) const;
 
   bool Contains(SeqId seq) const;
   int64_t capacity_tokens(SeqId seq) const;  // 0 for an unknown sequence
@@ -76,17 +106,26 @@ class KvCache {
   KvCache(const KvCacheOptions& options, int num_blocks);
   // Allocates and zero-fills the arenas; RESOURCE_EXHAUSTED if memory runs out.
   absl::Status AllocateArenas();
+  // A sequence's blocks and how far its chain is registered in the prefix cache.
+  struct SeqBlocks {
+    std::vector<int32_t> table;
+    int num_registered = 0;        // leading blocks registered (or attached)
+    uint64_t last_content_id = 0;  // content id of block num_registered - 1 (0 = root)
+    bool chain_broken = false;     // a hash collision stopped registration
+  };
+
   // An empty table with generous capacity, recycled from released sequences when possible.
   std::vector<int32_t> TakeTable();
+  SeqBlocks& FindOrCreate(SeqId seq);
 
   KvCacheOptions options_;
   kernels::KvLayout layout_;
   int num_blocks_ = 0;
-  int64_t arena_floats_ = 0;        // per layer, K or V
-  std::vector<Arena> k_arenas_;     // one per layer
-  std::vector<Arena> v_arenas_;     // one per layer
-  std::vector<int32_t> free_blocks_;  // LIFO stack of free physical block ids
-  absl::flat_hash_map<SeqId, std::vector<int32_t>> tables_;
+  int64_t arena_floats_ = 0;     // per layer, K or V
+  std::vector<Arena> k_arenas_;  // one per layer
+  std::vector<Arena> v_arenas_;  // one per layer
+  BlockPool pool_;
+  absl::flat_hash_map<SeqId, SeqBlocks> tables_;
   std::vector<std::vector<int32_t>> spare_tables_;  // cleared tables kept for reuse
 };
 

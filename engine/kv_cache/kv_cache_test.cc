@@ -127,8 +127,10 @@ TEST(KvCacheTest, SlotOffsetFollowsBlockTable) {
   }
   // Every (sequence, position) maps to a distinct slot.
   std::set<int64_t> slots;
-  for (int64_t pos = 0; pos < cache->capacity_tokens(1); ++pos) slots.insert(cache->SlotOffset(1, pos));
-  for (int64_t pos = 0; pos < cache->capacity_tokens(2); ++pos) slots.insert(cache->SlotOffset(2, pos));
+  for (int64_t pos = 0; pos < cache->capacity_tokens(1); ++pos)
+    slots.insert(cache->SlotOffset(1, pos));
+  for (int64_t pos = 0; pos < cache->capacity_tokens(2); ++pos)
+    slots.insert(cache->SlotOffset(2, pos));
   EXPECT_EQ(slots.size(), 5u * 16);
   for (int64_t s : slots) {
     EXPECT_EQ(s % row, 0);

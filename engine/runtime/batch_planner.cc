@@ -55,7 +55,8 @@ void PlanStep(const PlanInput& input, const PlannerOptions& options, StepPlan* p
     free_blocks -= waiting.kv_blocks_needed;
     const int index = num_running + plan->num_admitted;
     ++plan->num_admitted;
-    budget -= AddPrefillChunk(index, 0, waiting.prompt_tokens, budget, options, plan);
+    budget -= AddPrefillChunk(index, waiting.cached_tokens,
+                              waiting.prompt_tokens - waiting.cached_tokens, budget, options, plan);
   }
 }
 

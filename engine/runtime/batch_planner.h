@@ -24,6 +24,7 @@ struct RunningView {
 struct WaitingView {
   int prompt_tokens = 0;
   int kv_blocks_needed = 0;  // reserved in full at admission (prompt + max_tokens)
+  int cached_tokens = 0;     // leading prompt tokens already in the KV cache (< prompt)
 };
 
 struct PlanInput {
@@ -35,8 +36,8 @@ struct PlanInput {
 // One forward entry. `sequence` indexes running ++ the admitted head of waiting.
 struct PlannedEntry {
   int sequence = 0;
-  bool decode = false;       // one new token (otherwise a prompt chunk)
-  int first_token = 0;       // prompt offset of the chunk (decode: unused)
+  bool decode = false;  // one new token (otherwise a prompt chunk)
+  int first_token = 0;  // prompt offset of the chunk (decode: unused)
   int num_tokens = 0;
   bool want_logits = false;  // decode, or the chunk that completes the prompt
 };

@@ -176,5 +176,23 @@ TEST(BatchPlannerTest, PlanIsReusedWithoutStaleEntries) {
   EXPECT_EQ(p.plan.decode_tokens, 1);
 }
 
+TEST(BatchPlannerTest, AdmittedRequestWithACachedPrefixPrefillsOnlyTheRest) {
+  Planner p;
+  p.options.max_batch_tokens = 64;
+  p.options.prefill_chunk_tokens = 64;
+  // 100-token prompt, 96 cached: its first and last chunk is tokens [96, 100).
+  p.waiting = {{100, 3, 96}, {40, 5, 0}};
+  p.free_blocks = 8;
+  const StepPlan& plan = p.Plan();
+  EXPECT_EQ(plan.num_admitted, 2);
+  ASSERT_EQ(plan.entries.size(), 2u);
+  EXPECT_EQ(plan.entries[0].first_token, 96);
+  EXPECT_EQ(plan.entries[0].num_tokens, 4);
+  EXPECT_TRUE(plan.entries[0].want_logits);
+  EXPECT_EQ(plan.entries[1].first_token, 0);
+  EXPECT_EQ(plan.entries[1].num_tokens, 40);
+  EXPECT_EQ(plan.prefill_tokens, 44);
+}
+
 }  // namespace
 }  // namespace quill::engine

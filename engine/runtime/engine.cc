@@ -40,9 +40,8 @@ absl::Status ValidateOptions(const EngineOptions& o, int model_max_batch_tokens)
   }
   if (o.max_running < 1 || o.max_running > o.max_batch_tokens) {
     // Every running sequence decodes one token per step, so they must fit one batch.
-    return absl::InvalidArgumentError(absl::StrCat(
-        "max_running must be in [1, max_batch_tokens = ", o.max_batch_tokens, "], got ",
-        o.max_running));
+    return absl::InvalidArgumentError(absl::StrCat("max_running must be in [1, max_batch_tokens = ",
+                                                   o.max_batch_tokens, "], got ", o.max_running));
   }
   if (o.max_queue < 1) {
     return absl::InvalidArgumentError(absl::StrCat("max_queue must be >= 1, got ", o.max_queue));
@@ -100,7 +99,9 @@ class Engine::Impl {
 
   ~Impl() { Shutdown(absl::ZeroDuration()); }
 
-  void Start() { thread_ = std::thread([this] { Run(); }); }
+  void Start() {
+    thread_ = std::thread([this] { Run(); });
+  }
 
   absl::Status Submit(GenerationRequest request, std::shared_ptr<TokenSink> sink);
   void Cancel(absl::string_view request_id) { inbox_.PushCancel(request_id); }
@@ -118,6 +119,7 @@ class Engine::Impl {
     g.requests_waiting = gauge_waiting_.load(std::memory_order_relaxed);
     g.kv_blocks_total = kv_num_blocks_;
     g.kv_blocks_used = gauge_kv_blocks_used_.load(std::memory_order_relaxed);
+    g.kv_blocks_cached = gauge_kv_blocks_cached_.load(std::memory_order_relaxed);
     g.kv_bytes_total = kv_bytes_total_;
     g.kv_bytes_used = g.kv_blocks_used * kv_block_bytes_;
     return g;
@@ -132,6 +134,10 @@ class Engine::Impl {
   void MarkExpired(absl::Time now);
   void MarkAll(FinishReason reason, const absl::Status& status);
   void Step();
+  // Looks up each admissible waiting request's cached prefix and fills waiting_views_.
+  void BuildWaitingViews();
+  // Moves the planned head of the queue into the running set with its KV reserved.
+  void Admit(absl::Time now);
   void EmitToken(Sequence& seq, absl::Span<const float> logits, bool decode, absl::Time now);
   // Finishes every sequence marked finished and drops it; returns how many.
   int FinishMarked(absl::Time now);
@@ -142,8 +148,8 @@ class Engine::Impl {
   // Immutable after construction.
   const std::unique_ptr<StepModel> step_model_;
   const EngineOptions options_;
-  EngineObserver* const observer_;  // may be null; outlives the engine (caller's promise)
-  const Clock* const clock_;        // outlives the engine (Clock::Real() or the caller's)
+  EngineObserver* const observer_;     // may be null; outlives the engine (caller's promise)
+  const Clock* const clock_;           // outlives the engine (Clock::Real() or the caller's)
   const std::unique_ptr<KvCache> kv_;  // engine thread only (const pointer, mutable pool)
   Inbox inbox_;
   const int vocab_size_;
@@ -159,6 +165,7 @@ class Engine::Impl {
   std::atomic<int> gauge_running_{0};
   std::atomic<int> gauge_waiting_{0};
   std::atomic<int> gauge_kv_blocks_used_{0};
+  std::atomic<int> gauge_kv_blocks_cached_{0};
 
   absl::Mutex shutdown_mu_;
   bool stopped_ ABSL_GUARDED_BY(shutdown_mu_) = false;
@@ -176,6 +183,8 @@ class Engine::Impl {
   std::vector<BatchEntry> batch_;
   std::vector<float> logits_;  // max_running rows of vocab_size
   std::vector<absl::Duration> inter_token_latencies_;
+  int step_prefix_query_tokens_ = 0;  // over this step's admissions
+  int step_prefix_hit_tokens_ = 0;
 };
 
 absl::Status Engine::Impl::Validate(const GenerationRequest& r) const {
@@ -196,8 +205,8 @@ absl::Status Engine::Impl::Validate(const GenerationRequest& r) const {
                      " and at least one position must be left for output"));
   }
   if (r.max_tokens < 1 || r.max_tokens > max_tokens_limit_) {
-    return absl::InvalidArgumentError(absl::StrCat("max_tokens must be in [1, ",
-                                                   max_tokens_limit_, "], got ", r.max_tokens));
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_tokens must be in [1, ", max_tokens_limit_, "], got ", r.max_tokens));
   }
   if (prompt + r.max_tokens > context_length_) {
     return absl::InvalidArgumentError(
@@ -210,8 +219,8 @@ absl::Status Engine::Impl::Validate(const GenerationRequest& r) const {
         absl::StrCat("logprobs must be in [0, ", kMaxLogprobs, "], got ", r.logprobs));
   }
   if (r.stop.size() > kMaxStopStrings) {
-    return absl::InvalidArgumentError(absl::StrCat("stop: at most ", kMaxStopStrings,
-                                                   " stop strings, got ", r.stop.size()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("stop: at most ", kMaxStopStrings, " stop strings, got ", r.stop.size()));
   }
   for (size_t i = 0; i < r.stop.size(); ++i) {
     if (r.stop[i].size() > kMaxStopBytes) {
@@ -239,10 +248,10 @@ absl::Status Engine::Impl::Validate(const GenerationRequest& r) const {
         kv_num_blocks_, " (kv_cache_bytes too small)"));
   }
   if (blocks(prompt + r.max_tokens) > kv_num_blocks_) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "max_tokens: prompt + max_tokens = ", prompt + r.max_tokens, " tokens need ",
-        blocks(prompt + r.max_tokens), " KV blocks but the whole pool has ", kv_num_blocks_,
-        " (kv_cache_bytes too small)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_tokens: prompt + max_tokens = ", prompt + r.max_tokens, " tokens need ",
+                     blocks(prompt + r.max_tokens), " KV blocks but the whole pool has ",
+                     kv_num_blocks_, " (kv_cache_bytes too small)"));
   }
   return absl::OkStatus();
 }
@@ -252,9 +261,10 @@ absl::Status Engine::Impl::Submit(GenerationRequest request, std::shared_ptr<Tok
   QUILL_RETURN_IF_ERROR(Validate(request));
   // Cheap early answer; PushSubmit checks again under the lock.
   if (inbox_.closed()) return absl::UnavailableError("server shutting down");
-  auto sequence = std::make_unique<Sequence>(
-      next_kv_id_.fetch_add(1, std::memory_order_relaxed), std::move(request), std::move(sink),
-      step_model_->tokenizer(), vocab_size_, clock_->Now());
+  auto sequence = std::make_unique<Sequence>(next_kv_id_.fetch_add(1, std::memory_order_relaxed),
+                                             std::move(request), std::move(sink),
+                                             step_model_->tokenizer(), vocab_size_, clock_->Now(),
+                                             options_.prefix_cache ? kv_block_size_ : 0);
   return inbox_.PushSubmit(std::move(sequence));
 }
 
@@ -274,8 +284,8 @@ void Engine::Impl::Run() {
     const bool idle = running_.empty() && waiting_.empty();
     commands_.clear();
     // An idle engine sleeps here until a command or shutdown arrives.
-    const Inbox::Drained drained = inbox_.WaitAndDrain(
-        idle ? absl::InfiniteDuration() : absl::ZeroDuration(), &commands_);
+    const Inbox::Drained drained =
+        inbox_.WaitAndDrain(idle ? absl::InfiniteDuration() : absl::ZeroDuration(), &commands_);
     ApplyCommands();
     const absl::Time now = clock_->Now();
     MarkExpired(now);
@@ -302,8 +312,7 @@ void Engine::Impl::ApplyCommands() {
     } else {
       auto it = by_id_.find(command.request_id);
       if (it == by_id_.end()) continue;  // unknown or already finished
-      it->second->MarkFinished(FinishReason::kCancelled,
-                               absl::CancelledError("request cancelled"));
+      it->second->MarkFinished(FinishReason::kCancelled, absl::CancelledError("request cancelled"));
     }
   }
   commands_.clear();
@@ -332,30 +341,13 @@ void Engine::Impl::Step() {
   for (const auto& seq : running_) {
     running_views_.push_back({seq->state(), seq->prompt_tokens(), seq->prefilled_tokens()});
   }
-  waiting_views_.clear();
-  const size_t admissible = options_.max_running - running_.size();
-  for (size_t i = 0; i < waiting_.size() && i < admissible; ++i) {
-    const Sequence& seq = *waiting_[i];
-    waiting_views_.push_back(
-        {seq.prompt_tokens(), kv_->BlocksForTokens(seq.kv_tokens_reserved())});
-  }
+  BuildWaitingViews();
   PlanInput input;
   input.running = running_views_;
   input.waiting = waiting_views_;
   input.free_kv_blocks = kv_->num_free_blocks();
   PlanStep(input, planner_options_, &plan_);
-
-  // Admission: the whole reservation up front, so a running request never runs out.
-  for (int i = 0; i < plan_.num_admitted; ++i) {
-    std::unique_ptr<Sequence> seq = std::move(waiting_.front());
-    waiting_.pop_front();
-    const absl::Status reserved = kv_->Reserve(seq->kv_id(), seq->kv_tokens_reserved());
-    QUILL_CHECK(reserved.ok());  // the planner only admits what fits
-    seq->SetState(SequenceState::kPrefill);
-    seq->admit_time = start;
-    running_.push_back(std::move(seq));
-  }
-  if (plan_.num_admitted > 0) inbox_.LeftQueue(plan_.num_admitted);
+  Admit(start);
   if (plan_.entries.empty()) return;
 
   batch_.clear();
@@ -383,14 +375,23 @@ void Engine::Impl::Step() {
                   forward.ToString());
     for (const PlannedEntry& e : plan_.entries) {
       running_[e.sequence]->MarkFinished(
-          FinishReason::kError, absl::InternalError(absl::StrCat("forward step failed: ",
-                                                                 forward.message())));
+          FinishReason::kError,
+          absl::InternalError(absl::StrCat("forward step failed: ", forward.message())));
     }
   } else {
     size_t row = 0;
     for (const PlannedEntry& e : plan_.entries) {
       Sequence& seq = *running_[e.sequence];
       if (!e.decode) seq.AddPrefilled(e.num_tokens);
+      if (options_.prefix_cache) {
+        // K/V now covers every token so far (before the one sampled below is appended):
+        // blocks it filled become shareable.
+        seq.SetKvWritten(e.decode ? static_cast<int>(seq.tokens().size())
+                                  : e.first_token + e.num_tokens);
+        kv_->CacheFullBlocks(seq.kv_id(),
+                             seq.block_hashes().subspan(0, seq.kv_written() / kv_block_size_),
+                             seq.tokens());
+      }
       if (!e.want_logits) continue;
       const absl::Span<const float> logits(logits_.data() + row * vocab_size_, vocab_size_);
       ++row;
@@ -409,6 +410,8 @@ void Engine::Impl::Step() {
     stats.prefill_tokens = plan_.prefill_tokens;
     stats.decode_tokens = plan_.decode_tokens;
     stats.num_sequences = static_cast<int>(plan_.entries.size());
+    stats.prefix_query_tokens = step_prefix_query_tokens_;
+    stats.prefix_hit_tokens = step_prefix_hit_tokens_;
     stats.phase = plan_.prefill_tokens == 0  ? StepPhase::kDecode
                   : plan_.decode_tokens == 0 ? StepPhase::kPrefill
                                              : StepPhase::kMixed;
@@ -416,6 +419,52 @@ void Engine::Impl::Step() {
     stats.inter_token_latencies = inter_token_latencies_;
     observer_->OnStep(stats, gauges);
   }
+}
+
+void Engine::Impl::BuildWaitingViews() {
+  waiting_views_.clear();
+  const size_t admissible = options_.max_running - running_.size();
+  for (size_t i = 0; i < waiting_.size() && i < admissible; ++i) {
+    const Sequence& seq = *waiting_[i];
+    WaitingView view;
+    view.prompt_tokens = seq.prompt_tokens();
+    view.kv_blocks_needed = kv_->BlocksForTokens(seq.kv_tokens_reserved());
+    if (options_.prefix_cache) {
+      const KvCache::PrefixMatch match = kv_->MatchPrefix(seq.prompt_lookup_hashes(), seq.tokens());
+      // Held cached blocks cost nothing; unheld ones leave the free count when taken.
+      view.kv_blocks_needed += match.evictable_blocks - match.blocks;
+      view.cached_tokens = match.blocks * kv_block_size_;
+    }
+    waiting_views_.push_back(view);
+  }
+}
+
+void Engine::Impl::Admit(absl::Time now) {
+  step_prefix_query_tokens_ = 0;
+  step_prefix_hit_tokens_ = 0;
+  // Two passes: every admitted request first takes its cached prefix, and only then are
+  // new blocks allocated. An allocation may evict an unheld cached block, and must not
+  // evict one that a request admitted in this same step was planned to reuse.
+  for (int i = 0; i < plan_.num_admitted; ++i) {
+    Sequence& seq = *waiting_[i];
+    if (!options_.prefix_cache) continue;
+    const int blocks = kv_->AttachPrefix(seq.kv_id(), seq.prompt_lookup_hashes(), seq.tokens());
+    QUILL_CHECK(blocks * kv_block_size_ == waiting_views_[i].cached_tokens);  // nothing changed
+    seq.SetCachedPromptTokens(blocks * kv_block_size_);
+    step_prefix_query_tokens_ += seq.prompt_tokens();
+    step_prefix_hit_tokens_ += seq.cached_prompt_tokens();
+  }
+  // The whole reservation up front, so a running request never runs out.
+  for (int i = 0; i < plan_.num_admitted; ++i) {
+    std::unique_ptr<Sequence> seq = std::move(waiting_.front());
+    waiting_.pop_front();
+    const absl::Status reserved = kv_->Reserve(seq->kv_id(), seq->kv_tokens_reserved());
+    QUILL_CHECK(reserved.ok());  // the planner only admits what fits
+    seq->SetState(SequenceState::kPrefill);
+    seq->admit_time = now;
+    running_.push_back(std::move(seq));
+  }
+  if (plan_.num_admitted > 0) inbox_.LeftQueue(plan_.num_admitted);
 }
 
 void Engine::Impl::EmitToken(Sequence& seq, absl::Span<const float> logits, bool decode,
@@ -454,8 +503,7 @@ void Engine::Impl::EmitToken(Sequence& seq, absl::Span<const float> logits, bool
 
   if (!chunk.tokens.empty() || !chunk.text.empty()) {
     if (!seq.sink().OnChunk(std::move(chunk)) && !finish) {
-      seq.MarkFinished(FinishReason::kCancelled,
-                       absl::CancelledError("the consumer went away"));
+      seq.MarkFinished(FinishReason::kCancelled, absl::CancelledError("the consumer went away"));
       return;
     }
   }
@@ -491,6 +539,7 @@ void Engine::Impl::FinishSequence(Sequence& seq, absl::Time now) {
   info.status = seq.finish_status();
   info.prompt_tokens = seq.prompt_tokens();
   info.completion_tokens = seq.completion_tokens();
+  info.cached_prompt_tokens = seq.cached_prompt_tokens();
   info.timings = seq.Timings(now);
   info.frontend = seq.request().frontend;
   seq.sink().OnFinish(info);
@@ -501,6 +550,7 @@ EngineGauges Engine::Impl::PublishGauges() {
   gauge_running_.store(static_cast<int>(running_.size()), std::memory_order_relaxed);
   gauge_waiting_.store(static_cast<int>(waiting_.size()), std::memory_order_relaxed);
   gauge_kv_blocks_used_.store(kv_->num_used_blocks(), std::memory_order_relaxed);
+  gauge_kv_blocks_cached_.store(kv_->num_cached_blocks(), std::memory_order_relaxed);
   return gauges();
 }
 
@@ -513,14 +563,13 @@ Engine::~Engine() {
 }
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::CreateWithStepModel(
-    std::unique_ptr<StepModel> step_model, const EngineOptions& options,
-    EngineObserver* observer, const Clock* clock) {
+    std::unique_ptr<StepModel> step_model, const EngineOptions& options, EngineObserver* observer,
+    const Clock* clock) {
   if (step_model == nullptr) return absl::InvalidArgumentError("model must not be null");
   QUILL_RETURN_IF_ERROR(ValidateOptions(options, step_model->max_batch_tokens()));
-  QUILL_ASSIGN_OR_RETURN(
-      std::unique_ptr<KvCache> kv,
-      KvCache::Create(step_model->MakeKvCacheOptions(options.kv_cache_bytes,
-                                                     options.block_size_tokens)));
+  QUILL_ASSIGN_OR_RETURN(std::unique_ptr<KvCache> kv,
+                         KvCache::Create(step_model->MakeKvCacheOptions(
+                             options.kv_cache_bytes, options.block_size_tokens)));
   auto impl = std::make_unique<Impl>(std::move(step_model), options, observer,
                                      clock != nullptr ? clock : Clock::Real(), std::move(kv));
   impl->Start();

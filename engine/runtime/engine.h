@@ -16,13 +16,18 @@
 namespace quill::engine {
 
 struct EngineOptions {
-  int max_batch_tokens = 512;       // tokens per step, prefill + decode (<= model's max)
-  int prefill_chunk_tokens = 256;   // a prompt is prefilled in chunks of at most this
-  int max_running = 64;             // sequences in the running set at once
-  int max_queue = 256;              // waiting requests; one more -> RESOURCE_EXHAUSTED
+  int max_batch_tokens = 512;      // tokens per step, prefill + decode (<= model's max)
+  int prefill_chunk_tokens = 256;  // a prompt is prefilled in chunks of at most this
+  int max_running = 64;            // sequences in the running set at once
+  int max_queue = 256;             // waiting requests; one more -> RESOURCE_EXHAUSTED
   int64_t kv_cache_bytes = int64_t{256} << 20;
   int block_size_tokens = 16;
-  int max_tokens_limit = 0;         // largest max_tokens accepted; 0 = the context length
+  int max_tokens_limit = 0;  // largest max_tokens accepted; 0 = the context length
+  // Prefix caching: full KV blocks are kept, content-addressed, after their request ends,
+  // and a new request whose prompt starts with the same tokens reuses them and prefills
+  // only the rest (at least its last prompt token). Results are unchanged where Forward is
+  // batch-invariant (exact precision).
+  bool prefix_cache = true;
   // OpenMP threads the engine thread computes with; 0 = OpenMP's default (OMP_NUM_THREADS
   // or every core). Set on the engine thread itself: omp_set_num_threads() only affects
   // the thread that calls it.
@@ -39,6 +44,9 @@ struct EngineOptions {
 // KV because another one grew, nothing is ever preempted, and memory never exceeds
 // kv_cache_bytes; the price is that short answers to long max_tokens hold blocks they may
 // not use. A request whose prompt + max_tokens exceeds the whole pool is INVALID_ARGUMENT.
+// With prefix_cache, cached blocks no request holds count as free (they are evicted, least
+// recently used first, when needed), and a request reusing cached blocks reserves only
+// the rest.
 //
 // Timings (RequestTimings): queue_wait = submit -> admitted; prefill = admitted -> last
 // prompt chunk done; time_to_first_token = submit -> first token sampled (the step that
@@ -87,8 +95,8 @@ class Engine {
   // clock (null = real time; it must outlive the engine). model() may only be called
   // when `step_model` wraps a Model.
   static absl::StatusOr<std::unique_ptr<Engine>> CreateWithStepModel(
-      std::unique_ptr<StepModel> step_model, const EngineOptions& options,
-      EngineObserver* observer, const Clock* clock = nullptr);
+      std::unique_ptr<StepModel> step_model, const EngineOptions& options, EngineObserver* observer,
+      const Clock* clock = nullptr);
 
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;

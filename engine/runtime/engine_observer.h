@@ -13,9 +13,13 @@ absl::string_view StepPhaseName(StepPhase phase);  // "prefill", "decode", "mixe
 
 struct StepStats {
   StepPhase phase = StepPhase::kDecode;
-  int prefill_tokens = 0;   // prompt tokens processed this step
-  int decode_tokens = 0;    // sequences that decoded one token this step
+  int prefill_tokens = 0;  // prompt tokens processed this step
+  int decode_tokens = 0;   // sequences that decoded one token this step
   int num_sequences = 0;
+  // Prefix cache, over the requests admitted this step (both 0 when it is off): prompt
+  // tokens looked up, and those found cached (not prefilled).
+  int prefix_query_tokens = 0;
+  int prefix_hit_tokens = 0;
   absl::Duration duration;  // whole step: plan + forward + sample + emit
   // Gaps between each emitted token and the previous token of the same request
   // (inter-token latency), one per decode token emitted this step.
@@ -26,7 +30,8 @@ struct EngineGauges {
   int requests_running = 0;
   int requests_waiting = 0;
   int kv_blocks_total = 0;
-  int kv_blocks_used = 0;
+  int kv_blocks_used = 0;    // held by a request
+  int kv_blocks_cached = 0;  // in the prefix cache, held or not
   int64_t kv_bytes_used = 0;
   int64_t kv_bytes_total = 0;
 };

@@ -1,6 +1,8 @@
 // Engine tests on the real kjv-1m model in exact mode, where Forward is batch-invariant,
 // so a request must give the same tokens alone, among others, or chunked.
 
+#include "engine/runtime/engine.h"
+
 #include <algorithm>
 #include <cstdlib>
 #include <fstream>
@@ -14,7 +16,6 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "engine/kv_cache/kv_cache.h"
-#include "engine/runtime/engine.h"
 #include "engine/runtime/recording_sink_for_test.h"
 #include "engine/sampler/sampler.h"
 #include "gtest/gtest.h"
@@ -27,10 +28,10 @@ std::string ModelPath() {
   return dir == nullptr ? "" : std::string(dir) + "/models/kjv-1m.gguf";
 }
 
-std::unique_ptr<Model> LoadModel() {
+std::unique_ptr<Model> LoadModel(kernels::Precision precision = kernels::Precision::kExact) {
   ModelOptions options;
   options.path = ModelPath();
-  options.precision = kernels::Precision::kExact;
+  options.precision = precision;
   options.max_batch_tokens = 512;
   auto model = Model::Load(options);
   EXPECT_TRUE(model.ok()) << model.status();
@@ -75,8 +76,9 @@ class EngineTest : public ::testing::Test {
     return options;
   }
 
-  void Start(EngineOptions options = DefaultOptions(), EngineObserver* observer = nullptr) {
-    std::unique_ptr<Model> model = LoadModel();
+  void Start(EngineOptions options = DefaultOptions(), EngineObserver* observer = nullptr,
+             kernels::Precision precision = kernels::Precision::kExact) {
+    std::unique_ptr<Model> model = LoadModel(precision);
     ASSERT_NE(model, nullptr);
     auto engine = Engine::Create(std::move(model), options, observer);
     ASSERT_TRUE(engine.ok()) << engine.status();
@@ -486,6 +488,189 @@ TEST_F(EngineTest, SinkReturningFalseStopsTheRequest) {
   ASSERT_TRUE(sink->Wait());
   EXPECT_EQ(sink->chunks().size(), 2u);
   EXPECT_EQ(sink->info().reason, FinishReason::kCancelled);
+}
+
+}  // namespace
+}  // namespace quill::engine
+
+namespace quill::engine {
+namespace {
+
+// Everything a request returned: ids, and the bits of its logprobs.
+struct Output {
+  std::vector<TokenId> ids;
+  std::vector<float> logprobs;
+  std::vector<TokenId> top_ids;
+  std::vector<float> top_logprobs;
+  bool operator==(const Output& o) const {
+    return ids == o.ids && logprobs == o.logprobs && top_ids == o.top_ids &&
+           top_logprobs == o.top_logprobs;
+  }
+};
+
+Output OutputOf(RecordingSink& sink) {
+  Output out;
+  for (const TokenChunk& c : sink.chunks()) {
+    for (const GeneratedToken& t : c.tokens) {
+      out.ids.push_back(t.id);
+      out.logprobs.push_back(t.logprob);
+      for (const TokenLogprob& top : t.top_logprobs) {
+        out.top_ids.push_back(top.id);
+        out.top_logprobs.push_back(top.logprob);
+      }
+    }
+  }
+  return out;
+}
+
+// Prompts sharing a ~100-token prefix (several full KV blocks), with different tails.
+class PrefixCacheEngineTest : public EngineTest {
+ protected:
+  static constexpr int kPrefixTokens = 100;
+  static constexpr int kBlock = 16;
+
+  std::vector<GenerationRequest> SharedPrefixRequests() {
+    std::string text;
+    for (int i = 0; i < 8; ++i) absl::StrAppend(&text, kPrompts[i], " ");
+    std::vector<TokenId> prefix = Encode(text + text + text);
+    EXPECT_GE(prefix.size(), static_cast<size_t>(kPrefixTokens));
+    prefix.resize(kPrefixTokens);
+    std::vector<GenerationRequest> requests;
+    for (int i = 0; i < 6; ++i) {
+      GenerationRequest r = Request(absl::StrCat("p", i), kPrompts[i], 24);
+      // The tail without its BOS, after the shared prefix.
+      r.prompt_ids.erase(r.prompt_ids.begin());
+      r.prompt_ids.insert(r.prompt_ids.begin(), prefix.begin(), prefix.end());
+      r.ignore_eos = true;
+      r.logprobs = 3;
+      if (i % 2 == 1) r.sampling = Seeded(500 + i);
+      requests.push_back(std::move(r));
+    }
+    return requests;
+  }
+
+  // What a request can reuse once `cached` is in the cache: whole blocks of the common
+  // prefix, leaving at least its last prompt token to compute.
+  static int ExpectedCachedTokens(const std::vector<TokenId>& prompt,
+                                  const std::vector<TokenId>& cached) {
+    size_t common = 0;
+    while (common < prompt.size() && common < cached.size() && prompt[common] == cached[common]) {
+      ++common;
+    }
+    common = std::min(common, prompt.size() - 1);
+    return static_cast<int>(common / kBlock * kBlock);
+  }
+
+  static EngineOptions Options(bool prefix_cache) {
+    EngineOptions options = DefaultOptions();
+    options.prefix_cache = prefix_cache;
+    options.block_size_tokens = kBlock;
+    options.prefill_chunk_tokens = 32;  // chunk boundaries differ from the cached prefix's
+    return options;
+  }
+};
+
+TEST_F(PrefixCacheEngineTest, ExactHitIsBitIdenticalAloneAndAmongOthers) {
+  const std::vector<GenerationRequest> requests = SharedPrefixRequests();
+  Start(Options(/*prefix_cache=*/false));
+  std::vector<Output> solo;
+  for (const GenerationRequest& r : requests) {
+    auto sink = RunAlone(r);
+    solo.push_back(OutputOf(*sink));
+    EXPECT_EQ(sink->info().cached_prompt_tokens, 0);
+    ASSERT_EQ(solo.back().ids.size(), 24u);
+  }
+  EXPECT_EQ(engine_->gauges().kv_blocks_cached, 0);
+  EXPECT_EQ(solo[0].ids, ReferenceLoop(requests[0]));
+  engine_->Shutdown(absl::Seconds(30));
+
+  Start(Options(/*prefix_cache=*/true));
+  // A cold cache, then a hit on the shared prefix, alone.
+  auto first = RunAlone(requests[0]);
+  EXPECT_EQ(first->info().cached_prompt_tokens, 0);
+  EXPECT_TRUE(OutputOf(*first) == solo[0]);
+  EXPECT_GT(engine_->gauges().kv_blocks_cached, 0);
+  auto second = RunAlone(requests[1]);
+  const int expected1 = ExpectedCachedTokens(requests[1].prompt_ids, requests[0].prompt_ids);
+  EXPECT_GE(expected1, 96);
+  EXPECT_EQ(second->info().cached_prompt_tokens, expected1);
+  EXPECT_TRUE(OutputOf(*second) == solo[1]) << "alone, with a hit";
+
+  // All at once: the repeated request 0 hits its whole prompt but the last token, the
+  // others the shared prefix, while they batch with each other.
+  std::vector<std::shared_ptr<RecordingSink>> sinks;
+  for (const GenerationRequest& r : requests) {
+    sinks.push_back(std::make_shared<RecordingSink>());
+    ASSERT_TRUE(engine_->Submit(r, sinks.back()).ok());
+  }
+  for (size_t i = 0; i < requests.size(); ++i) {
+    ASSERT_TRUE(sinks[i]->Wait());
+    EXPECT_TRUE(OutputOf(*sinks[i]) == solo[i]) << "request " << i << " among others";
+    EXPECT_GE(sinks[i]->info().cached_prompt_tokens, 96) << "request " << i;
+  }
+  EXPECT_EQ(sinks[0]->info().cached_prompt_tokens,
+            ExpectedCachedTokens(requests[0].prompt_ids, requests[0].prompt_ids));
+  // Its own generated tokens were cached too: asking again with the output appended
+  // reuses prompt and output.
+  GenerationRequest follow_up = requests[0];
+  follow_up.request_id = "follow-up";
+  follow_up.prompt_ids.insert(follow_up.prompt_ids.end(), solo[0].ids.begin(), solo[0].ids.end());
+  follow_up.max_tokens = 8;
+  auto follow = RunAlone(follow_up);
+  EXPECT_EQ(follow->info().cached_prompt_tokens,
+            static_cast<int>((follow_up.prompt_ids.size() - 1) / kBlock * kBlock));
+  EXPECT_EQ(follow->ids(), ReferenceLoop(follow_up));
+}
+
+TEST_F(PrefixCacheEngineTest, FastModeHitGivesTheSameGreedyTokens) {
+  std::vector<GenerationRequest> requests = SharedPrefixRequests();
+  for (GenerationRequest& r : requests) {
+    r.sampling = SamplingParams();
+    r.sampling.temperature = 0.0f;
+    r.logprobs = 0;
+  }
+  Start(Options(/*prefix_cache=*/false), nullptr, kernels::Precision::kFast);
+  std::vector<std::vector<TokenId>> solo;
+  for (const GenerationRequest& r : requests) solo.push_back(RunAlone(r)->ids());
+  engine_->Shutdown(absl::Seconds(30));
+
+  Start(Options(/*prefix_cache=*/true), nullptr, kernels::Precision::kFast);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    auto sink = RunAlone(requests[i]);
+    if (i > 0) EXPECT_GE(sink->info().cached_prompt_tokens, 96);
+    EXPECT_EQ(sink->ids(), solo[i]) << "request " << i;
+  }
+}
+
+TEST_F(PrefixCacheEngineTest, CachedBlocksAreEvictedWhenThePoolNeedsThem) {
+  // A pool of 24 blocks; each request holds 9 (about 124 prompt + 24 output tokens), so
+  // the cache of finished requests must give way to new ones.
+  const KvCacheOptions shape = reference_model_->MakeKvCacheOptions(int64_t{8} << 20, kBlock);
+  const int64_t block_bytes = int64_t{2} * shape.num_layers * shape.num_kv_heads * shape.head_dim *
+                              static_cast<int64_t>(sizeof(float)) * kBlock;
+  EngineOptions options = Options(/*prefix_cache=*/true);
+  options.kv_cache_bytes = 24 * block_bytes;
+  Start(options);
+  ASSERT_EQ(engine_->gauges().kv_blocks_total, 24);
+  const std::vector<GenerationRequest> requests = SharedPrefixRequests();
+  std::vector<Output> first_round;
+  for (int round = 0; round < 2; ++round) {
+    for (size_t i = 0; i < requests.size(); ++i) {
+      // An unrelated prompt (the request's reversed) pushes other blocks into the cache.
+      GenerationRequest other = requests[i];
+      other.request_id = absl::StrCat("other-", i, "-", round);
+      std::reverse(other.prompt_ids.begin() + 1, other.prompt_ids.end());
+      EXPECT_EQ(RunAlone(other)->finishes(), 1);
+      auto sink = RunAlone(requests[i]);
+      EXPECT_EQ(sink->finishes(), 1);
+      if (round == 0) {
+        first_round.push_back(OutputOf(*sink));
+      } else {
+        EXPECT_TRUE(OutputOf(*sink) == first_round[i]) << "request " << i;
+      }
+      EXPECT_LE(engine_->gauges().kv_blocks_cached, 24);
+    }
+  }
 }
 
 }  // namespace

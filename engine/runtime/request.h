@@ -25,14 +25,14 @@ absl::string_view FinishReasonName(FinishReason reason);
 absl::Status CheckPrintableAscii(absl::string_view field, absl::string_view value);
 
 struct GenerationRequest {
-  std::string request_id;            // unique among live requests
-  std::vector<TokenId> prompt_ids;   // already tokenized (BOS included where the vocab wants it)
+  std::string request_id;           // unique among live requests
+  std::vector<TokenId> prompt_ids;  // already tokenized (BOS included where the vocab wants it)
   int max_tokens = 16;
   SamplingParams sampling;
-  std::vector<std::string> stop;     // stop strings, matched on the generated text
+  std::vector<std::string> stop;  // stop strings, matched on the generated text
   std::vector<TokenId> stop_token_ids;
   bool ignore_eos = false;
-  int logprobs = 0;                  // top alternatives per token (0 = none)
+  int logprobs = 0;  // top alternatives per token (0 = none)
   absl::Time deadline = absl::InfiniteFuture();
   // Opaque to the engine: copied into FinishInfo so that its observer can tell front ends
   // apart (the server's metrics label requests "grpc" or "http").
@@ -68,6 +68,7 @@ struct FinishInfo {
   absl::Status status;
   int prompt_tokens = 0;
   int completion_tokens = 0;
+  int cached_prompt_tokens = 0;  // prompt tokens whose K/V came from the prefix cache
   RequestTimings timings;
   std::string frontend;  // GenerationRequest::frontend
 };

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "engine/base/check.h"
+#include "engine/kv_cache/prefix_hash.h"
 
 namespace quill::engine {
 namespace {
@@ -22,9 +23,9 @@ absl::Duration Between(absl::Time from, absl::Time to) {
 
 }  // namespace
 
-Sequence::Sequence(KvCache::SeqId kv_id, GenerationRequest request,
-                   std::shared_ptr<TokenSink> sink, const Tokenizer& tokenizer, int vocab_size,
-                   absl::Time submit)
+Sequence::Sequence(KvCache::SeqId kv_id, GenerationRequest request, std::shared_ptr<TokenSink> sink,
+                   const Tokenizer& tokenizer, int vocab_size, absl::Time submit,
+                   int hash_block_size)
     : submit_time(submit),
       kv_id_(kv_id),
       request_(std::move(request)),
@@ -37,6 +38,34 @@ Sequence::Sequence(KvCache::SeqId kv_id, GenerationRequest request,
   tokens_.reserve(request_.prompt_ids.size() + request_.max_tokens);
   tokens_.assign(request_.prompt_ids.begin(), request_.prompt_ids.end());
   top_scratch_.reserve(request_.logprobs);
+  hash_block_size_ = hash_block_size;
+  if (hash_block_size_ > 0) {
+    block_hashes_.reserve(tokens_.capacity() / hash_block_size_ + 1);
+    ExtendBlockHashes(tokens_, hash_block_size_, &block_hashes_);
+  }
+}
+
+absl::Span<const uint64_t> Sequence::prompt_lookup_hashes() const {
+  if (hash_block_size_ <= 0) return {};
+  const size_t max_blocks = static_cast<size_t>(prompt_tokens_ - 1) / hash_block_size_;
+  return absl::MakeConstSpan(block_hashes_).subspan(0, std::min(max_blocks, block_hashes_.size()));
+}
+
+void Sequence::SetCachedPromptTokens(int n) {
+  QUILL_CHECK(n >= 0 && n < prompt_tokens_ && prefilled_tokens_ == 0);
+  cached_prompt_tokens_ = n;
+  prefilled_tokens_ = n;
+  kv_written_ = n;
+}
+
+void Sequence::SetKvWritten(int n) {
+  kv_written_ = n;
+  // Before admission the vector holds every full prompt block, so it only grows once
+  // generated tokens fill blocks; the reserved capacity covers that.
+  if (hash_block_size_ > 0) {
+    ExtendBlockHashes(absl::MakeConstSpan(tokens_).subspan(0, kv_written_), hash_block_size_,
+                      &block_hashes_);
+  }
 }
 
 void Sequence::SetState(SequenceState next) {
@@ -89,8 +118,8 @@ RequestTimings Sequence::Timings(absl::Time finish_time) const {
   const bool admitted = admit_time != absl::InfinitePast();
   t.queue_wait = Between(submit_time, admitted ? admit_time : finish_time);
   if (admitted) {
-    t.prefill = Between(admit_time, prefill_done_time != absl::InfinitePast() ? prefill_done_time
-                                                                               : finish_time);
+    t.prefill = Between(
+        admit_time, prefill_done_time != absl::InfinitePast() ? prefill_done_time : finish_time);
   }
   t.time_to_first_token = Between(submit_time, first_token_time);
   t.decode = Between(first_token_time, finish_time);

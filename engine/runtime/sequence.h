@@ -23,8 +23,11 @@ namespace quill::engine {
 // moves (a bug) by aborting.
 class Sequence {
  public:
+  // `hash_block_size` > 0 turns on the block hashes for prefix caching (the KV block
+  // size); they are computed here, on the submitting thread, for the prompt.
   Sequence(KvCache::SeqId kv_id, GenerationRequest request, std::shared_ptr<TokenSink> sink,
-           const Tokenizer& tokenizer, int vocab_size, absl::Time submit_time);
+           const Tokenizer& tokenizer, int vocab_size, absl::Time submit_time,
+           int hash_block_size = 0);
   Sequence(const Sequence&) = delete;
   Sequence& operator=(const Sequence&) = delete;
 
@@ -40,6 +43,19 @@ class Sequence {
   int prefilled_tokens() const { return prefilled_tokens_; }
   void AddPrefilled(int n) { prefilled_tokens_ += n; }
   int completion_tokens() const { return completion_tokens_; }
+
+  // Prefix caching. Chained hashes of the full blocks of tokens() whose K/V is written
+  // (of the whole prompt's full blocks before admission); capacity reserved up front.
+  absl::Span<const uint64_t> block_hashes() const { return block_hashes_; }
+  // The prompt blocks worth looking up: all full ones but never the last prompt token,
+  // which must be computed to give logits.
+  absl::Span<const uint64_t> prompt_lookup_hashes() const;
+  // At admission: the first `n` prompt tokens came from the cache.
+  void SetCachedPromptTokens(int n);
+  int cached_prompt_tokens() const { return cached_prompt_tokens_; }
+  // After a forward step: K/V is now written for positions [0, n); extends the hashes.
+  void SetKvWritten(int n);
+  int kv_written() const { return kv_written_; }
   // Prompt followed by every generated token; capacity reserved up front, so spans
   // into it stay valid.
   absl::Span<const TokenId> tokens() const { return tokens_; }
@@ -82,6 +98,10 @@ class Sequence {
   StopStringMatcher stop_matcher_;
   std::vector<TokenId> tokens_;
   std::vector<TokenLogprob> top_scratch_;
+  int hash_block_size_ = 0;
+  std::vector<uint64_t> block_hashes_;
+  int cached_prompt_tokens_ = 0;
+  int kv_written_ = 0;
   int prompt_tokens_ = 0;
   int prefilled_tokens_ = 0;
   int completion_tokens_ = 0;

@@ -22,6 +22,13 @@ json Usage(int prompt_tokens, int completion_tokens) {
           {"total_tokens", prompt_tokens + completion_tokens}};
 }
 
+// The final usage, with OpenAI's prompt_tokens_details.cached_tokens (prefix cache hits).
+json Usage(const engine::FinishInfo& info) {
+  json usage = Usage(info.prompt_tokens, info.completion_tokens);
+  usage["prompt_tokens_details"] = {{"cached_tokens", info.cached_prompt_tokens}};
+  return usage;
+}
+
 json Bytes(const std::string& s) {
   json out = json::array();
   for (unsigned char c : s) out.push_back(static_cast<int>(c));
@@ -127,14 +134,14 @@ std::string StreamEndEvents(const ResponseFormat& format, const engine::FinishIn
       format,
       json::array({Choice(format, std::move(empty), nullptr, OpenAiFinishReason(info.reason))}));
   if (format.continuous_usage) {
-    chunk["usage"] = Usage(info.prompt_tokens, info.completion_tokens);
+    chunk["usage"] = Usage(info);
   } else if (format.include_usage) {
     chunk["usage"] = nullptr;
   }
   std::string out = Event(chunk);
   if (format.include_usage) {
     json usage = Chunk(format, json::array());
-    usage["usage"] = Usage(info.prompt_tokens, info.completion_tokens);
+    usage["usage"] = Usage(info);
     out += Event(usage);
   }
   out += "data: [DONE]\n\n";
@@ -162,7 +169,7 @@ std::string CompleteBody(const ResponseFormat& format, const OutputDelta& all,
                      {"created", format.created},
                      {"model", format.model},
                      {"choices", json::array({choice})},
-                     {"usage", Usage(info.prompt_tokens, info.completion_tokens)}};
+                     {"usage", Usage(info)}};
   return Dump(body);
 }
 

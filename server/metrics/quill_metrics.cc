@@ -148,6 +148,12 @@ QuillMetrics::QuillMetrics() : registry_(std::make_shared<prometheus::Registry>(
                            "Prompt tokens of requests the engine finished (any outcome).");
   generated_tokens_ = counter("quill_generated_tokens_total",
                               "Tokens generated and sent to clients (EOS is not counted).");
+  prefix_cache_query_tokens_ =
+      counter("quill_prefix_cache_query_tokens_total",
+              "Prompt tokens of admitted requests looked up in the prefix cache.");
+  prefix_cache_hit_tokens_ =
+      counter("quill_prefix_cache_hit_tokens_total",
+              "Prompt tokens found in the prefix cache (their K/V reused, not prefilled).");
 
   requests_running_ = gauge("quill_requests_running",
                             "Requests in the running set (prefilling or decoding).");
@@ -157,6 +163,9 @@ QuillMetrics::QuillMetrics() : registry_(std::make_shared<prometheus::Registry>(
                               "Blocks in the paged KV cache pool (fixed at startup).");
   kv_blocks_used_ =
       gauge("quill_kv_cache_blocks_used", "KV cache blocks currently held by requests.");
+  kv_blocks_cached_ = gauge("quill_prefix_cache_blocks",
+                            "KV cache blocks in the prefix cache, held by requests or not (the "
+                            "unheld ones are free and evicted when needed).");
   kv_bytes_used_ =
       gauge("quill_kv_cache_bytes_used", "Bytes of the KV cache pool currently held by requests.");
   kv_bytes_total_ = gauge("quill_kv_cache_bytes_capacity",
@@ -182,6 +191,10 @@ void QuillMetrics::OnStep(const engine::StepStats& stats, const engine::EngineGa
     case engine::StepPhase::kMixed: step_mixed_->Observe(seconds); break;
   }
   batch_tokens_->Observe(stats.prefill_tokens + stats.decode_tokens);
+  if (stats.prefix_query_tokens > 0) {
+    prefix_cache_query_tokens_->Increment(stats.prefix_query_tokens);
+    prefix_cache_hit_tokens_->Increment(stats.prefix_hit_tokens);
+  }
   for (absl::Duration gap : stats.inter_token_latencies) {
     inter_token_latency_->Observe(absl::ToDoubleSeconds(gap));
   }
@@ -253,6 +266,7 @@ void QuillMetrics::SetEngineGauges(const engine::EngineGauges& gauges) const {
   requests_waiting_->Set(gauges.requests_waiting);
   kv_capacity_blocks_->Set(gauges.kv_blocks_total);
   kv_blocks_used_->Set(gauges.kv_blocks_used);
+  kv_blocks_cached_->Set(gauges.kv_blocks_cached);
   kv_bytes_used_->Set(static_cast<double>(gauges.kv_bytes_used));
   kv_bytes_total_->Set(static_cast<double>(gauges.kv_bytes_total));
   kv_usage_ratio_->Set(gauges.kv_blocks_total > 0

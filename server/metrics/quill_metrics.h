@@ -92,11 +92,14 @@ class QuillMetrics final : public engine::EngineObserver {
   OutcomeCounters requests_[kNumApis];
   prometheus::Counter* prompt_tokens_;
   prometheus::Counter* generated_tokens_;
+  prometheus::Counter* prefix_cache_query_tokens_;
+  prometheus::Counter* prefix_cache_hit_tokens_;
   // Gauges.
   prometheus::Gauge* requests_running_;
   prometheus::Gauge* requests_waiting_;
   prometheus::Gauge* kv_capacity_blocks_;
   prometheus::Gauge* kv_blocks_used_;
+  prometheus::Gauge* kv_blocks_cached_;
   prometheus::Gauge* kv_bytes_used_;
   prometheus::Gauge* kv_bytes_total_;
   prometheus::Gauge* kv_usage_ratio_;

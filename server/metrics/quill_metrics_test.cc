@@ -36,6 +36,9 @@ TEST(QuillMetricsTest, ExportsEveryFamilyWithTypeAndHelp) {
       {"quill_requests_total", "counter"},
       {"quill_prompt_tokens_total", "counter"},
       {"quill_generated_tokens_total", "counter"},
+      {"quill_prefix_cache_query_tokens_total", "counter"},
+      {"quill_prefix_cache_hit_tokens_total", "counter"},
+      {"quill_prefix_cache_blocks", "gauge"},
       {"quill_requests_running", "gauge"},
       {"quill_requests_waiting", "gauge"},
       {"quill_kv_cache_capacity_blocks", "gauge"},
@@ -186,6 +189,27 @@ TEST(QuillMetricsTest, StepsFeedPhaseHistogramsBatchTokensItlAndGauges) {
   EXPECT_EQ(text.Value("quill_kv_cache_blocks_used"), 0.0);
   EXPECT_EQ(text.Value("quill_kv_cache_usage_ratio"), 0.0);
   EXPECT_EQ(text.Value("quill_kv_cache_capacity_blocks"), 100.0);
+}
+
+TEST(QuillMetricsTest, PrefixCacheCountersAndGauge) {
+  QuillMetrics metrics;
+  engine::StepStats step;
+  step.prefill_tokens = 40;
+  step.prefix_query_tokens = 136;
+  step.prefix_hit_tokens = 96;
+  engine::EngineGauges gauges;
+  gauges.kv_blocks_total = 100;
+  gauges.kv_blocks_cached = 7;
+  metrics.OnStep(step, gauges);
+  step.prefix_query_tokens = 10;
+  step.prefix_hit_tokens = 0;
+  metrics.OnStep(step, gauges);
+  step.prefix_query_tokens = 0;  // a step that admitted nothing
+  metrics.OnStep(step, gauges);
+  const PromText text = Parse(metrics);
+  EXPECT_EQ(text.Value("quill_prefix_cache_query_tokens_total"), 146.0);
+  EXPECT_EQ(text.Value("quill_prefix_cache_hit_tokens_total"), 96.0);
+  EXPECT_EQ(text.Value("quill_prefix_cache_blocks"), 7.0);
 }
 
 TEST(QuillMetricsTest, ServedOverHttpOnAFreePort) {

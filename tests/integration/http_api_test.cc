@@ -149,6 +149,24 @@ TEST_F(HttpApiTest, CompletionEqualsTheGrpcStreamGreedy) {
   EXPECT_EQ(body["usage"]["total_tokens"], grpc.last.usage().prompt_tokens() + 24);
 }
 
+TEST_F(HttpApiTest, RepeatedPromptReportsCachedTokens) {
+  const std::string prompt =
+      "Prefix cache HTTP. And God made the firmament, and divided the waters which were under "
+      "the firmament from the waters which were above the firmament: and it was so.";
+  const json request = {{"prompt", prompt}, {"max_tokens", 4}, {"temperature", 0}};
+  const HttpReply first = Post("/v1/completions", request);
+  ASSERT_EQ(first.status, 200) << first.body;
+  const json a = json::parse(first.body);
+  EXPECT_EQ(a["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+  const HttpReply second = Post("/v1/completions", request);
+  ASSERT_EQ(second.status, 200) << second.body;
+  const json b = json::parse(second.body);
+  const int prompt_tokens = b["usage"]["prompt_tokens"].get<int>();
+  ASSERT_GE(prompt_tokens, 33);
+  EXPECT_EQ(b["usage"]["prompt_tokens_details"]["cached_tokens"], (prompt_tokens - 1) / 16 * 16);
+  EXPECT_EQ(b["choices"][0]["text"], a["choices"][0]["text"]);
+}
+
 TEST_F(HttpApiTest, TokenIdPromptsAreAccepted) {
   const std::vector<int> ids = {1, 400, 17, 90};
   const Stream grpc = Collect(*grpc_, IdsRequest(ids, 10));

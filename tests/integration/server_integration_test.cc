@@ -490,9 +490,10 @@ TEST_F(ServerTest, MetricsAgreeWithTheTrafficSent) {
   EXPECT_EQ(Collect(*client_, TextRequest("", 4)).status.code(),
             absl::StatusCode::kInvalidArgument);
 
-  int prompt_tokens = 0, completion_tokens = 0, streamed = 0, gaps = 0;
+  int prompt_tokens = 0, completion_tokens = 0, streamed = 0, gaps = 0, cached = 0;
   for (const Stream& s : done) {
     prompt_tokens += s.last.usage().prompt_tokens();
+    cached += s.last.usage().cached_prompt_tokens();
     completion_tokens += s.last.usage().completion_tokens();
     streamed += static_cast<int>(s.ids.size());
     gaps += static_cast<int>(s.ids.size()) - 1;
@@ -528,7 +529,7 @@ TEST_F(ServerTest, MetricsAgreeWithTheTrafficSent) {
   EXPECT_EQ(hist_delta(*after, "quill_batch_tokens"), steps);
   EXPECT_EQ(after->HistogramSum("quill_batch_tokens").value_or(0) -
                 before.HistogramSum("quill_batch_tokens").value_or(0),
-            prompt_tokens + gaps);
+            prompt_tokens - cached + gaps);  // cached prompt tokens are not prefilled
   EXPECT_EQ(Metric(*after, "quill_requests_running"), 0);
   EXPECT_EQ(Metric(*after, "quill_requests_waiting"), 0);
   EXPECT_EQ(Metric(*after, "quill_kv_cache_blocks_used"), 0);
@@ -638,6 +639,66 @@ TEST_F(ServerTest, ReflectionListsTheServices) {
   for (const grpc::Slice& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
   EXPECT_THAT(bytes, HasSubstr("quill.v1.Generator"));
   EXPECT_THAT(bytes, HasSubstr("grpc.health.v1.Health"));
+}
+
+}  // namespace
+}  // namespace quill::testing
+
+namespace quill::testing {
+namespace {
+
+// A prompt of several full KV blocks (16 tokens each), made unique per test so that no
+// other test has cached it.
+std::string LongPrompt(const std::string& tag) {
+  return absl::StrCat(tag,
+                      " And God said, Let there be light: and there was light. And God saw "
+                      "the light, that it was good: and God divided the light from the "
+                      "darkness. And God called the light Day, and the darkness he called "
+                      "Night.");
+}
+
+TEST_F(ServerTest, SharedPrefixIsReportedInUsageAndCountedInMetrics) {
+  const PromText before = Scrape();
+  const std::string prefix = LongPrompt("Prefix cache gRPC.");
+  v1::GenerateRequest first = TextRequest(prefix, 8);
+  first.set_ignore_eos(true);
+  const Stream a = Collect(*client_, first);
+  ASSERT_TRUE(a.status.ok()) << a.status;
+  const int prompt = a.last.usage().prompt_tokens();
+  ASSERT_GE(prompt, 40);
+  EXPECT_EQ(a.last.usage().cached_prompt_tokens(), 0);  // nothing like it ran before
+
+  // The same prompt again: every full block but the one holding the last prompt token
+  // comes from the cache, and the output is the same (exact precision).
+  const Stream b = Collect(*client_, first);
+  ASSERT_TRUE(b.status.ok()) << b.status;
+  EXPECT_EQ(b.last.usage().cached_prompt_tokens(), (prompt - 1) / 16 * 16);
+  EXPECT_EQ(b.ids, a.ids);
+
+  // A different ending after the shared prefix reuses the prefix's full blocks.
+  v1::GenerateRequest other = TextRequest(prefix + " And the evening and the morning", 8);
+  other.set_ignore_eos(true);
+  const Stream c = Collect(*client_, other);
+  ASSERT_TRUE(c.status.ok()) << c.status;
+  EXPECT_GE(c.last.usage().cached_prompt_tokens(), 32);
+  EXPECT_EQ(c.last.usage().cached_prompt_tokens() % 16, 0);
+  EXPECT_LT(c.last.usage().cached_prompt_tokens(), c.last.usage().prompt_tokens());
+
+  const double hits = b.last.usage().cached_prompt_tokens() + c.last.usage().cached_prompt_tokens();
+  const double queried = 2 * prompt + c.last.usage().prompt_tokens();
+  absl::StatusOr<PromText> after = ScrapeUntil(server_->metrics_port(), [&](const PromText& t) {
+    return t.Value("quill_prefix_cache_hit_tokens_total").value_or(0) >=
+           before.Value("quill_prefix_cache_hit_tokens_total").value_or(0) + hits;
+  });
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_EQ(Metric(*after, "quill_prefix_cache_hit_tokens_total") -
+                Metric(before, "quill_prefix_cache_hit_tokens_total"),
+            hits);
+  EXPECT_EQ(Metric(*after, "quill_prefix_cache_query_tokens_total") -
+                Metric(before, "quill_prefix_cache_query_tokens_total"),
+            queried);
+  EXPECT_GE(Metric(*after, "quill_prefix_cache_blocks"), 2);
+  EXPECT_EQ(Metric(*after, "quill_kv_cache_blocks_used"), 0);  // cached blocks are free
 }
 
 }  // namespace

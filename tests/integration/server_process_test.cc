@@ -54,7 +54,8 @@ TEST_F(ServerProcessTest, SigtermDrainsRunningStreamsThenExitsZero) {
   // Flags and environment together: QUILL_PORT is overridden by --port (flags win).
   absl::StatusOr<std::unique_ptr<Subprocess>> process = Subprocess::Start(
       {binary_, "--model", model_, "--host", "127.0.0.1", "--port", "0", "--metrics-port=0",
-       "--http-port=0", "--drain-timeout", "30s", "--max-running", "1", "--kv_cache_bytes", "2MiB"},
+       "--http-port=0", "--drain-timeout", "30s", "--max-running", "1", "--kv_cache_bytes", "2MiB",
+       "--no-prefix-cache"},
       {{"QUILL_PORT", "1"},
        {"QUILL_PRECISION", "exact"},
        {"QUILL_MAX_QUEUE", "64"},
@@ -75,6 +76,7 @@ TEST_F(ServerProcessTest, SigtermDrainsRunningStreamsThenExitsZero) {
   EXPECT_THAT(log, HasSubstr("max_queue=64"));         // from QUILL_MAX_QUEUE
   EXPECT_THAT(log, HasSubstr("max_running=1"));        // from --max-running
   EXPECT_THAT(log, HasSubstr("bytes=2097152 (2.00MiB)"));  // from --kv_cache_bytes
+  EXPECT_THAT(log, HasSubstr("prefix_cache=false"));       // from --no-prefix-cache
 
   std::unique_ptr<client::QuillClient> client =
       client::QuillClient::Connect(absl::StrCat("127.0.0.1:", port));
@@ -146,6 +148,7 @@ TEST_F(ServerProcessTest, SecondSignalDuringTheDrainExitsAtOnce) {
   Subprocess& server = **process;
   const int port = PortFrom(server, "listening on 127\\.0\\.0\\.1:([0-9]+)");
   ASSERT_TRUE(server.WaitForOutput("serving quill.v1.Generator", absl::Seconds(30)).ok());
+  EXPECT_THAT(server.output(), HasSubstr("prefix_cache=true"));  // the default
   std::unique_ptr<client::QuillClient> client =
       client::QuillClient::Connect(absl::StrCat("127.0.0.1:", port));
   constexpr int kStreams = 24;  // one at a time: a drain of several seconds
