@@ -107,6 +107,10 @@ ABSL_FLAG(absl::Duration, drain_timeout, absl::Seconds(30),
 ABSL_FLAG(quill::server::ByteSizeFlag, max_message_bytes, quill::server::ByteSizeFlag{4 << 20},
           "Largest request message accepted (larger ones fail with RESOURCE_EXHAUSTED over "
           "gRPC, 413 over HTTP).");
+ABSL_FLAG(quill::server::ByteSizeFlag, max_send_message_bytes,
+          quill::server::ByteSizeFlag{4 << 20},
+          "Largest response message the server sends (a call that would send a larger one "
+          "fails with RESOURCE_EXHAUSTED).");
 ABSL_FLAG(std::string, log_level, "info",
           "Log level: trace, debug, info, warn, error, critical or off.");
 
@@ -135,6 +139,7 @@ constexpr const char* kFlagNames[] = {
     "max_tokens_limit",
     "drain_timeout",
     "max_message_bytes",
+    "max_send_message_bytes",
     "log_level",
 };
 
@@ -232,6 +237,7 @@ absl::StatusOr<ServerOptions> OptionsFromFlags(const char* exe) {
   options.engine.num_threads = absl::GetFlag(FLAGS_threads);
   options.drain_timeout = absl::GetFlag(FLAGS_drain_timeout);
   const int64_t max_message = absl::GetFlag(FLAGS_max_message_bytes).bytes;
+  const int64_t max_send = absl::GetFlag(FLAGS_max_send_message_bytes).bytes;
 
   if (options.port < 0 || options.port > 65535) {
     return absl::InvalidArgumentError(absl::StrCat("--port ", options.port, " is not a port"));
@@ -257,6 +263,10 @@ absl::StatusOr<ServerOptions> OptionsFromFlags(const char* exe) {
     return absl::InvalidArgumentError("--max-message-bytes must be in [1KiB, 1GiB]");
   }
   options.max_receive_message_bytes = static_cast<int>(max_message);
+  if (max_send < 1024 || max_send > (int64_t{1} << 30)) {
+    return absl::InvalidArgumentError("--max-send-message-bytes must be in [1KiB, 1GiB]");
+  }
+  options.max_send_message_bytes = static_cast<int>(max_send);
   const struct {
     const char* flag;
     int value;

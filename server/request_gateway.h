@@ -55,6 +55,11 @@ class RequestGateway {
   absl::StatusOr<engine::GenerationRequest> Prepare(const quill::v1::GenerateRequest& request,
                                                     absl::Time deadline, Api api);
 
+  // The Tokenize call (both front ends): CheckServing, then request_codec's TokenizeText,
+  // which refuses text over max_tokenize_bytes before tokenizing it and output over
+  // max_tokenize_tokens ids (INVALID_ARGUMENT naming the limit).
+  absl::StatusOr<quill::v1::TokenizeResponse> Tokenize(const quill::v1::TokenizeRequest& request);
+
   // Engine::Submit. On error (RESOURCE_EXHAUSTED queue full, UNAVAILABLE draining,
   // ALREADY_EXISTS duplicate id, INVALID_ARGUMENT) the rejection is counted and `sink` is
   // never called; on OK it gets chunks and exactly one OnFinish.

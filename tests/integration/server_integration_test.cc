@@ -449,6 +449,24 @@ TEST_F(ServerTest, InvalidRequestsAreInvalidArgumentNamingTheField) {
   EXPECT_EQ(Metric(after, "quill_kv_cache_blocks_used"), 0.0);
 }
 
+// Issue 10: a 3.9 MB prompt was tokenized whole (1.5 M tokens) before being refused, and
+// Tokenize had no cap. Both are now refused by their size, before any tokenizing.
+TEST_F(ServerTest, OversizedTextIsRefusedByItsSize) {
+  const std::string text(3900000, 'a');
+  const Stream s = Collect(*client_, TextRequest(text, 8));
+  EXPECT_EQ(s.status.code(), absl::StatusCode::kInvalidArgument) << s.status;
+  EXPECT_THAT(std::string(s.status.message()), StartsWith("request is 39000")) << s.status;
+  absl::StatusOr<v1::TokenizeResponse> t = client_->Tokenize(text, true);
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument) << t.status();
+  EXPECT_THAT(std::string(t.status().message()), StartsWith("request is 39000"));
+  // Text within the byte cap that encodes to more than the context is refused too.
+  std::string long_text;
+  for (int i = 0; i < 300; ++i) long_text += "and ";
+  t = client_->Tokenize(long_text, true);
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument) << t.status();
+  EXPECT_THAT(std::string(t.status().message()), HasSubstr("tokens; Tokenize returns at most 256"));
+}
+
 TEST_F(ServerTest, OversizeMessageIsRefusedByTheTransport) {
   // Above the 4 MiB receive limit: gRPC refuses it before any handler runs.
   const Stream s = Collect(*client_, TextRequest(std::string(5 << 20, 'a'), 8));
