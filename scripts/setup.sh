@@ -13,6 +13,12 @@ packages=(
   clang-14 libclang-rt-14-dev llvm-14
 )
 
+# Node.js and npm run the official `openai` npm package test (tests/openai). Debian's
+# nodejs/npm, unless a node with npm is already installed (e.g. a newer one).
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+  packages+=(nodejs npm)
+fi
+
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

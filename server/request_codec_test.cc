@@ -14,6 +14,8 @@ namespace {
 namespace v1 = ::quill::v1;
 using ::testing::HasSubstr;
 
+constexpr engine::TokenId kEog[] = {2};
+
 // One id per byte (byte + 3), BOS = 1, EOS = 2; vocabulary of 1024. Enough to test the
 // codec's own rules; the real tokenizer is exercised by the integration tests.
 class ByteTokenizer final : public engine::Tokenizer {
@@ -27,14 +29,21 @@ class ByteTokenizer final : public engine::Tokenizer {
     for (unsigned char c : text) ids.push_back(c + 3);
     return ids;
   }
+  absl::StatusOr<std::vector<engine::TokenId>> EncodeWithSpecialTokens(
+      absl::string_view text, bool add_special,
+      absl::Span<const engine::ByteRange> plain_ranges) const override {
+    return absl::UnimplementedError("not needed");
+  }
   std::string TokenBytes(engine::TokenId id) const override {
     return id >= 3 ? std::string(1, static_cast<char>(id - 3)) : "";
   }
+  absl::string_view token_text(engine::TokenId id) const override { return ""; }
   int vocab_size() const override { return 1024; }
   engine::TokenId bos_id() const override { return 1; }
   engine::TokenId eos_id() const override { return 2; }
   bool add_bos() const override { return true; }
   bool IsEndOfGeneration(engine::TokenId id) const override { return id == 2; }
+  absl::Span<const engine::TokenId> end_of_generation_ids() const override { return kEog; }
   bool IsControl(engine::TokenId id) const override { return id < 3; }
   std::string model_name() const override { return "llama"; }
 

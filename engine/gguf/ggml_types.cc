@@ -53,6 +53,37 @@ bool LookupGgmlType(uint32_t raw_type, GgmlTypeTraits* traits) {
   return true;
 }
 
+bool ToQuantType(GgmlType type, quant::QuantType* out) {
+  switch (type) {
+    case GgmlType::kQ4_0:
+      *out = quant::QuantType::kQ4_0;
+      return true;
+    case GgmlType::kQ4_1:
+      *out = quant::QuantType::kQ4_1;
+      return true;
+    case GgmlType::kQ5_0:
+      *out = quant::QuantType::kQ5_0;
+      return true;
+    case GgmlType::kQ5_1:
+      *out = quant::QuantType::kQ5_1;
+      return true;
+    case GgmlType::kQ8_0:
+      *out = quant::QuantType::kQ8_0;
+      return true;
+    case GgmlType::kQ4_K:
+      *out = quant::QuantType::kQ4_K;
+      return true;
+    case GgmlType::kQ5_K:
+      *out = quant::QuantType::kQ5_K;
+      return true;
+    case GgmlType::kQ6_K:
+      *out = quant::QuantType::kQ6_K;
+      return true;
+    default:
+      return false;
+  }
+}
+
 absl::StatusOr<GgmlTensorSize> ComputeGgmlTensorSize(GgmlType type,
                                                      const std::vector<int64_t>& dims) {
   GgmlTypeTraits traits;

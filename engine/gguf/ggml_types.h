@@ -5,6 +5,7 @@
 
 #include "absl/status/statusor.h"
 #include "engine/gguf/gguf_file.h"
+#include "engine/quant/quant_type.h"
 
 namespace quill::engine {
 
@@ -17,6 +18,10 @@ struct GgmlTypeTraits {
 
 // False for a type number the reader does not know (the traits are left untouched).
 bool LookupGgmlType(uint32_t raw_type, GgmlTypeTraits* traits);
+
+// The block format of a ggml block type Quill can decode and encode (Q4_0, Q4_1, Q5_0,
+// Q5_1, Q8_0, Q4_K, Q5_K, Q6_K); false for every other type.
+bool ToQuantType(GgmlType type, quant::QuantType* out);
 
 // Element count and encoded size of a tensor of `type` with GGUF `dims` (innermost
 // first). INVALID_ARGUMENT for an unknown type, 0 or 5+ dims, a non-positive dimension,

@@ -592,6 +592,11 @@ absl::StatusOr<std::unique_ptr<GgufFile>> GgufFile::Open(const std::string& path
 GgufFile::GgufFile(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 GgufFile::~GgufFile() = default;
 
+void GgufFile::ReleaseResidentPages() const {
+  // Advisory: on failure the pages simply stay resident.
+  madvise(impl_->mapping, impl_->size, MADV_DONTNEED);
+}
+
 uint32_t GgufFile::version() const { return impl_->version; }
 const std::string& GgufFile::path() const { return impl_->path; }
 uint64_t GgufFile::file_size() const { return impl_->size; }

@@ -104,6 +104,12 @@ class GgufFile {
   // then the elements), pointing into the mapping. Used to copy keys between files.
   absl::StatusOr<absl::Span<const uint8_t>> RawValue(absl::string_view key) const;
 
+  // Drops the mapping's resident pages (MADV_DONTNEED): they stop counting towards the
+  // process's memory until read again, which re-reads them from the file. Contents and
+  // pointers stay valid (the mapping is read-only). For loaders that copied the weights
+  // they use, so memory holds the copy and not the file as well.
+  void ReleaseResidentPages() const;
+
   const std::vector<GgufTensorInfo>& tensors() const;
   // nullptr if absent.
   const GgufTensorInfo* FindTensor(absl::string_view name) const;

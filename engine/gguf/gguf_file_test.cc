@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "engine/gguf/gguf_writer.h"
 #include "gmock/gmock.h"
@@ -287,6 +288,33 @@ std::vector<uint8_t> MakeMetadataFile(uint32_t alignment = 0) {
   auto bytes = w.Serialize();
   EXPECT_TRUE(bytes.ok()) << bytes.status();
   return bytes.ok() ? *bytes : std::vector<uint8_t>();
+}
+
+// RssFile of /proc/self/status, in bytes.
+int64_t RssFileBytes() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("RssFile:", 0) == 0) return std::stoll(line.substr(8)) * 1024;
+  }
+  return -1;
+}
+
+TEST_F(SharedFilesTest, ReleaseResidentPagesKeepsContentsAndFreesMemory) {
+  auto file = GgufFile::Open(shared_ + "/models/tinyllama-256-Q6_K.gguf");
+  ASSERT_TRUE(file.ok()) << file.status();
+  const GgufTensorInfo* t = (*file)->FindTensor("token_embd.weight");
+  ASSERT_NE(t, nullptr);
+  uint64_t sum = 0;
+  for (uint64_t i = 0; i < t->size_bytes; ++i) sum += t->data[i];
+  const int64_t touched = RssFileBytes();
+  (*file)->ReleaseResidentPages();
+  const int64_t released = RssFileBytes();
+  EXPECT_LT(released, touched - static_cast<int64_t>(t->size_bytes) / 2)
+      << "RssFile " << touched << " -> " << released;
+  uint64_t again = 0;
+  for (uint64_t i = 0; i < t->size_bytes; ++i) again += t->data[i];
+  EXPECT_EQ(again, sum);
 }
 
 TEST(GgufFileTest, GettersReturnStoredValues) {
@@ -802,6 +830,30 @@ std::vector<CorruptCase> CorruptCases() {
     s.tensors[1].type = kGgmlQ8_0;
     s.tensors[1].dims = {16, 2};
     add("partial_quant_block", s, kInvalid, "block size 32");
+  }
+  // The block types Quill decodes: a row that is not whole blocks, and block data cut short.
+  const struct {
+    const char* name;
+    uint32_t type, block_elements, block_bytes;
+  } kBlockTypes[] = {{"q4_0", 2, 32, 18},   {"q4_1", 3, 32, 20},    {"q5_0", 6, 32, 22},
+                     {"q5_1", 7, 32, 24},   {"q4_k", 12, 256, 144}, {"q5_k", 13, 256, 176},
+                     {"q6_k", 14, 256, 210}};
+  for (const auto& t : kBlockTypes) {
+    {
+      RawSpec s;
+      s.tensors[1].type = t.type;
+      s.tensors[1].dims = {t.block_elements + 16, 2};
+      add(absl::StrCat(t.name, "_partial_block"), s, kInvalid,
+          absl::StrCat("not a multiple of the ", absl::AsciiStrToUpper(t.name), " block size ",
+                       t.block_elements));
+    }
+    {
+      RawSpec s;  // two blocks at offset 32: one byte more than the file holds
+      s.tensors[1].type = t.type;
+      s.tensors[1].dims = {2 * t.block_elements};
+      s.data_bytes = 32 + 2 * t.block_bytes - 1;
+      add(absl::StrCat(t.name, "_truncated_blocks"), s, kDataLoss, "extends past the end");
+    }
   }
   {
     RawSpec s;

@@ -1,10 +1,10 @@
 #include "engine/gguf/tensor_encode.h"
 
-#include <algorithm>
-#include <cmath>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "engine/gguf/ggml_types.h"
+#include "engine/quant/quantize.h"
 
 namespace quill::engine {
 
@@ -27,34 +27,25 @@ absl::Status EncodeTensor(absl::Span<const float> values, GgmlType type,
       }
       return absl::OkStatus();
     }
-    case GgmlType::kQ8_0: {
-      if (values.size() % kQ8_0BlockElements != 0) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "Q8_0 needs a multiple of ", kQ8_0BlockElements, " values, got ", values.size()));
-      }
-      const size_t blocks = values.size() / kQ8_0BlockElements;
-      out->resize(start + blocks * kQ8_0BlockBytes);
-      uint8_t* p = out->data() + start;
-      for (size_t b = 0; b < blocks; ++b, p += kQ8_0BlockBytes) {
-        const float* x = values.data() + b * kQ8_0BlockElements;
-        float amax = 0.0f;
-        for (int i = 0; i < kQ8_0BlockElements; ++i) amax = std::max(amax, std::fabs(x[i]));
-        const float scale = amax / 127.0f;
-        const float inverse = scale != 0.0f ? 1.0f / scale : 0.0f;
-        const uint16_t scale_bits = FloatToFp16(scale);
-        std::memcpy(p, &scale_bits, 2);
-        for (int i = 0; i < kQ8_0BlockElements; ++i) {
-          const float q = std::round(x[i] * inverse);
-          p[2 + i] = static_cast<uint8_t>(static_cast<int8_t>(std::clamp(q, -127.0f, 127.0f)));
-        }
-      }
-      return absl::OkStatus();
-    }
     default:
-      return absl::InvalidArgumentError(
-          absl::StrCat("cannot encode tensors of type ", GgmlTypeName(type),
-                       " (supported: F32, F16, BF16, Q8_0)"));
+      break;
   }
+  quant::QuantType qtype;
+  if (!ToQuantType(type, &qtype)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cannot encode tensors of type ", GgmlTypeName(type),
+        " (supported: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K)"));
+  }
+  const int64_t block = quant::BlockElements(qtype);
+  if (values.size() % block != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(quant::QuantTypeName(qtype),
+                                                   " needs a multiple of ", block, " values, got ",
+                                                   values.size()));
+  }
+  const int64_t blocks = static_cast<int64_t>(values.size()) / block;
+  out->resize(start + blocks * quant::BlockBytes(qtype));
+  const absl::Status status = quant::Quantize(qtype, values.data(), blocks, out->data() + start);
+  if (!status.ok()) out->resize(start);
+  return status;
 }
-
 }  // namespace quill::engine

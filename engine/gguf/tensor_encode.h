@@ -10,14 +10,11 @@
 
 namespace quill::engine {
 
-
-// One Q8_0 block as stored in GGUF: 32 int8 values sharing an fp16 scale.
-inline constexpr int kQ8_0BlockElements = 32;
-inline constexpr int kQ8_0BlockBytes = 34;
-
 // Encodes `values` (in GGUF element order) as `type`, appending to `out`. Supports F32,
-// F16, BF16 and Q8_0 (per block of 32: scale = max|x| / 127 stored as fp16, each value
-// round(x / scale)); INVALID_ARGUMENT for other types or a Q8_0 count not divisible by 32.
+// F16, BF16 and the block types Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K (rounded as
+// ggml's reference quantizers do; engine/quant/quantize.h). INVALID_ARGUMENT for other
+// types, a value count that is not a multiple of the block size, or a non-finite value in
+// a block type.
 absl::Status EncodeTensor(absl::Span<const float> values, GgmlType type,
                           std::vector<uint8_t>* out);
 

@@ -137,7 +137,31 @@ TEST(TensorEncodeTest, Errors) {
   EXPECT_EQ(EncodeTensor(std::vector<float>(31), GgmlType::kQ8_0, &out).code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(EncodeTensor(std::vector<float>(32), GgmlType::kQ4_K, &out).code(),
-            absl::StatusCode::kInvalidArgument);
+            absl::StatusCode::kInvalidArgument);  // a Q4_K block holds 256 values
+  EXPECT_EQ(EncodeTensor(std::vector<float>(256), GgmlType::kQ2_K, &out).code(),
+            absl::StatusCode::kInvalidArgument);  // not written by Quill
+  std::vector<float> nan(32, 0.0f);
+  nan[7] = std::nanf("");
+  EXPECT_EQ(EncodeTensor(nan, GgmlType::kQ4_0, &out).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(out.empty());
+}
+
+// Each block type appends whole blocks of its size (the contents are quant_test's job).
+TEST(TensorEncodeTest, BlockTypesAppendTheirBlockSizes) {
+  const struct {
+    GgmlType type;
+    size_t bytes_per_256;
+  } cases[] = {{GgmlType::kQ4_0, 8 * 18}, {GgmlType::kQ4_1, 8 * 20}, {GgmlType::kQ5_0, 8 * 22},
+               {GgmlType::kQ5_1, 8 * 24}, {GgmlType::kQ8_0, 8 * 34}, {GgmlType::kQ4_K, 144},
+               {GgmlType::kQ5_K, 176},    {GgmlType::kQ6_K, 210}};
+  std::vector<float> x(512);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.1f * i);
+  for (const auto& c : cases) {
+    std::vector<uint8_t> out = {1, 2, 3};
+    ASSERT_TRUE(EncodeTensor(x, c.type, &out).ok()) << GgmlTypeName(c.type);
+    EXPECT_EQ(out.size(), 3 + 2 * c.bytes_per_256) << GgmlTypeName(c.type);
+    EXPECT_EQ(out[0], 1);
+  }
 }
 
 }  // namespace

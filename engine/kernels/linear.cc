@@ -6,9 +6,41 @@
 #include "absl/strings/str_cat.h"
 #include "engine/base/status_macros.h"
 #include "engine/kernels/linear_internal.h"
+#include "engine/quant/block_layout.h"
 
 namespace quill::engine::kernels {
 namespace {
+
+absl::Status ValidatePart(const WeightView& p, size_t i) {
+  if (p.type < WeightType::kF32 || p.type > WeightType::kQ6_K) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Linear part ", i, ": unknown weight type ", static_cast<int>(p.type)));
+  }
+  if (p.data == nullptr)
+    return absl::InvalidArgumentError(absl::StrCat("Linear part ", i, ": null data"));
+  if (p.rows <= 0 || p.cols <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Linear part ", i, ": bad shape ", p.rows, " x ", p.cols));
+  }
+  const int64_t block = linear_internal::BlockElements(p.type);
+  if (p.cols % block != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("Linear part ", i, ": ",
+                                                   linear_internal::WeightTypeName(p.type),
+                                                   " cols ", p.cols, " not a multiple of ", block));
+  }
+  quant::QuantType qtype;
+  if (linear_internal::ToQuantType(p.type, &qtype)) {
+    const int64_t blocks_per_row = p.cols / block;
+    const int64_t bad = quant::FindNonFiniteScale(qtype, static_cast<const uint8_t*>(p.data),
+                                                  p.rows * blocks_per_row);
+    if (bad >= 0) {
+      return absl::DataLossError(absl::StrCat(
+          "Linear part ", i, ": ", linear_internal::WeightTypeName(p.type), " row ",
+          bad / blocks_per_row, " block ", bad % blocks_per_row, " has a NaN or infinite scale"));
+    }
+  }
+  return absl::OkStatus();
+}
 
 absl::Status ValidateParts(absl::Span<const WeightView> parts, int max_tokens) {
   if (parts.empty()) return absl::InvalidArgumentError("Linear needs at least one weight part");
@@ -17,32 +49,10 @@ absl::Status ValidateParts(absl::Span<const WeightView> parts, int max_tokens) {
         absl::StrCat("Linear max_tokens must be >= 1, got ", max_tokens));
   }
   for (size_t i = 0; i < parts.size(); ++i) {
-    const WeightView& p = parts[i];
-    switch (p.type) {
-      case WeightType::kF32:
-      case WeightType::kF16:
-      case WeightType::kBF16:
-      case WeightType::kQ8_0:
-        break;
-      default:
-        return absl::InvalidArgumentError(
-            absl::StrCat("Linear part ", i, ": unknown weight type ", static_cast<int>(p.type)));
-    }
-    if (p.data == nullptr)
-      return absl::InvalidArgumentError(absl::StrCat("Linear part ", i, ": null data"));
-    if (p.rows <= 0 || p.cols <= 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("Linear part ", i, ": bad shape ", p.rows, " x ", p.cols));
-    }
-    if (p.type == WeightType::kQ8_0 && p.cols % linear_internal::kQ8BlockSize != 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("Linear part ", i, ": q8_0 cols ", p.cols, " not a multiple of 32"));
-    }
-    if (p.cols != parts[0].cols || p.type != parts[0].type) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "Linear part ", i, " (", linear_internal::WeightTypeName(p.type), ", cols ", p.cols,
-          ") does not match part 0 (", linear_internal::WeightTypeName(parts[0].type), ", cols ",
-          parts[0].cols, ")"));
+    QUILL_RETURN_IF_ERROR(ValidatePart(parts[i], i));
+    if (parts[i].cols != parts[0].cols) {
+      return absl::InvalidArgumentError(absl::StrCat("Linear part ", i, " has ", parts[i].cols,
+                                                     " cols, part 0 has ", parts[0].cols));
     }
   }
   return absl::OkStatus();

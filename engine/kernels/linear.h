@@ -12,19 +12,23 @@ namespace quill::engine::kernels {
 
 // How a model computes.
 //   kExact: f32 activations and f32 accumulation, weights widened exactly (F16/BF16
-//           exactly, Q8_0 as scale x int8). Every output row depends only on its own
-//           input row with a fixed summation order, so results are bit-for-bit the same
-//           whatever else is in the batch (batch invariance) and from run to run.
+//           exactly, block types as ggml's reference dequantizers do). Every output row
+//           depends only on its own input row with a fixed summation order, so results are
+//           bit-for-bit the same whatever else is in the batch (batch invariance) and from
+//           run to run.
 //   kFast:  F32 weights in f32 (oneDNN); F16/BF16 weights in bf16 on CPUs with
-//           AVX512-BF16 (f32 otherwise); Q8_0 through an int8 or bf16 path.
+//           AVX512-BF16 (f32 otherwise); block types through int8 VNNI kernels that read
+//           the quantized blocks (x quantized to int8 per 32 values at run time), or
+//           through a widened oneDNN copy on CPUs without AVX512-VNNI.
 enum class Precision { kExact, kFast };
 
-// Weight element encodings the kernels accept (same encodings as GGUF).
-enum class WeightType { kF32, kF16, kBF16, kQ8_0 };
+// Weight element encodings the kernels accept (same encodings as GGUF; block layouts in
+// engine/quant/quant_type.h).
+enum class WeightType { kF32, kF16, kBF16, kQ8_0, kQ4_0, kQ4_1, kQ5_0, kQ5_1, kQ4_K, kQ5_K, kQ6_K };
 
 // A weight matrix as stored in GGUF: `rows` output features, each a contiguous run of
-// `cols` input features (GGUF dims = {cols, rows}). Q8_0 rows are blocks of 32
-// (fp16 scale + 32 int8), so cols % 32 == 0.
+// `cols` input features (GGUF dims = {cols, rows}). Rows of a block type are whole blocks:
+// cols % 32 == 0 for Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and cols % 256 == 0 for Q4_K, Q5_K, Q6_K.
 struct WeightView {
   WeightType type = WeightType::kF32;
   const void* data = nullptr;
@@ -33,12 +37,16 @@ struct WeightView {
 };
 
 // y[m x N] = x[m x K] * W^T for a weight packed once at load.
-// Several weights with the same `cols` and type may be fused into one Linear whose
-// output is their outputs side by side (e.g. Q|K|V, or gate|up), so one matmul serves them.
+// Several weights with the same `cols` may be fused into one Linear whose output is their
+// outputs side by side (e.g. Q|K|V, or gate|up), so one matmul serves them; their types
+// may differ (Q4_K_M files store some attn_v as Q6_K next to Q4_K q and k).
 class Linear {
  public:
-  // INVALID_ARGUMENT for mismatched parts, a bad shape or type; INTERNAL for oneDNN
-  // failures. `max_tokens` bounds m in Run(); scratch is allocated here, not per call.
+  // INVALID_ARGUMENT for mismatched cols, a bad shape or type; DATA_LOSS for a block whose
+  // fp16 scale (or min) is NaN or infinite; INTERNAL for oneDNN failures. `max_tokens`
+  // bounds m in Run(); scratch is allocated here, not per call. Create() copies what it
+  // needs: the parts' memory is not read after it returns (so a caller may drop the pages
+  // of a file mapping they came from).
   static absl::StatusOr<std::unique_ptr<Linear>> Create(absl::Span<const WeightView> parts,
                                                         Precision precision, int max_tokens);
   virtual ~Linear() = default;
@@ -54,8 +62,8 @@ class Linear {
   virtual std::string kernel_name() const = 0;  // e.g. "onednn-bf16+gemv-bf16-avx512"
 };
 
-// Widens one row of `cols` elements of `w` (row `row`) to f32, exactly. Used for the
-// embedding lookup and by tests.
+// Widens one row of `cols` elements of `w` (row `row`) to f32, exactly (block types as
+// quant::Dequantize). Used for the embedding lookup and by tests.
 void DequantizeRow(const WeightView& w, int64_t row, float* out);
 
 // Conversions used across the kernels (engine/base/float16.h).

@@ -1,7 +1,8 @@
 // quill-linear-bench: Linear on TinyLlama-1.1B shapes against a plain oneDNN matmul
 // (static M, weights in oneDNN's preferred layout) in the same run.
 //
-//   OMP_NUM_THREADS=2 quill-linear-bench [--types=bf16,f16,q8_0,f32] [--ms=1,2,4,8,16,64,512]
+//   OMP_NUM_THREADS=2 quill-linear-bench [--types=bf16,f16,q8_0,f32,q4_0,q4_k,q6_k,...]
+//                                         [--ms=1,2,4,8,16,64,512]
 //                                         [--precision=fast|exact] [--min_ms=300]
 //
 // Each weight is instantiated in enough copies (cycled call after call) that the set is
@@ -11,6 +12,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <memory>
@@ -24,6 +26,7 @@
 #include "engine/kernels/linear.h"
 #include "engine/kernels/linear_internal.h"
 #include "engine/kernels/linear_onednn.h"
+#include "engine/quant/quantize.h"
 #include "oneapi/dnnl/dnnl.hpp"
 
 ABSL_FLAG(std::string, types, "bf16,f16,q8_0,f32", "weight types to run");
@@ -103,6 +106,17 @@ std::vector<uint8_t> MakeWeights(WeightType type, int64_t n, int64_t k, uint32_t
         for (int j = 0; j < 32; ++j) *p++ = static_cast<uint8_t>(Xorshift(s) % 255);
       }
       break;
+    default: {
+      // Block types: uniform values through the reference quantizer, a row at a time.
+      quant::QuantType q;
+      linear_internal::ToQuantType(type, &q);
+      std::vector<float> row(k);
+      for (int64_t r = 0; r < n; ++r, p += linear_internal::RowBytes(type, k)) {
+        for (float& v : row) v = Uniform(s);
+        if (!quant::Quantize(q, row.data(), k / quant::BlockElements(q), p).ok()) std::abort();
+      }
+      break;
+    }
   }
   return bytes;
 }
@@ -173,16 +187,20 @@ class Baseline {
 };
 
 WeightType ParseType(const std::string& s) {
-  if (s == "f32") return WeightType::kF32;
-  if (s == "f16") return WeightType::kF16;
-  if (s == "q8_0") return WeightType::kQ8_0;
+  for (WeightType t : {WeightType::kF32, WeightType::kF16, WeightType::kQ8_0, WeightType::kQ4_0,
+                       WeightType::kQ4_1, WeightType::kQ5_0, WeightType::kQ5_1, WeightType::kQ4_K,
+                       WeightType::kQ5_K, WeightType::kQ6_K}) {
+    if (s == linear_internal::WeightTypeName(t)) return t;
+  }
   return WeightType::kBF16;
 }
 
 // Bytes per weight the small-m path streams.
 double StreamedBytesPerWeight(WeightType type, Precision precision, const std::string& kernel) {
   if (precision == Precision::kExact) return 4.0;
-  if (kernel.find("q8") != std::string::npos) return 34.0 / 32.0;
+  if (kernel.find("int8-vnni") != std::string::npos) {
+    return static_cast<double>(linear_internal::RowBytes(type, 256)) / 256.0;  // stored blocks
+  }
   if (kernel.find("bf16") != std::string::npos) return 2.0;
   return 4.0;
 }

@@ -6,6 +6,7 @@
 
 #include "engine/kernels/linear.h"
 #include "engine/kernels/linear_internal.h"
+#include "engine/quant/dequantize.h"
 
 namespace quill::engine::kernels {
 namespace {
@@ -28,15 +29,12 @@ void DequantizeRow(const WeightView& w, int64_t row, float* out) {
     case WeightType::kBF16:
       for (int64_t c = 0; c < cols; ++c) out[c] = Bf16ToFloat(LoadU16(base + 2 * c));
       return;
-    case WeightType::kQ8_0:
-      for (int64_t b = 0; b < cols / linear_internal::kQ8BlockSize; ++b) {
-        const uint8_t* block = base + b * linear_internal::kQ8BlockBytes;
-        const float d = Fp16ToFloat(LoadU16(block));
-        const int8_t* q = reinterpret_cast<const int8_t*>(block + 2);
-        // d (11-bit significand) * q (8 bits) fits f32's 24 bits: exact.
-        for (int j = 0; j < linear_internal::kQ8BlockSize; ++j) out[b * 32 + j] = d * q[j];
-      }
-      return;
+    default:
+      break;
+  }
+  quant::QuantType type;
+  if (linear_internal::ToQuantType(w.type, &type)) {
+    quant::Dequantize(type, base, cols / quant::BlockElements(type), out);
   }
 }
 
@@ -47,6 +45,45 @@ void AdviseHugePages(void* p, size_t bytes) {
   if (whole > 0) madvise(p, whole, MADV_HUGEPAGE);  // advisory: failure only costs speed
 }
 
+bool ToQuantType(WeightType type, quant::QuantType* out) {
+  switch (type) {
+    case WeightType::kF32:
+    case WeightType::kF16:
+    case WeightType::kBF16:
+      return false;
+    case WeightType::kQ8_0:
+      *out = quant::QuantType::kQ8_0;
+      return true;
+    case WeightType::kQ4_0:
+      *out = quant::QuantType::kQ4_0;
+      return true;
+    case WeightType::kQ4_1:
+      *out = quant::QuantType::kQ4_1;
+      return true;
+    case WeightType::kQ5_0:
+      *out = quant::QuantType::kQ5_0;
+      return true;
+    case WeightType::kQ5_1:
+      *out = quant::QuantType::kQ5_1;
+      return true;
+    case WeightType::kQ4_K:
+      *out = quant::QuantType::kQ4_K;
+      return true;
+    case WeightType::kQ5_K:
+      *out = quant::QuantType::kQ5_K;
+      return true;
+    case WeightType::kQ6_K:
+      *out = quant::QuantType::kQ6_K;
+      return true;
+  }
+  return false;
+}
+
+int64_t BlockElements(WeightType type) {
+  quant::QuantType q;
+  return ToQuantType(type, &q) ? quant::BlockElements(q) : 1;
+}
+
 int64_t RowBytes(WeightType type, int64_t cols) {
   switch (type) {
     case WeightType::kF32:
@@ -54,10 +91,12 @@ int64_t RowBytes(WeightType type, int64_t cols) {
     case WeightType::kF16:
     case WeightType::kBF16:
       return cols * 2;
-    case WeightType::kQ8_0:
-      return cols / kQ8BlockSize * kQ8BlockBytes;
+    default:
+      break;
   }
-  return 0;
+  quant::QuantType q;
+  if (!ToQuantType(type, &q)) return 0;
+  return cols / quant::BlockElements(q) * quant::BlockBytes(q);
 }
 
 const char* WeightTypeName(WeightType type) {
@@ -70,6 +109,20 @@ const char* WeightTypeName(WeightType type) {
       return "bf16";
     case WeightType::kQ8_0:
       return "q8_0";
+    case WeightType::kQ4_0:
+      return "q4_0";
+    case WeightType::kQ4_1:
+      return "q4_1";
+    case WeightType::kQ5_0:
+      return "q5_0";
+    case WeightType::kQ5_1:
+      return "q5_1";
+    case WeightType::kQ4_K:
+      return "q4_k";
+    case WeightType::kQ5_K:
+      return "q5_k";
+    case WeightType::kQ6_K:
+      return "q6_k";
   }
   return "unknown";
 }

@@ -5,6 +5,10 @@
 //   F32:      f32 GEMV reading oneDNN's BA16a64b copy;
 //   Q8_0:     int8 VNNI kernel over its own repacked Q8_0 copy (half the bytes of bf16), for
 //             every m: it also beats oneDNN's bf16 matmul at large m, so no bf16 copy.
+//   Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K (mixed freely): int8 VNNI kernel over the blocks
+//             repacked at their own bit width (linear_qblock.h), for every m, on CPUs with
+//             AVX512-VNNI. Elsewhere (and for fusions mixing these with other types) the weights
+//             are widened for oneDNN like F16.
 
 #include <algorithm>
 #include <cstring>
@@ -17,6 +21,7 @@
 #include "engine/kernels/linear_internal.h"
 #include "engine/kernels/linear_onednn.h"
 #include "engine/kernels/linear_q8.h"
+#include "engine/kernels/linear_qblock.h"
 
 namespace quill::engine::kernels::linear_internal {
 namespace {
@@ -38,19 +43,27 @@ int NextPow2(int v) {
   return p;
 }
 
-enum class SmallM { kPadded, kGemvBf16, kGemvF32, kQ8 };
+enum class SmallM { kPadded, kGemvBf16, kGemvF32, kQ8, kQBlock };
 
 class FastLinear final : public Linear {
  public:
   static absl::StatusOr<std::unique_ptr<Linear>> Create(absl::Span<const WeightView> parts,
                                                         int max_tokens) {
     auto lin = std::unique_ptr<FastLinear>(new FastLinear());
-    const WeightType type = parts[0].type;
-    lin->bf16_ = type != WeightType::kF32 && HasAvx512Bf16();
+    bool any_f32 = false, all_q8 = true, all_qblock = true;
+    for (const WeightView& p : parts) {
+      any_f32 = any_f32 || p.type == WeightType::kF32;
+      all_q8 = all_q8 && p.type == WeightType::kQ8_0;
+      all_qblock = all_qblock && IsQBlockType(p.type);
+    }
+    // bf16 loses precision on F32 weights: any F32 part keeps the whole matmul in f32.
+    lin->bf16_ = !any_f32 && HasAvx512Bf16();
     lin->k_ = parts[0].cols;
     lin->n_ = TotalRows(parts);
     lin->max_tokens_ = max_tokens;
-    if (type == WeightType::kQ8_0 && HasAvx512Bf16()) {
+    if (all_qblock && QBlockKernelAvailable()) {
+      lin->small_ = SmallM::kQBlock;
+    } else if (all_q8 && HasAvx512Bf16()) {
       lin->small_ = SmallM::kQ8;
     } else if (lin->bf16_) {
       lin->small_ = SmallM::kGemvBf16;
@@ -105,6 +118,9 @@ class FastLinear final : public Linear {
       case SmallM::kQ8:
         q8_->Run(x + static_cast<int64_t>(r) * k_, rest, y_rest, n_);
         return;
+      case SmallM::kQBlock:
+        qblock_->Run(x + static_cast<int64_t>(r) * k_, rest, y_rest, n_);
+        return;
       case SmallM::kPadded: {
         // Copy the rest into scratch, run the smallest bucket that holds it, copy back.
         size_t b = 0;
@@ -123,6 +139,7 @@ class FastLinear final : public Linear {
     int64_t bytes = matmul_ ? matmul_->packed_bytes() : 0;
     if (gemv_copy_) bytes += static_cast<int64_t>(gemv_copy_.get_desc().get_size());
     if (q8_) bytes += q8_->packed_bytes();
+    if (qblock_) bytes += qblock_->packed_bytes();
     return bytes;
   }
   std::string kernel_name() const override {
@@ -139,6 +156,9 @@ class FastLinear final : public Linear {
       case SmallM::kQ8:
         absl::StrAppend(&name, "int8-vnni-q8_0");
         break;
+      case SmallM::kQBlock:
+        absl::StrAppend(&name, qblock_->name());
+        break;
       case SmallM::kPadded:
         absl::StrAppend(&name, "padded-small-m");
         break;
@@ -152,8 +172,9 @@ class FastLinear final : public Linear {
   absl::Status Pack(absl::Span<const WeightView> parts) {
     // Q8_0 runs every m through the int8 kernel: 1.5x oneDNN's bf16 GFLOP/s even at m=512
     // (quill-linear-bench, CPU time per core), with no second weight copy.
-    const bool need_onednn =
-        small_ != SmallM::kQ8 && (small_ == SmallM::kPadded || max_tokens_ >= kSmallBelowRows);
+    // The block types likewise (same kernel structure, fewer bytes).
+    const bool int8 = small_ == SmallM::kQ8 || small_ == SmallM::kQBlock;
+    const bool need_onednn = !int8 && (small_ == SmallM::kPadded || max_tokens_ >= kSmallBelowRows);
     const bool gemv = small_ == SmallM::kGemvBf16 || small_ == SmallM::kGemvF32;
     const memory::data_type type = bf16_ ? memory::data_type::bf16 : memory::data_type::f32;
     // The GEMVs stream BA16a64b2a (bf16: 32-k blocks of 64 columns x 16 k pairs) or
@@ -167,6 +188,7 @@ class FastLinear final : public Linear {
     const int64_t src_stride = bf16_ ? k_padded_ : k_;
 
     if (small_ == SmallM::kQ8) q8_.emplace(parts, max_tokens_);
+    if (small_ == SmallM::kQBlock) qblock_.emplace(parts, max_tokens_);
     if (!need_onednn && !gemv) return absl::OkStatus();
 
     // The plain row-major copy lives only until the reorders into the blocked layouts.
@@ -234,6 +256,7 @@ class FastLinear final : public Linear {
   const uint16_t* gemv_bf16_ = nullptr;
   const float* gemv_f32_ = nullptr;
   std::optional<Q8Gemv> q8_;
+  std::optional<QBlockGemm> qblock_;
   AlignedBuffer<uint16_t> x_bf16_;
   AlignedBuffer<uint8_t> x_pad_;
   AlignedBuffer<float> y_pad_;

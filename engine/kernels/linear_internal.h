@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "engine/kernels/linear.h"
+#include "engine/quant/quant_type.h"
 
 namespace quill::engine::kernels::linear_internal {
 
@@ -22,6 +23,10 @@ inline constexpr int64_t kQ8BlockBytes = 34;  // fp16 scale + 32 int8
 // Bytes of one stored row of `w`.
 int64_t RowBytes(WeightType type, int64_t cols);
 const char* WeightTypeName(WeightType type);
+// Values per block: 1 for F32/F16/BF16, 32 or 256 for the block types.
+int64_t BlockElements(WeightType type);
+// The block format of a block type (false for F32/F16/BF16).
+bool ToQuantType(WeightType type, quant::QuantType* out);
 
 inline int64_t RoundUp(int64_t v, int64_t multiple) {
   return (v + multiple - 1) / multiple * multiple;

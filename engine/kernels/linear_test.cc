@@ -14,7 +14,10 @@
 
 #include "engine/base/cpu_features.h"
 #include "engine/kernels/linear_internal.h"
+#include "engine/kernels/linear_qblock.h"
 #include "engine/kernels/reference/reference_kernels.h"
+#include "engine/quant/block_layout.h"
+#include "engine/quant/quantize.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -77,6 +80,18 @@ TestWeight MakeWeight(WeightType type, int64_t rows, int64_t cols, uint32_t seed
           for (int j = 0; j < 32; ++j) *p++ = static_cast<uint8_t>(static_cast<int8_t>(q(rng)));
         }
         break;
+      default: {
+        // Block types: normal values (with a per-row offset, so the mins matter) quantized by
+        // the reference quantizer.
+        quant::QuantType qt;
+        EXPECT_TRUE(linear_internal::ToQuantType(type, &qt));
+        std::vector<float> values(cols);
+        const float shift = 0.3f * normal(rng);
+        for (float& v : values) v = normal(rng) + shift;
+        EXPECT_TRUE(quant::Quantize(qt, values.data(), cols / quant::BlockElements(qt), p).ok());
+        p += linear_internal::RowBytes(type, cols);
+        break;
+      }
     }
   }
   w.view = WeightView{type, w.bytes.data(), rows, cols};
@@ -219,7 +234,11 @@ TEST_P(LinearMatchesReference, AllBatchSizes) {
   }
 }
 
-// Every type x precision x single/fused x K x N (Q8_0 only where K % 32 == 0).
+constexpr WeightType kBlockTypes[] = {WeightType::kQ4_0, WeightType::kQ4_1, WeightType::kQ5_0,
+                                      WeightType::kQ5_1, WeightType::kQ4_K, WeightType::kQ5_K,
+                                      WeightType::kQ6_K};
+
+// Every type x precision x single/fused x K x N (block types where K is whole blocks).
 std::vector<LinearParam> AllShapes() {
   std::vector<LinearParam> params;
   for (WeightType type : {WeightType::kF32, WeightType::kF16, WeightType::kBF16, WeightType::kQ8_0})
@@ -228,6 +247,13 @@ std::vector<LinearParam> AllShapes() {
         for (int64_t k : {5, 32, 64, 96, 129, 2048})
           for (int64_t n : {1, 5, 33, 100, 1000})
             if (type != WeightType::kQ8_0 || k % 32 == 0)
+              params.emplace_back(type, precision, fused, k, n);
+  for (WeightType type : kBlockTypes)
+    for (Precision precision : {Precision::kExact, Precision::kFast})
+      for (bool fused : {false, true})
+        for (int64_t k : {96, 256, 768, 2048})
+          for (int64_t n : {1, 5, 33, 100})
+            if (k % linear_internal::BlockElements(type) == 0)
               params.emplace_back(type, precision, fused, k, n);
   return params;
 }
@@ -350,6 +376,15 @@ TEST(LinearNames, SayWhichPathRuns) {
   } else {
     EXPECT_THAT((*q8)->kernel_name(), HasSubstr("f32"));
   }
+  // The block types too (AVX512-VNNI), else a widened oneDNN copy.
+  const TestWeight k4 = MakeWeight(WeightType::kQ4_K, 64, 256, 2);
+  auto q4k = Linear::Create({k4.view}, Precision::kFast, 8);
+  ASSERT_TRUE(q4k.ok());
+  if (linear_internal::QBlockKernelAvailable()) {
+    EXPECT_EQ((*q4k)->kernel_name(), "int8-vnni-q4_k");
+  } else {
+    EXPECT_THAT((*q4k)->kernel_name(), HasSubstr("onednn"));
+  }
 }
 
 // One packed copy serves oneDNN's matmuls and the bf16 GEMV, for any k (oneDNN's brgemm
@@ -364,6 +399,175 @@ TEST(LinearFastBf16, KeepsOnePackedCopy) {
     EXPECT_THAT((*linear)->kernel_name(), Not(HasSubstr("2nd copy")));
     EXPECT_EQ((*linear)->packed_bytes(), linear_internal::RoundUp(k, 32) * 128 * 2) << "k=" << k;
   }
+}
+
+// ---------------------------------------------------------------------------------------
+// Block types: the int8 VNNI kernel against its scalar twin (bit for bit), mixed-type
+// fusions, the packed size, and Create() not keeping the caller's bytes.
+
+using QBlockParam = std::tuple<WeightType, int64_t /*k*/, int64_t /*n*/>;
+
+class QBlockKernel : public ::testing::TestWithParam<QBlockParam> {};
+
+uint64_t CountBitMismatches(const std::vector<float>& a, const std::vector<float>& b) {
+  uint64_t bad = 0;
+  for (size_t i = 0; i < a.size(); ++i) bad += Bits(a[i]) != Bits(b[i]);
+  return bad;
+}
+
+TEST_P(QBlockKernel, MatchesScalarTwinBitForBit) {
+  if (!linear_internal::QBlockKernelAvailable()) GTEST_SKIP() << "no AVX512-VNNI";
+  const auto [type, k, n] = GetParam();
+  const TestWeight w = MakeWeight(type, n, k, 11);
+  constexpr int kMaxRows = 130;
+  linear_internal::QBlockGemm gemm({w.view}, kMaxRows);
+  // Row counts around the 4-row register tile and the 64-row pass.
+  for (int m : {1, 2, 3, 4, 5, 7, 64, 65, 130}) {
+    SCOPED_TRACE(testing::Message() << "m=" << m);
+    const std::vector<float> x = RandomVector(static_cast<size_t>(m) * k, 50 + m);
+    std::vector<float> got(static_cast<size_t>(m) * n, std::nanf("")), want(got.size());
+    gemm.Run(x.data(), m, got.data(), n);
+    reference::QBlockLinear(w.view, x.data(), m, want.data());
+    EXPECT_EQ(CountBitMismatches(got, want), 0u);
+  }
+}
+
+// Odd column counts (the last column block is partial) and rows of one and of several
+// super-blocks, including k that crosses the kernel's 1024-value scale pass.
+std::vector<QBlockParam> QBlockShapes() {
+  std::vector<QBlockParam> params;
+  for (WeightType type : kBlockTypes) {
+    const int64_t sb = linear_internal::BlockElements(type);
+    for (const auto& [k, n] : std::vector<std::pair<int64_t, int64_t>>{
+             {sb, 1}, {3 * sb, 5}, {5 * sb, 33}, {2048, 100}, {sb == 32 ? 1056 : 1280, 31}})
+      params.emplace_back(type, k, n);
+  }
+  return params;
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, QBlockKernel, testing::ValuesIn(QBlockShapes()),
+                         [](const auto& info) {
+                           return std::string(TypeName(std::get<0>(info.param))) + "_k" +
+                                  std::to_string(std::get<1>(info.param)) + "_n" +
+                                  std::to_string(std::get<2>(info.param));
+                         });
+
+// Q4_K_M files fuse Q4_K q/k with a Q6_K v: one Linear of mixed parts, each part's columns
+// equal to its own product.
+TEST(QBlockKernel, MixedTypePartsMatchEachPart) {
+  constexpr int64_t kK = 512;
+  const std::vector<std::pair<WeightType, int64_t>> spec = {{WeightType::kQ4_K, 40},
+                                                            {WeightType::kQ6_K, 17},
+                                                            {WeightType::kQ4_K, 9},
+                                                            {WeightType::kQ4_0, 3}};
+  std::vector<TestWeight> weights;
+  std::vector<WeightView> parts;
+  int64_t n = 0;
+  for (size_t i = 0; i < spec.size(); ++i) {
+    weights.push_back(MakeWeight(spec[i].first, spec[i].second, kK, 20 + i));
+    n += spec[i].second;
+  }
+  for (const TestWeight& w : weights) parts.push_back(w.view);
+  constexpr int kM = 6;
+  const std::vector<float> x = RandomVector(kM * kK, 9);
+  // Per part: the twin and the exact reference, scattered into the fused columns.
+  std::vector<float> twin(kM * n), exact(kM * n), absprod(kM * n);
+  int64_t col = 0;
+  for (const WeightView& p : parts) {
+    std::vector<float> t(kM * p.rows), e(kM * p.rows);
+    reference::QBlockLinear(p, x.data(), kM, t.data());
+    reference::Linear(p, x.data(), kM, e.data());
+    const std::vector<float> a = AbsProduct(p, x, kM);
+    for (int i = 0; i < kM; ++i)
+      for (int64_t c = 0; c < p.rows; ++c) {
+        twin[i * n + col + c] = t[i * p.rows + c];
+        exact[i * n + col + c] = e[i * p.rows + c];
+        absprod[i * n + col + c] = a[i * p.rows + c];
+      }
+    col += p.rows;
+  }
+  if (linear_internal::QBlockKernelAvailable()) {
+    linear_internal::QBlockGemm gemm(parts, kM);
+    EXPECT_EQ(gemm.name(), "int8-vnni-q4_k+q6_k+q4_0");
+    std::vector<float> got(kM * n);
+    gemm.Run(x.data(), kM, got.data(), n);
+    EXPECT_EQ(CountBitMismatches(got, twin), 0u);
+  }
+  for (Precision precision : {Precision::kExact, Precision::kFast}) {
+    auto linear = Linear::Create(parts, precision, kM);
+    ASSERT_TRUE(linear.ok()) << linear.status();
+    std::vector<float> got(kM * n);
+    (*linear)->Run(x.data(), kM, got.data());
+    const Check check = ToleranceFor(precision, WeightType::kQ4_K, kK);
+    EXPECT_LE(ErrorNorm(got, exact, check.against_abs ? absprod : exact), check.tolerance)
+        << (*linear)->kernel_name();
+  }
+}
+
+// The packed copy has the GGUF bit width: bytes per column equal the GGUF row bytes.
+TEST(QBlockKernel, PackedBytesEqualTheFileBytes) {
+  if (!linear_internal::QBlockKernelAvailable()) GTEST_SKIP() << "no AVX512-VNNI";
+  for (WeightType type : kBlockTypes) {
+    const TestWeight w = MakeWeight(type, 64, 512, 3);
+    auto linear = Linear::Create({w.view}, Precision::kFast, 16);
+    ASSERT_TRUE(linear.ok()) << linear.status();
+    EXPECT_EQ((*linear)->packed_bytes(), static_cast<int64_t>(w.bytes.size())) << TypeName(type);
+  }
+}
+
+// Create() copies what it needs, so callers may drop the pages the weights came from.
+TEST(LinearCreate, DoesNotReadThePartsAfterReturning) {
+  std::vector<WeightType> types = {WeightType::kF32, WeightType::kF16, WeightType::kBF16,
+                                   WeightType::kQ8_0};
+  types.insert(types.end(), std::begin(kBlockTypes), std::end(kBlockTypes));
+  for (WeightType type : types) {
+    for (Precision precision : {Precision::kExact, Precision::kFast}) {
+      SCOPED_TRACE(testing::Message()
+                   << TypeName(type) << (precision == Precision::kExact ? " exact" : " fast"));
+      TestWeight w = MakeWeight(type, 40, 256, 4);
+      auto linear = Linear::Create({w.view}, precision, 40);
+      ASSERT_TRUE(linear.ok()) << linear.status();
+      for (int m : {1, 40}) {
+        const std::vector<float> x = RandomVector(m * 256, 8);
+        std::vector<float> before(m * 40), after(m * 40);
+        (*linear)->Run(x.data(), m, before.data());
+        std::fill(w.bytes.begin(), w.bytes.end(), 0x7F);
+        (*linear)->Run(x.data(), m, after.data());
+        EXPECT_EQ(CountBitMismatches(before, after), 0u) << "m=" << m;
+      }
+    }
+  }
+}
+
+TEST(LinearCreate, RefusesNonFiniteBlockScales) {
+  for (WeightType type : {WeightType::kQ8_0, WeightType::kQ4_0, WeightType::kQ4_1,
+                          WeightType::kQ4_K, WeightType::kQ5_K, WeightType::kQ6_K}) {
+    TestWeight w = MakeWeight(type, 4, 512, 6);
+    quant::QuantType qt;
+    ASSERT_TRUE(linear_internal::ToQuantType(type, &qt));
+    const int block_bytes = quant::BlockBytes(qt);
+    const int64_t blocks_per_row = 512 / quant::BlockElements(qt);
+    // Row 2, its second block: NaN scale.
+    uint8_t* block = w.bytes.data() + (2 * blocks_per_row + 1) * block_bytes;
+    quant::StoreU16(block + quant::FieldsOf(qt).d, 0x7E00);
+    for (Precision p : {Precision::kExact, Precision::kFast}) {
+      auto linear = Linear::Create({w.view}, p, 4);
+      EXPECT_EQ(linear.status().code(), absl::StatusCode::kDataLoss) << TypeName(type);
+      EXPECT_THAT(linear.status().message(), HasSubstr("row 2 block 1")) << TypeName(type);
+    }
+  }
+}
+
+TEST(DequantizeRow, BlockTypesPickTheirRow) {
+  // Two Q4_0 rows of 64 values: row 1, block 1 has d = 2 and every q = 9 (value 2).
+  std::vector<uint8_t> data(2 * 2 * 18, 0);
+  uint8_t* b = data.data() + 3 * 18;
+  quant::StoreU16(b, 0x4000);
+  std::fill(b + 2, b + 18, 0x99);
+  std::vector<float> out(64);
+  DequantizeRow(WeightView{WeightType::kQ4_0, data.data(), 2, 64}, 1, out.data());
+  for (int j = 0; j < 32; ++j) EXPECT_EQ(out[j], 0.0f) << j;  // d = 0
+  for (int j = 32; j < 64; ++j) EXPECT_EQ(out[j], 2.0f) << j;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -516,6 +720,7 @@ TEST(LinearCreate, RejectsBadInput) {
   const TestWeight b = MakeWeight(WeightType::kF16, 8, 32, 2);
   const TestWeight c = MakeWeight(WeightType::kBF16, 8, 64, 3);
   const TestWeight q = MakeWeight(WeightType::kQ8_0, 2, 64, 4);
+  const TestWeight k4 = MakeWeight(WeightType::kQ4_K, 2, 512, 5);
   for (Precision p : {Precision::kExact, Precision::kFast}) {
     auto code = [&](std::vector<WeightView> parts, int max_tokens = 8) {
       return Linear::Create(parts, p, max_tokens).status().code();
@@ -523,7 +728,7 @@ TEST(LinearCreate, RejectsBadInput) {
     const auto kInvalid = absl::StatusCode::kInvalidArgument;
     EXPECT_EQ(code({}), kInvalid) << "no parts";
     EXPECT_EQ(code({a.view, b.view}), kInvalid) << "cols mismatch";
-    EXPECT_EQ(code({a.view, c.view}), kInvalid) << "type mismatch";
+    EXPECT_TRUE(Linear::Create({a.view, c.view}, p, 8).ok()) << "types may differ";
     EXPECT_EQ(code({a.view}, 0), kInvalid) << "max_tokens 0";
     WeightView bad = a.view;
     bad.rows = 0;
@@ -537,6 +742,9 @@ TEST(LinearCreate, RejectsBadInput) {
     bad = q.view;
     bad.cols = 48;
     EXPECT_EQ(code({bad}), kInvalid) << "q8_0 cols % 32";
+    bad = k4.view;
+    bad.cols = 288;
+    EXPECT_EQ(code({bad}), kInvalid) << "q4_k cols % 256";
     bad = a.view;
     bad.type = static_cast<WeightType>(42);
     EXPECT_EQ(code({bad}), kInvalid) << "unknown type";

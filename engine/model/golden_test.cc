@@ -159,5 +159,13 @@ void RunAll(Precision precision) {
 TEST(GoldenTest, ExactModeMatchesReference) { RunAll(Precision::kExact); }
 TEST(GoldenTest, FastModeMatchesReference) { RunAll(Precision::kFast); }
 
+// The llama-quantize Q4_K_M file of ../golden/families (Q4_K with Q6_K tensors).
+TEST(GoldenTest, QuantizedQ4KMMatchesReference) {
+  const fs::path json = fs::path(SharedDir()) / "golden/families/tinyllama-256-Q4_K_M.json";
+  if (SharedDir().empty() || !fs::exists(json)) GTEST_SKIP() << json << " not found";
+  CheckFile(json, Precision::kExact);
+  CheckFile(json, Precision::kFast);
+}
+
 }  // namespace
 }  // namespace quill::engine

@@ -11,9 +11,11 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "engine/base/status_macros.h"
+#include "engine/gguf/ggml_types.h"
 #include "engine/kernels/attention.h"
 #include "engine/kernels/ops.h"
 #include "engine/model/model_profile.h"
+#include "engine/quant/block_layout.h"
 
 namespace quill::engine {
 namespace {
@@ -29,6 +31,13 @@ bool ToWeightType(GgmlType type, WeightType* out) {
     case GgmlType::kF16: *out = WeightType::kF16; return true;
     case GgmlType::kBF16: *out = WeightType::kBF16; return true;
     case GgmlType::kQ8_0: *out = WeightType::kQ8_0; return true;
+    case GgmlType::kQ4_0: *out = WeightType::kQ4_0; return true;
+    case GgmlType::kQ4_1: *out = WeightType::kQ4_1; return true;
+    case GgmlType::kQ5_0: *out = WeightType::kQ5_0; return true;
+    case GgmlType::kQ5_1: *out = WeightType::kQ5_1; return true;
+    case GgmlType::kQ4_K: *out = WeightType::kQ4_K; return true;
+    case GgmlType::kQ5_K: *out = WeightType::kQ5_K; return true;
+    case GgmlType::kQ6_K: *out = WeightType::kQ6_K; return true;
     default: return false;
   }
 }
@@ -44,7 +53,8 @@ absl::StatusOr<WeightView> BindMatrix(const GgufFile& file, const std::string& n
   if (!ToWeightType(t->type, &view.type)) {
     return absl::InvalidArgumentError(
         absl::StrCat("tensor '", name, "' has unsupported type ", GgmlTypeName(t->type),
-                     " (supported: F32, F16, BF16, Q8_0)"));
+                     " (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, ",
+                     "Q6_K)"));
   }
   bool shape_ok = t->dims.size() == 2 && t->dims[0] == cols && t->dims[1] == rows;
   if (!shape_ok && t->dims.size() > 2) {
@@ -57,9 +67,20 @@ absl::StatusOr<WeightView> BindMatrix(const GgufFile& file, const std::string& n
         "tensor '", name, "' has shape [", absl::StrJoin(t->dims, ", "), "], expected [", cols,
         ", ", rows, "]"));
   }
-  if (view.type == WeightType::kQ8_0 && cols % 32 != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("tensor '", name, "' is Q8_0 with ", cols, " columns (not a multiple of 32)"));
+  // Block types: whole blocks per row, and finite scales (the embedding rows are read
+  // without going through Linear's checks).
+  if (quant::QuantType q; ToQuantType(t->type, &q)) {
+    if (cols % quant::BlockElements(q) != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor '", name, "' is ", GgmlTypeName(t->type), " with ", cols,
+                       " columns (not a multiple of ", quant::BlockElements(q), ")"));
+    }
+    const int64_t blocks_per_row = cols / quant::BlockElements(q);
+    if (int64_t bad = quant::FindNonFiniteScale(q, t->data, rows * blocks_per_row); bad >= 0) {
+      return absl::DataLossError(absl::StrCat("tensor '", name, "' row ", bad / blocks_per_row,
+                                              " block ", bad % blocks_per_row,
+                                              " has a NaN or infinite scale"));
+    }
   }
   view.data = t->data;
   view.rows = rows;
@@ -108,6 +129,13 @@ const char* WeightTypeName(WeightType t) {
     case WeightType::kF16: return "F16";
     case WeightType::kBF16: return "BF16";
     case WeightType::kQ8_0: return "Q8_0";
+    case WeightType::kQ4_0: return "Q4_0";
+    case WeightType::kQ4_1: return "Q4_1";
+    case WeightType::kQ5_0: return "Q5_0";
+    case WeightType::kQ5_1: return "Q5_1";
+    case WeightType::kQ4_K: return "Q4_K";
+    case WeightType::kQ5_K: return "Q5_K";
+    case WeightType::kQ6_K: return "Q6_K";
   }
   return "?";
 }
@@ -274,6 +302,9 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const ModelOptions& options) 
                                     absl::StrJoin(kernel_names, ", "));
   }
   m.weight_type_name = main_types;
+  // Every Linear holds its own copy of its weights, so the file's pages are only needed for
+  // the embedding rows a batch looks up: drop them (RSS ~ the packed weights, not the file too).
+  file.ReleaseResidentPages();
 
   // Scratch for max_tokens rows.
   const size_t T = static_cast<size_t>(max_tokens);

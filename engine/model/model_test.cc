@@ -84,8 +84,8 @@ std::vector<uint8_t> Encode(const std::vector<float>& v, GgmlType type) {
       uint16_t h = type == GgmlType::kBF16 ? kernels::FloatToBf16(v[i]) : kernels::FloatToFp16(v[i]);
       std::memcpy(out.data() + 2 * i, &h, 2);
     }
-  } else if (type == GgmlType::kQ4_0) {
-    out.assign(v.size() / 32 * 18, 0);  // contents irrelevant: the loader must refuse it
+  } else if (type == GgmlType::kI32) {
+    out.assign(v.size() * 4, 0);  // contents irrelevant: the loader must refuse it
   }
   return out;
 }
@@ -224,13 +224,13 @@ TEST(ModelLoadTest, MissingLayerTensorIsNamed) {
 
 TEST(ModelLoadTest, UnsupportedMatmulTypeIsNamed) {
   REQUIRE_FILE(KjvPath());
-  const std::string path = TempPath("tiny-q4.gguf");
-  ASSERT_TRUE(WriteTinyModel(path, WithType(GgmlType::kQ4_0)).ok());
+  const std::string path = TempPath("tiny-i32.gguf");
+  ASSERT_TRUE(WriteTinyModel(path, WithType(GgmlType::kI32)).ok());
   auto m = LoadPath(path);
   ASSERT_FALSE(m.ok());
   EXPECT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument) << m.status();
   EXPECT_THAT(m.status().message(), HasSubstr("blk.0.attn_q.weight"));
-  EXPECT_THAT(m.status().message(), HasSubstr("Q4_0"));
+  EXPECT_THAT(m.status().message(), HasSubstr("I32"));
 }
 
 TEST(ModelLoadTest, ReportsWeightsAndTypes) {

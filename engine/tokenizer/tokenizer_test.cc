@@ -6,11 +6,9 @@
 #include <dirent.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <fstream>
-#include <iostream>
 #include <memory>
 #include <random>
 #include <sstream>
@@ -22,6 +20,7 @@
 #include "absl/strings/str_split.h"
 #include "engine/gguf/gguf_file.h"
 #include "engine/gguf/gguf_writer.h"
+#include "engine/tokenizer/vocab_test_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -35,42 +34,12 @@ using ::testing::ElementsAreArray;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-std::string SharedDir() {
-  const char* dir = std::getenv("QUILL_SHARED_DIR");
-  return dir != nullptr ? dir : "";
-}
-
-bool ReadFile(const std::string& path, std::string* contents) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return false;
-  std::ostringstream s;
-  s << in.rdbuf();
-  *contents = s.str();
-  return true;
-}
-
-#define SKIP_IF_NO_SHARED(path)                                        \
-  do {                                                                 \
-    std::ifstream probe_(path);                                        \
-    if (SharedDir().empty() || !probe_) {                              \
-      GTEST_SKIP() << "shared assets not found at '" << (path) << "'"; \
-    }                                                                  \
-  } while (0)
-
-std::unique_ptr<Tokenizer> LoadTokenizer(const std::string& path) {
-  auto file = GgufFile::Open(path);
-  EXPECT_TRUE(file.ok()) << file.status();
-  if (!file.ok()) return nullptr;
-  auto tokenizer = Tokenizer::FromGguf(**file);
-  EXPECT_TRUE(tokenizer.ok()) << tokenizer.status();
-  return tokenizer.ok() ? std::move(tokenizer).value() : nullptr;
-}
-
-std::vector<TokenId> EncodeOrDie(const Tokenizer& t, absl::string_view text, bool add_special) {
-  auto ids = t.Encode(text, add_special);
-  EXPECT_TRUE(ids.ok()) << ids.status();
-  return ids.ok() ? *ids : std::vector<TokenId>{};
-}
+using vocab_testing::EncodeOrDie;
+using vocab_testing::LoadTokenizer;
+using vocab_testing::ReadFile;
+using vocab_testing::ReadVectors;
+using vocab_testing::SharedDir;
+using vocab_testing::Vectors;
 
 // --- The llama.cpp tokenizer test vectors ---------------------------------------------
 
@@ -82,20 +51,13 @@ TEST_P(VocabVectorsTest, EveryVectorMatches) {
   auto tokenizer = LoadTokenizer(base);
   ASSERT_NE(tokenizer, nullptr);
 
-  std::string inp, out;
-  ASSERT_TRUE(ReadFile(base + ".inp", &inp));
-  ASSERT_TRUE(ReadFile(base + ".out", &out));
-  std::vector<std::string> texts = absl::StrSplit(inp, "\n__ggml_vocab_test__\n");
-  ASSERT_EQ(texts.back(), "");  // the file ends with the separator
-  texts.pop_back();
-  ASSERT_EQ(texts.size(), 46u);
-  std::vector<std::string> lines = absl::StrSplit(out, '\n');
-  ASSERT_GE(lines.size(), texts.size());
+  Vectors vectors;
+  ASSERT_TRUE(ReadVectors(base, &vectors));
+  ASSERT_EQ(vectors.texts.size(), 46u);
+  const std::vector<std::string>& texts = vectors.texts;
 
   for (size_t i = 0; i < texts.size(); ++i) {
-    std::vector<TokenId> expected;
-    std::istringstream ids(lines[i]);
-    for (TokenId id; ids >> id;) expected.push_back(id);
+    const std::vector<TokenId>& expected = vectors.ids[i];
     EXPECT_THAT(EncodeOrDie(*tokenizer, texts[i], /*add_special=*/false),
                 ElementsAreArray(expected))
         << "vector " << i << " text \"" << texts[i] << "\"";
@@ -314,12 +276,8 @@ TEST_P(VocabTest, LongPromptFinishes) {
       "\xF0\x9F\xA6\x99 12345   \n\t x=y+z; ";
   while (text.size() < 100 * 1024) text += block;
   text += std::string(5000, 'a');  // one long word (a single pre-tokenizer word for gpt2)
-  const auto start = std::chrono::steady_clock::now();
+  // Its speed is quill-tokenizer-bench's business; here only the result.
   const std::vector<TokenId> ids = EncodeOrDie(*tokenizer_, text, /*add_special=*/false);
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::cout << GetParam() << ": " << text.size() << " bytes -> " << ids.size() << " tokens in "
-            << seconds * 1e3 << " ms\n";
   EXPECT_GT(ids.size(), text.size() / 10);
   EXPECT_EQ(tokenizer_->Decode(ids, /*strip_leading_space=*/true), text);
 }
@@ -369,19 +327,10 @@ class SpmFlagsTest : public ::testing::Test {
     std::ifstream probe(base_);
     if (SharedDir().empty() || !probe)
       GTEST_SKIP() << "shared assets not found at '" << base_ << "'";
-    std::string inp, out;
-    ASSERT_TRUE(ReadFile(base_ + ".inp", &inp));
-    ASSERT_TRUE(ReadFile(base_ + ".out", &out));
-    texts_ = absl::StrSplit(inp, "\n__ggml_vocab_test__\n");
-    texts_.pop_back();
-    const std::vector<std::string> lines = absl::StrSplit(out, '\n');
-    ASSERT_GE(lines.size(), texts_.size());
-    for (size_t i = 0; i < texts_.size(); ++i) {
-      std::vector<TokenId> ids;
-      std::istringstream in(lines[i]);
-      for (TokenId id; in >> id;) ids.push_back(id);
-      expected_.push_back(ids);
-    }
+    Vectors vectors;
+    ASSERT_TRUE(ReadVectors(base_, &vectors));
+    texts_ = vectors.texts;
+    expected_ = vectors.ids;
   }
 
   // The vocabulary with `flags` (key suffix -> value) set.
@@ -445,6 +394,41 @@ TEST_F(SpmFlagsTest, AddBosAndAddEos) {
       EXPECT_THAT(EncodeOrDie(*t, texts_[i], true), ElementsAreArray(want)) << "vector " << i;
       EXPECT_THAT(EncodeOrDie(*t, texts_[i], false), ElementsAreArray(expected_[i]));
     }
+  }
+}
+
+// Llama 2's pieces never continue past a word start, so its text is merged one word at a
+// time. A copy with one unreachable piece ("\x01▁", which no text here contains) that
+// breaks that rule is merged as one whole text, and must give the same ids.
+TEST_F(SpmFlagsTest, MergingWordByWordEqualsMergingTheWholeText) {
+  auto source = GgufFile::Open(base_);
+  ASSERT_TRUE(source.ok()) << source.status();
+  GgufWriter w;
+  ASSERT_TRUE(w.CopyKeys(**source, "tokenizer.").ok());
+  std::vector<std::string> tokens = *(*source)->GetStringArray("tokenizer.ggml.tokens");
+  std::vector<float> scores = *(*source)->GetFloatArray("tokenizer.ggml.scores");
+  std::vector<int32_t> types = *(*source)->GetInt32Array("tokenizer.ggml.token_type");
+  tokens.push_back("\x01\xE2\x96\x81");
+  scores.push_back(-1e9f);
+  types.push_back(1);
+  w.SetStringArray("tokenizer.ggml.tokens", tokens);
+  w.SetFloat32Array("tokenizer.ggml.scores", scores);
+  w.SetInt32Array("tokenizer.ggml.token_type", types);
+  const std::string path = absl::StrCat(::testing::TempDir(), "/spm_whole_text.gguf");
+  ASSERT_TRUE(w.WriteFile(path).ok());
+  auto whole = LoadTokenizer(path);
+  std::remove(path.c_str());
+  auto words = LoadTokenizer(base_);
+  ASSERT_NE(whole, nullptr);
+  ASSERT_NE(words, nullptr);
+  std::string long_text;
+  while (long_text.size() < 20 * 1024) {
+    long_text += "In  the   beginning\tGod\ncreated  caf\xC3\xA9  \xE6\x88\x91 12345  x=y; ";
+  }
+  std::vector<std::string> texts = texts_;
+  texts.push_back(long_text);
+  for (const std::string& text : texts) {
+    EXPECT_EQ(EncodeOrDie(*whole, text, true), EncodeOrDie(*words, text, true)) << text;
   }
 }
 
@@ -535,6 +519,34 @@ TEST_F(FromGgufTest, UnknownPreTokenizerIsInvalidArgumentNamingIt) {
   EXPECT_EQ(Load(w).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// A real vocabulary file with its tokenizer.ggml.pre value overwritten in place (same
+// length, so the file stays well-formed): the reader opens it, the tokenizer refuses it
+// by name.
+TEST_F(FromGgufTest, FileWithAnUnknownPreTokenizer) {
+  const std::string model = SharedDir() + "/vocab/ggml-vocab-qwen2.gguf";
+  SKIP_IF_NO_SHARED(model);
+  std::string bytes;
+  ASSERT_TRUE(ReadFile(model, &bytes));
+  // The key, then its type (8: string), the value's length (5) and "qwen2".
+  const std::string key = "tokenizer.ggml.pre";
+  const size_t at = bytes.find(key);
+  ASSERT_NE(at, std::string::npos);
+  const size_t value = at + key.size() + 4 + 8;
+  ASSERT_EQ(bytes.substr(value, 5), "qwen2");
+  bytes.replace(value, 5, "qwen9");
+  const std::string path = absl::StrCat(::testing::TempDir(), "/qwen9-tiny.gguf");
+  {
+    std::ofstream out(path, std::ios::binary);
+    out << bytes;
+  }
+  auto file = GgufFile::Open(path);
+  ASSERT_TRUE(file.ok()) << file.status();
+  const auto t = Tokenizer::FromGguf(**file);
+  std::remove(path.c_str());
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(t.status().message()), HasSubstr("unsupported pre-tokenizer 'qwen9'"));
+}
+
 TEST_F(FromGgufTest, RejectsBadMetadata) {
   const auto kInvalid = absl::StatusCode::kInvalidArgument;
   {
@@ -571,6 +583,42 @@ TEST_F(FromGgufTest, RejectsBadMetadata) {
     GgufWriter w = ValidWriter();
     w.SetString("tokenizer.ggml.model", "gpt2");  // no byte-level alphabet
     EXPECT_EQ(Load(w).status().code(), kInvalid);
+  }
+  // The keys the end-of-generation set and the SentencePiece flags are read from.
+  const auto expect_invalid = [&](const GgufWriter& w, const std::string& mentions) {
+    const absl::Status status = Load(w).status();
+    EXPECT_EQ(status.code(), kInvalid) << mentions;
+    EXPECT_THAT(std::string(status.message()), HasSubstr(mentions));
+  };
+  {
+    GgufWriter w = ValidWriter();
+    w.SetUint32("tokenizer.ggml.eot_token_id", 5);
+    expect_invalid(w, "eot id 5 is out of range");
+  }
+  {
+    GgufWriter w = ValidWriter();
+    w.SetUint32("tokenizer.ggml.eom_token_id", 1u << 31);
+    expect_invalid(w, "tokenizer.ggml.eom_token_id");
+  }
+  {
+    GgufWriter w = ValidWriter();
+    w.SetString("tokenizer.ggml.eot_token_id", "<|eot_id|>");
+    expect_invalid(w, "tokenizer.ggml.eot_token_id");
+  }
+  {
+    GgufWriter w = ValidWriter();
+    w.SetUint32("tokenizer.ggml.add_space_prefix", 0);
+    expect_invalid(w, "tokenizer.ggml.add_space_prefix");
+  }
+  {
+    GgufWriter w = ValidWriter();
+    w.SetString("tokenizer.ggml.add_eos_token", "true");
+    expect_invalid(w, "tokenizer.ggml.add_eos_token");
+  }
+  {
+    GgufWriter w = ValidWriter();
+    w.SetInt32Array("tokenizer.ggml.token_type", std::vector<int32_t>{2, 3, 3, 1, 7});
+    expect_invalid(w, "token 4 has unknown type 7");
   }
 }
 

@@ -1,22 +1,29 @@
 #include "engine/tokenizer/vocab_tokenizer.h"
 
+#include <algorithm>
+#include <utility>
+
 #include "absl/strings/str_cat.h"
 #include "engine/base/status_macros.h"
+#include "engine/tokenizer/end_of_generation.h"
 #include "engine/tokenizer/utf8.h"
 
 namespace quill::engine {
 
 VocabTokenizer::VocabTokenizer(const VocabData& vocab, bool default_add_bos)
     : model_name_(vocab.model),
+      token_text_(vocab.tokens),
       bos_id_(vocab.bos_id),
       eos_id_(vocab.eos_id),
-      eot_id_(vocab.eot_id),
-      eom_id_(vocab.eom_id),
       add_bos_(vocab.add_bos.value_or(default_add_bos)),
       add_eos_(vocab.add_eos.value_or(false)) {
   types_.resize(vocab.tokens.size(), TokenType::kNormal);
-  for (size_t i = 0; i < vocab.types.size(); ++i)
+  for (size_t i = 0; i < vocab.types.size(); ++i) {
     types_[i] = static_cast<TokenType>(vocab.types[i]);
+  }
+  EndOfGeneration eog = DeriveEndOfGeneration(vocab);
+  for (TokenId id : eog.control_ids) types_[id] = TokenType::kControl;
+  end_of_generation_ = std::move(eog.ids);
   for (size_t i = 0; i < vocab.tokens.size(); ++i) {
     const TokenId id = static_cast<TokenId>(i);
     // Token texts that are not valid UTF-8 can never occur in (valid) input text.
@@ -44,6 +51,18 @@ void VocabTokenizer::InitTokenBytes(const std::vector<std::string>& tokens) {
 absl::StatusOr<std::vector<TokenId>> VocabTokenizer::Encode(absl::string_view text,
                                                             bool add_special) const {
   return EncodeFragments(text, add_special, /*parse_special=*/false, {});
+}
+
+absl::StatusOr<std::vector<TokenId>> VocabTokenizer::EncodeWithSpecialTokens(
+    absl::string_view text, bool add_special, absl::Span<const ByteRange> plain_ranges) const {
+  for (const ByteRange& range : plain_ranges) {
+    if (range.begin > range.end || range.end > text.size()) {
+      return absl::InvalidArgumentError(absl::StrCat("plain-text range [", range.begin, ", ",
+                                                     range.end, ") is not within the ", text.size(),
+                                                     "-byte text"));
+    }
+  }
+  return EncodeFragments(text, add_special, /*parse_special=*/true, plain_ranges);
 }
 
 absl::StatusOr<std::vector<TokenId>> VocabTokenizer::EncodeFragments(
@@ -80,8 +99,13 @@ std::string VocabTokenizer::TokenBytes(TokenId id) const {
   return token_bytes_[id];
 }
 
+absl::string_view VocabTokenizer::token_text(TokenId id) const {
+  if (id < 0 || id >= vocab_size()) return "";
+  return token_text_[id];
+}
+
 bool VocabTokenizer::IsEndOfGeneration(TokenId id) const {
-  return id >= 0 && (id == eos_id_ || id == eot_id_ || id == eom_id_);
+  return std::binary_search(end_of_generation_.begin(), end_of_generation_.end(), id);
 }
 
 bool VocabTokenizer::IsControl(TokenId id) const {

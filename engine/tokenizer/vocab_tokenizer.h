@@ -18,18 +18,24 @@ namespace quill::engine {
 class VocabTokenizer : public Tokenizer {
  public:
   absl::StatusOr<std::vector<TokenId>> Encode(absl::string_view text, bool add_special) const final;
+  absl::StatusOr<std::vector<TokenId>> EncodeWithSpecialTokens(
+      absl::string_view text, bool add_special,
+      absl::Span<const ByteRange> plain_ranges) const final;
   std::string TokenBytes(TokenId id) const final;
+  absl::string_view token_text(TokenId id) const final;
   int vocab_size() const final { return static_cast<int>(types_.size()); }
   TokenId bos_id() const final { return bos_id_; }
   TokenId eos_id() const final { return eos_id_; }
   bool add_bos() const final { return add_bos_; }
   bool IsEndOfGeneration(TokenId id) const final;
+  absl::Span<const TokenId> end_of_generation_ids() const final { return end_of_generation_; }
   bool IsControl(TokenId id) const final;
   std::string model_name() const final { return model_name_; }
 
  protected:
   // `vocab` has passed ValidateVocabData. Call InitTokenBytes() at the end of the
-  // subclass constructor (it calls the virtual TokenBytesOf).
+  // subclass constructor (it calls the virtual TokenBytesOf). Tokens that end generation
+  // by their text are typed control from here on (type()).
   VocabTokenizer(const VocabData& vocab, bool default_add_bos);
 
   // Appends the ids of `text` (valid, non-empty UTF-8 without special tokens) to `ids`.
@@ -43,17 +49,19 @@ class VocabTokenizer : public Tokenizer {
   void InitTokenBytes(const std::vector<std::string>& tokens);
   TokenType type(TokenId id) const { return types_[id]; }
 
+ private:
   // Encode with or without recognizing control/unknown token text.
   absl::StatusOr<std::vector<TokenId>> EncodeFragments(
       absl::string_view text, bool add_special, bool parse_special,
       absl::Span<const ByteRange> plain_ranges) const;
 
- private:
   std::string model_name_;
   std::vector<TokenType> types_;
+  std::vector<std::string> token_text_;
   std::vector<std::string> token_bytes_;
   SpecialTokenMatcher special_tokens_;
-  TokenId bos_id_, eos_id_, eot_id_, eom_id_;
+  std::vector<TokenId> end_of_generation_;  // sorted
+  TokenId bos_id_, eos_id_;
   bool add_bos_, add_eos_;
 };
 

@@ -7,6 +7,7 @@
 // steps after a 4-token prompt. bd<B>: B sequences decoding together, one batched Forward()
 // per step (aggregate tokens/s).
 
+#include <malloc.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -14,6 +15,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <functional>
 #include <memory>
 #include <random>
@@ -79,6 +81,22 @@ std::vector<int> ParseSizes(const std::string& text, bool* ok) {
   return out;
 }
 
+// A field of /proc/self/status ("VmRSS", "VmHWM") in bytes; -1 if unreadable.
+int64_t ProcStatusBytes(const char* field) {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  const std::string prefix = absl::StrCat(field, ":");
+  while (std::getline(in, line)) {
+    if (line.rfind(prefix, 0) == 0) return std::stoll(line.substr(prefix.size())) * 1024;
+  }
+  return -1;
+}
+
+// Starts a new peak-RSS (VmHWM) measurement (Linux >= 4.0; ignored elsewhere).
+void ResetPeakRss() { std::ofstream("/proc/self/clear_refs") << "5"; }
+
+double MiB(int64_t bytes) { return bytes / 1048576.0; }
+
 TokenId Argmax(const float* x, int64_t n) {
   return static_cast<TokenId>(std::max_element(x, x + n) - x);
 }
@@ -107,12 +125,16 @@ class Bench {
       if (!res.ok()) return res.status();
       if (r >= 0) rates.push_back(res->first / res->second);
     }
+    // While the test's KV cache still exists: weights + cache + scratch.
+    last_rss_ = ProcStatusBytes("VmRSS");
     if (profile_) {
       std::fprintf(stderr, "%s: %s", name.c_str(), model_.profile().Summary().c_str());
       model_.SetProfiling(false);
     }
     return rates;
   }
+
+  int64_t last_rss() const { return last_rss_; }
 
   absl::StatusOr<std::unique_ptr<KvCache>> MakeCache(int64_t tokens) {
     const int block = 16;
@@ -216,6 +238,7 @@ class Bench {
   bool profile_;
   bool trace_ = absl::GetFlag(FLAGS_trace_steps);
   int64_t vocab_ = 0;
+  int64_t last_rss_ = -1;
   std::vector<TokenId> random_tokens_;
 };
 
@@ -283,8 +306,8 @@ int Main(int argc, char** argv) {
   max_tokens = std::max(max_tokens, 4);
   if (!bd.empty()) max_tokens = std::max(max_tokens, bd_prompt);
 
-  std::printf("| model | type | size | params | mode | threads | test | t/s |\n");
-  std::printf("| --- | --- | ---: | ---: | --- | ---: | ---: | ---: |\n");
+  std::printf("| model | type | size | params | mode | threads | test | t/s | RSS |\n");
+  std::printf("| --- | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: |\n");
   std::fflush(stdout);
   int rc = 0;
   for (const std::string& path : models) {
@@ -292,6 +315,9 @@ int Main(int argc, char** argv) {
     options.path = path;
     options.precision = exact ? kernels::Precision::kExact : kernels::Precision::kFast;
     options.max_batch_tokens = max_tokens;
+    // Memory freed by the previous model goes back to the system, so RSS is this model's.
+    malloc_trim(0);
+    ResetPeakRss();
     auto loaded = Model::Load(options);
     if (!loaded.ok()) {
       std::fprintf(stderr, "quill-bench: %s: %s\n", path.c_str(), loaded.status().ToString().c_str());
@@ -300,6 +326,7 @@ int Main(int argc, char** argv) {
     }
     Model& model = **loaded;
     std::fprintf(stderr, "quill-bench: %s: kernels %s\n", path.c_str(), model.kernel_summary().c_str());
+    const int64_t rss_after_load = ProcStatusBytes("VmRSS");
     uint64_t tensor_bytes = 0;
     if (auto file = GgufFile::Open(path); file.ok()) {
       for (const GgufTensorInfo& t : (*file)->tensors()) tensor_bytes += t.size_bytes;
@@ -319,7 +346,8 @@ int Main(int argc, char** argv) {
         return;
       }
       const Stats s = Summarize(*r);
-      std::printf("%s %s | %.2f ± %.2f |\n", prefix.c_str(), test.c_str(), s.mean, s.stddev);
+      std::printf("%s %s | %.2f ± %.2f | %.0f MiB |\n", prefix.c_str(), test.c_str(), s.mean,
+                  s.stddev, MiB(bench.last_rss()));
       std::fflush(stdout);
     };
     if (!bd.empty()) {
@@ -351,6 +379,11 @@ int Main(int argc, char** argv) {
       }
       report(absl::StrCat("tg", n), bench.Generation(n));
     }
+    std::fprintf(stderr,
+                 "quill-bench: %s: RSS after load %.0f MiB, peak %.0f MiB (tensor data %.0f MiB, "
+                 "packed weights %.0f MiB)\n",
+                 Basename(path).c_str(), MiB(rss_after_load), MiB(ProcStatusBytes("VmHWM")),
+                 MiB(tensor_bytes), MiB(model.weight_bytes()));
   }
   return rc;
 }

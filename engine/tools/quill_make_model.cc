@@ -27,6 +27,8 @@
 #include "engine/gguf/gguf_writer.h"
 #include "engine/gguf/tensor_encode.h"
 #include "engine/model/model_config.h"
+#include "engine/quant/quant_type.h"
+#include "engine/tools/quant_recipe.h"
 
 ABSL_FLAG(std::string, out, "", "Output GGUF path (required).");
 ABSL_FLAG(int64_t, d_model, 2048, "Embedding width (llama.embedding_length).");
@@ -39,7 +41,11 @@ ABSL_FLAG(int64_t, vocab, 0,
           "With --tokenizer_from it must equal that file's token count.");
 ABSL_FLAG(int64_t, context, 2048, "Context length (llama.context_length).");
 ABSL_FLAG(std::string, type, "f16",
-          "Type of the weight matrices: f16, bf16, q8_0 or f32 (norms are always f32).");
+          "Type of the weight matrices: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, "
+          "q5_k, q6_k, q4_k_m or q5_k_m (norms are always f32). The 4/5/6-bit types follow "
+          "llama-quantize's recipes: the LM head in Q6_K, and for *_k_m attn_v and ffn_down "
+          "of some layers in Q6_K too.");
+ABSL_FLAG(bool, pure, false, "Every weight matrix in --type, the LM head included.");
 ABSL_FLAG(uint64_t, seed, 1, "Random seed; the same flags and seed give the same file.");
 ABSL_FLAG(std::string, tokenizer_from, "",
           "Copy every tokenizer.* key from this GGUF file (e.g. a shared model or vocab "
@@ -56,21 +62,6 @@ namespace {
 constexpr int64_t kDefaultVocab = 32000;
 constexpr int64_t kMinimalVocabFixed = 3 + 256;  // <unk> <s> </s> and the byte pieces
 constexpr int64_t kChunkElements = int64_t{1} << 20;  // generated and encoded at a time
-
-struct WeightType {
-  GgmlType type;
-  uint32_t file_type;  // general.file_type (llama_ftype)
-};
-
-absl::StatusOr<WeightType> ParseType(const std::string& text) {
-  const std::string t = absl::AsciiStrToLower(text);
-  if (t == "f32") return WeightType{GgmlType::kF32, 0};
-  if (t == "f16") return WeightType{GgmlType::kF16, 1};
-  if (t == "q8_0") return WeightType{GgmlType::kQ8_0, 7};
-  if (t == "bf16") return WeightType{GgmlType::kBF16, 32};
-  return absl::InvalidArgumentError(
-      absl::StrCat("--type '", text, "' is not one of f16, bf16, q8_0, f32"));
-}
 
 uint64_t SplitMix64(uint64_t& state) {
   uint64_t z = (state += 0x9E3779B97F4A7C15ull);
@@ -129,7 +120,7 @@ class NormalGenerator {
 struct Options {
   std::string out;
   int64_t d_model, layers, heads, kv_heads, ffn, vocab, context;
-  WeightType weight_type;
+  tools::QuantRecipe recipe;
   uint64_t seed;
   std::string tokenizer_from;
   float rope_base, rms_eps, stddev;
@@ -189,7 +180,7 @@ class ModelMaker {
     QUILL_RETURN_IF_ERROR(SetMetadata(w));
     AddTensors(w);
     std::fprintf(stderr, "quill-make-model: writing %s (%s weights, %lld layers)\n", o_.out.c_str(),
-                 GgmlTypeName(o_.weight_type.type).c_str(), static_cast<long long>(o_.layers));
+                 o_.recipe.name.c_str(), static_cast<long long>(o_.layers));
     QUILL_RETURN_IF_ERROR(w.WriteFile(o_.out));
     return Verify();
   }
@@ -200,7 +191,7 @@ class ModelMaker {
   absl::Status SetMetadata(GgufWriter& w) {
     w.SetString("general.architecture", "llama");
     w.SetString("general.name", o_.name);
-    w.SetUint32("general.file_type", o_.weight_type.file_type);
+    w.SetUint32("general.file_type", o_.recipe.file_type);
     w.SetUint32("llama.context_length", static_cast<uint32_t>(o_.context));
     w.SetUint32("llama.embedding_length", static_cast<uint32_t>(o_.d_model));
     w.SetUint32("llama.block_count", static_cast<uint32_t>(o_.layers));
@@ -223,7 +214,8 @@ class ModelMaker {
   void Add(GgufWriter& w, const std::string& name, std::vector<int64_t> dims, bool is_norm,
            int64_t layer_done) {
     const uint64_t tensor_seed = o_.seed * 0x9E3779B97F4A7C15ull + (++tensor_index_);
-    const GgmlType type = is_norm ? GgmlType::kF32 : o_.weight_type.type;
+    const GgmlType type =
+        is_norm ? GgmlType::kF32 : tools::TensorTypeFor(o_.recipe, name, o_.layers, !o_.tied);
     int64_t elements = 1;
     for (int64_t d : dims) elements *= d;
     const float stddev = o_.stddev;
@@ -314,7 +306,8 @@ absl::StatusOr<Options> OptionsFromFlags() {
   o.ffn = absl::GetFlag(FLAGS_ffn);
   o.vocab = absl::GetFlag(FLAGS_vocab);
   o.context = absl::GetFlag(FLAGS_context);
-  QUILL_ASSIGN_OR_RETURN(o.weight_type, ParseType(absl::GetFlag(FLAGS_type)));
+  QUILL_ASSIGN_OR_RETURN(
+      o.recipe, tools::ParseQuantRecipe(absl::GetFlag(FLAGS_type), absl::GetFlag(FLAGS_pure)));
   o.seed = absl::GetFlag(FLAGS_seed);
   o.tokenizer_from = absl::GetFlag(FLAGS_tokenizer_from);
   o.rope_base = static_cast<float>(absl::GetFlag(FLAGS_rope_base));
@@ -370,10 +363,18 @@ absl::StatusOr<Options> OptionsFromFlags() {
   if (config.context_length > 0xFFFFFFFFll || config.vocab_size > 0xFFFFFFFFll) {
     return absl::InvalidArgumentError("--context and --vocab must fit in uint32");
   }
-  // Every matrix's innermost dimension is d_model or ffn.
-  if (o.weight_type.type == GgmlType::kQ8_0 && (o.d_model % 32 != 0 || o.ffn % 32 != 0)) {
-    return absl::InvalidArgumentError(
-        "--type q8_0 needs --d_model and --ffn to be multiples of 32 (the Q8_0 block size)");
+  // Every matrix's innermost dimension is d_model or ffn: whole blocks of every type used.
+  for (const std::string name :
+       {"blk.0.attn_q.weight", "blk.0.ffn_down.weight", "output.weight", "token_embd.weight"}) {
+    const GgmlType type = tools::TensorTypeFor(o.recipe, name, o.layers, !o.tied);
+    quant::QuantType q;
+    if (!ToQuantType(type, &q)) continue;
+    const int64_t block = quant::BlockElements(q);
+    if (o.d_model % block != 0 || o.ffn % block != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--type ", o.recipe.name, " writes ", GgmlTypeName(type), ", which needs --d_model and ",
+          "--ffn to be multiples of ", block, " (its block size)"));
+    }
   }
   return o;
 }
@@ -392,7 +393,7 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "Writes a Llama-architecture GGUF model with random weights (normal, std 0.02; norms "
       "1.0) at any shape.\n\n"
-      "Usage: quill-make-model --out PATH [shape flags] [--type f16|bf16|q8_0|f32]\n"
+      "Usage: quill-make-model --out PATH [shape flags] [--type f16|bf16|q8_0|q4_k_m|...]\n"
       "                        [--tokenizer_from OTHER.gguf] [--seed N]\n\n"
       "The defaults are the TinyLlama 1.1B shape (d_model 2048, 22 layers, 32 heads / 4 KV "
       "heads, ffn 5632, vocab 32000, context 2048). Examples:\n"

@@ -110,6 +110,7 @@ HttpOutput GenerationStream::NextStreamLocked() {
     started_ = true;
     out.head = std::make_unique<HttpResponseHead>();
     out.head->content_type = "text/event-stream";
+    out.head->stream = true;
   }
   // Chat's first event carries the role even when the answer is empty.
   if (has_delta || (first && format_.endpoint == Endpoint::kChatCompletions)) {

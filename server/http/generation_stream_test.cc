@@ -107,6 +107,20 @@ TEST(GenerationStreamTest, OutputCoalescesUntilPulledAndTheStreamEndsWithDone) {
   EXPECT_EQ(cancels, 0);
 }
 
+TEST(GenerationStreamTest, AStreamReadyAllAtOnceIsStillAStream) {
+  auto channel = std::make_shared<FakeChannel>();
+  GenerationStream stream(Format(Endpoint::kCompletions), true, channel, [] {});
+  stream.OnChunk(Chunk("x", 1));
+  stream.OnFinish(Finished(engine::FinishReason::kLength, 4, 1));
+  HttpOutput out = stream.Next();
+  ASSERT_NE(out.head, nullptr);
+  EXPECT_TRUE(out.head->stream);  // chunked, not one Content-Length body
+  EXPECT_TRUE(out.last);
+  bool done = false;
+  EXPECT_EQ(Events(out.body, &done).size(), 2u);
+  EXPECT_TRUE(done);
+}
+
 TEST(GenerationStreamTest, ChatStreamStartsWithTheRoleAndEndsWithAnEmptyDelta) {
   auto channel = std::make_shared<FakeChannel>();
   ResponseFormat format = Format(Endpoint::kChatCompletions);

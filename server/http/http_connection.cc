@@ -242,7 +242,7 @@ void HttpConnection::Pull() {
   if (!head_sent_) {
     if (output.head == nullptr) output.head = std::make_unique<HttpResponseHead>();
     head_sent_ = true;
-    if (output.last) {
+    if (output.last && !output.head->stream) {
       // A whole response.
       const bool keep_alive = keep_alive_ && !close_after_;
       out_ = FormatHead(*output.head, keep_alive);
@@ -257,6 +257,7 @@ void HttpConnection::Pull() {
                       chunked_ ? "Transfer-Encoding: chunked\r\n" : "", "\r\n");
       if (chunked_) {
         AppendChunk(output.body, &out_);
+        if (output.last) out_ += "0\r\n\r\n";
       } else {
         out_ += output.body;
       }

@@ -27,6 +27,9 @@ struct HttpRequest {
 struct HttpResponseHead {
   int status = 200;
   std::string content_type = "application/json";
+  // A stream (server-sent events): sent chunked on HTTP/1.1 (read-to-close on 1.0) even
+  // when the whole of it is ready at once.
+  bool stream = false;
   std::vector<std::pair<std::string, std::string>> headers;  // extra, e.g. Retry-After
 };
 

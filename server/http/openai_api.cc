@@ -75,7 +75,7 @@ void OpenAiApi::Fail(const absl::Status& status, ResponseChannel& channel) {
 
 void OpenAiApi::Handle(const HttpRequest& request, std::shared_ptr<ResponseChannel> channel) {
   const std::string& path = request.path;
-  const bool get = request.method == "GET" || request.method == "HEAD";
+  const bool get = request.method == "GET";
   const bool post = request.method == "POST";
   auto wrong_method = [&](const char* allowed) {
     std::string body;

@@ -377,32 +377,42 @@ TEST_F(HttpApiTest, KeepAliveServesSeveralRequestsOnOneConnection) {
 }
 
 TEST_F(HttpApiTest, ClientThatHangsUpMidStreamFreesItsKvBlocks) {
-  const PromText before = Scrape();
   const Labels cancelled = {{"api", "http"}, {"outcome", "cancelled"}};
-  absl::StatusOr<std::unique_ptr<HttpClient>> client =
-      HttpClient::Connect("127.0.0.1", server_->http_port());
-  ASSERT_TRUE(client.ok());
+  const Labels length = {{"api", "http"}, {"outcome", "length"}};
   const json body = {
       {"prompt", "In the beginning"}, {"max_tokens", 240}, {"ignore_eos", true}, {"stream", true}};
-  ASSERT_TRUE((*client)->Send("POST", "/v1/completions", body.dump()).ok());
-  absl::StatusOr<HttpReply> head = (*client)->ReadHead();
-  ASSERT_TRUE(head.ok()) << head.status();
-  ASSERT_EQ(head->status, 200);
-  absl::StatusOr<std::string> first = (*client)->ReadBodyPiece();
-  ASSERT_TRUE(first.ok());
-  EXPECT_TRUE(absl::StartsWith(*first, "data: {"));
-  EXPECT_GT(server_->engine().gauges().kv_blocks_used, 0);
-  (*client)->Close();
-  absl::StatusOr<PromText> after = ScrapeUntil(server_->metrics_port(), [&](const PromText& t) {
-    return t.Value("quill_kv_cache_blocks_used") == 0.0 &&
-           t.Value("quill_requests_total", cancelled) ==
-               before.Value("quill_requests_total", cancelled).value_or(0) + 1;
-  });
-  ASSERT_TRUE(after.ok());
-  EXPECT_EQ(Metric(*after, "quill_kv_cache_blocks_used"), 0.0);
-  EXPECT_EQ(Metric(*after, "quill_kv_cache_usage_ratio"), 0.0);
-  EXPECT_EQ(Metric(*after, "quill_requests_total", cancelled),
-            Metric(before, "quill_requests_total", cancelled) + 1);
+  // kjv-1m writes 240 tokens in a fraction of a second; on a loaded machine the whole
+  // answer may be out before the client hangs up (the request then ends as "length").
+  // Such a try proves nothing: try again.
+  for (int attempt = 1; attempt <= 5; ++attempt) {
+    const PromText before = Scrape();
+    absl::StatusOr<std::unique_ptr<HttpClient>> client =
+        HttpClient::Connect("127.0.0.1", server_->http_port());
+    ASSERT_TRUE(client.ok());
+    ASSERT_TRUE((*client)->Send("POST", "/v1/completions", body.dump()).ok());
+    absl::StatusOr<HttpReply> head = (*client)->ReadHead();
+    ASSERT_TRUE(head.ok()) << head.status();
+    ASSERT_EQ(head->status, 200);
+    absl::StatusOr<std::string> first = (*client)->ReadBodyPiece();
+    ASSERT_TRUE(first.ok());
+    EXPECT_TRUE(absl::StartsWith(*first, "data: {"));
+    (*client)->Close();
+    absl::StatusOr<PromText> after = ScrapeUntil(server_->metrics_port(), [&](const PromText& t) {
+      return t.Value("quill_kv_cache_blocks_used") == 0.0 &&
+             (t.Value("quill_requests_total", cancelled) >
+                  before.Value("quill_requests_total", cancelled).value_or(0) ||
+              t.Value("quill_requests_total", length) >
+                  before.Value("quill_requests_total", length).value_or(0));
+    });
+    ASSERT_TRUE(after.ok());
+    EXPECT_EQ(Metric(*after, "quill_kv_cache_blocks_used"), 0.0);
+    EXPECT_EQ(Metric(*after, "quill_kv_cache_usage_ratio"), 0.0);
+    if (Metric(*after, "quill_requests_total", cancelled) ==
+        Metric(before, "quill_requests_total", cancelled) + 1) {
+      return;  // cancelled mid-stream, and every block is back
+    }
+  }
+  FAIL() << "every try finished before the client hung up";
 }
 
 TEST_F(HttpApiTest, CountsFinishedHttpRequestsUnderTheHttpLabel) {
@@ -422,6 +432,71 @@ TEST_F(HttpApiTest, CountsFinishedHttpRequestsUnderTheHttpLabel) {
             Metric(before, "quill_requests_total", http_length) + 1);
   EXPECT_EQ(Metric(*after, "quill_requests_total", grpc_length),
             Metric(before, "quill_requests_total", grpc_length));
+}
+
+// Clients misbehaving in every way at once: the server neither crashes nor leaks, and keeps
+// serving.
+TEST_F(HttpApiTest, MisbehavingClientsLeaveTheServerServingWithNothingHeld) {
+  const int port = server_->http_port();
+  const std::string stream_body = json({{"prompt", "In the beginning"},
+                                        {"max_tokens", 200},
+                                        {"ignore_eos", true},
+                                        {"stream", true}})
+                                      .dump();
+  const std::string body = json({{"prompt", "In the beginning"}, {"max_tokens", 50}}).dump();
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 48; ++i) {
+    threads.emplace_back([&, i] {
+      absl::StatusOr<std::unique_ptr<HttpClient>> c = HttpClient::Connect("127.0.0.1", port);
+      ASSERT_TRUE(c.ok());
+      HttpClient& client = **c;
+      switch (i % 8) {
+        case 0:  // half a request head, then gone
+          (void)client.SendRaw("POST /v1/completions HTTP/1.1\r\nContent-Le");
+          break;
+        case 1:  // garbage
+          (void)client.SendRaw(std::string(3000, '\x01'));
+          (void)client.ReadResponse();
+          break;
+        case 2:  // a stream, abandoned after its first bytes
+          (void)client.Send("POST", "/v1/completions", stream_body);
+          (void)client.ReadHead();
+          (void)client.ReadBodyPiece();
+          break;
+        case 3:  // a stream, abandoned before any answer
+          (void)client.Send("POST", "/v1/completions", stream_body);
+          break;
+        case 4:  // a body request, abandoned while it runs
+          (void)client.Send("POST", "/v1/completions", body);
+          absl::SleepFor(absl::Milliseconds(2));
+          break;
+        case 5:  // a head beyond the limit
+          (void)client.SendRaw(
+              absl::StrCat("GET /health HTTP/1.1\r\nX: ", std::string(40 << 10, 'a'), "\r\n\r\n"));
+          (void)client.ReadResponse();
+          break;
+        case 6:  // a body shorter than its Content-Length, then gone
+          (void)client.SendRaw("POST /v1/completions HTTP/1.1\r\nContent-Length: 100\r\n\r\n{");
+          break;
+        default: {  // a well-behaved client
+          absl::StatusOr<HttpReply> reply = client.Request("POST", "/v1/completions", body);
+          ASSERT_TRUE(reply.ok()) << reply.status();
+          EXPECT_EQ(reply->status, 200);
+        }
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  absl::StatusOr<PromText> after = ScrapeUntil(server_->metrics_port(), [](const PromText& t) {
+    return t.Value("quill_kv_cache_blocks_used") == 0.0 &&
+           t.Value("quill_requests_running") == 0.0 && t.Value("quill_requests_waiting") == 0.0;
+  });
+  ASSERT_TRUE(after.ok());
+  EXPECT_EQ(Metric(*after, "quill_kv_cache_blocks_used"), 0.0);
+  EXPECT_EQ(Get("/health").status, 200);
+  const HttpReply reply =
+      Post("/v1/completions", {{"prompt", "In the beginning"}, {"max_tokens", 4}});
+  EXPECT_EQ(reply.status, 200) << reply.body;
 }
 
 // A server of its own: a KV pool that holds one long request and a queue of 2.

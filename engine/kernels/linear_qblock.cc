@@ -1,0 +1,363 @@
+// QBlockGemm::Run: x quantized to int8 per 32 values, then per column block the stored 4/5/6-bit
+// weights are unpacked in registers and multiplied with _mm512_dpbusd_epi32 (weights are the
+// unsigned operand: their stored values are already non-negative). The arithmetic is the
+// one written in linear_qblock.h, in that order, so reference::QBlockLinear matches it bit
+// for bit.
+
+#include "engine/kernels/linear_qblock.h"
+
+#include <immintrin.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+#include "engine/base/check.h"
+
+// GCC 12's AVX-512 reduce/convert intrinsics start from _mm*_undefined_*() and trip
+// -Wmaybe-uninitialized (GCC bug 105593); the values are fully defined.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+
+namespace quill::engine::kernels::linear_internal {
+namespace {
+
+#define QUILL_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni")))
+
+using quant::QuantType;
+
+constexpr int kMR = 4;             // x rows per register tile
+constexpr int64_t kChunkK = 1024;  // k per pass of scale decoding (scales stay in L1)
+// Decoded scale floats for one chunk: (k / group) groups x (1 or 2 vectors) x 32 columns.
+constexpr int kMaxChunkScales = 2048;
+
+// x-side arrays of one row chunk for one weight type (row strides in the comments).
+struct XView {
+  const int8_t* q;      // [rows x k]
+  const float* d;       // [rows x groups]
+  const float* sum;     // [rows x groups] or null
+  const int32_t* seed;  // [rows x groups] or null
+  int64_t k, groups;
+};
+
+// Moves bits [pos, pos + width) of every byte to bit 4 (16-bit shifts: the bits that cross
+// a byte boundary are masked off by the caller).
+template <int kPos>
+QUILL_VNNI inline __m512i HighBitsToBit4(__m512i v) {
+  if constexpr (kPos < 4) return _mm512_slli_epi16(v, 4 - kPos);
+  if constexpr (kPos > 4) return _mm512_srli_epi16(v, kPos - 4);
+  return v;
+}
+
+// The 16 columns x 4 k bytes of k-quad `kQuad` of a group, given its nibble register (low
+// nibbles: even quads, high: odd) and its high-bit plane.
+template <int kBits, int kQuad>
+QUILL_VNNI inline __m512i UnpackQuad(__m512i nibbles, __m512i plane) {
+  const __m512i m0f = _mm512_set1_epi8(0x0F);
+  __m512i q = kQuad % 2 == 0 ? _mm512_and_si512(nibbles, m0f)
+                             : _mm512_and_si512(_mm512_srli_epi16(nibbles, 4), m0f);
+  if constexpr (kBits == 5) {
+    // q | (bit kQuad of the plane, moved to bit 4)
+    q = _mm512_ternarylogic_epi32(q, HighBitsToBit4<kQuad>(plane), _mm512_set1_epi8(0x10), 0xF8);
+  } else if constexpr (kBits == 6) {
+    q = _mm512_ternarylogic_epi32(q, HighBitsToBit4<2 * kQuad>(plane), _mm512_set1_epi8(0x30),
+                                  0xF8);
+  }
+  return q;
+}
+
+// Scale (and min) vectors of super-blocks [sb0, sb1) of one column block, per super-block
+// and group: ws[32] then (min types) wm[32].
+template <QuantType T>
+QUILL_VNNI void DecodeScales(const uint8_t* cb, int64_t sb0, int64_t sb1, float* out) {
+  constexpr QBlockFormat f = QBlockFormatOf(T);
+  constexpr int kVecs = f.has_min ? 2 : 1;
+  for (int64_t sb = sb0; sb < sb1; ++sb) {
+    const uint8_t* h = cb + sb * f.sb_bytes();
+    float* o = out + (sb - sb0) * f.groups() * kVecs * 32;
+    __m512 d[2], m[2];
+    for (int half = 0; half < 2; ++half) {
+      d[half] =
+          _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(h + 32 * half)));
+      if constexpr (f.has_min) {
+        m[half] = _mm512_cvtph_ps(
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(h + 64 + 32 * half)));
+        // The k-quants subtract dmin * m_j: keep -dmin (a sign flip, exact).
+        if constexpr (f.sb_k > 32) {
+          m[half] = _mm512_castsi512_ps(
+              _mm512_xor_si512(_mm512_castps_si512(m[half]), _mm512_set1_epi32(INT32_MIN)));
+        }
+      }
+    }
+    if constexpr (T == QuantType::kQ4_K || T == QuantType::kQ5_K) {
+      // 12 planes of 32 columns' packed 6-bit (scale, min) bytes.
+      __m256i p[12];
+      for (int i = 0; i < 12; ++i)
+        p[i] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(h + 128 + 32 * i));
+      const __m256i m3f = _mm256_set1_epi8(0x3F), m0f = _mm256_set1_epi8(0x0F),
+                    m30 = _mm256_set1_epi8(0x30);
+      for (int j = 0; j < 8; ++j) {
+        __m256i sc, mn;
+        if (j < 4) {
+          sc = _mm256_and_si256(p[j], m3f);
+          mn = _mm256_and_si256(p[j + 4], m3f);
+        } else {
+          // Low 4 bits from byte j + 4, top 2 bits from the top of bytes j - 4 / j.
+          sc = _mm256_or_si256(_mm256_and_si256(p[j + 4], m0f),
+                               _mm256_and_si256(_mm256_srli_epi16(p[j - 4], 2), m30));
+          mn = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(p[j + 4], 4), m0f),
+                               _mm256_and_si256(_mm256_srli_epi16(p[j], 2), m30));
+        }
+        for (int half = 0; half < 2; ++half) {
+          const __m128i s8 =
+              half == 0 ? _mm256_castsi256_si128(sc) : _mm256_extracti128_si256(sc, 1);
+          const __m128i m8 =
+              half == 0 ? _mm256_castsi256_si128(mn) : _mm256_extracti128_si256(mn, 1);
+          const __m512 s = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(s8));
+          const __m512 mm = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(m8));
+          _mm512_storeu_ps(o + (j * 2 + 0) * 32 + 16 * half, _mm512_mul_ps(d[half], s));
+          _mm512_storeu_ps(o + (j * 2 + 1) * 32 + 16 * half, _mm512_mul_ps(m[half], mm));
+        }
+      }
+    } else if constexpr (T == QuantType::kQ6_K) {
+      for (int g = 0; g < 16; ++g)
+        for (int half = 0; half < 2; ++half) {
+          const __m128i s8 =
+              _mm_loadu_si128(reinterpret_cast<const __m128i*>(h + 64 + 32 * g + 16 * half));
+          _mm512_storeu_ps(o + g * 32 + 16 * half,
+                           _mm512_mul_ps(d[half], _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(s8))));
+        }
+    } else {
+      for (int half = 0; half < 2; ++half) {
+        _mm512_storeu_ps(o + 16 * half, d[half]);
+        if constexpr (f.has_min) _mm512_storeu_ps(o + 32 + 16 * half, m[half]);
+      }
+    }
+  }
+}
+
+// Nibble register R of a group (k-quads 2R and 2R + 1) for both column halves, against MR
+// rows of x: s[i][h] += q . xq per column.
+template <QuantType T, int MR, int R>
+QUILL_VNNI inline void Step(const uint8_t* gp, const __m512i* plane, const int8_t* xq, int64_t k,
+                            __m512i (&s)[MR][2]) {
+  constexpr int kBits = QBlockFormatOf(T).bits;
+#pragma GCC unroll 2
+  for (int h = 0; h < 2; ++h) {
+    const __m512i nib = _mm512_loadu_si512(gp + (2 * R + h) * 64);
+    const __m512i lo = UnpackQuad<kBits, 2 * R>(nib, plane[h]);
+    const __m512i hi = UnpackQuad<kBits, 2 * R + 1>(nib, plane[h]);
+#pragma GCC unroll 4
+    for (int i = 0; i < MR; ++i) {
+      int32_t q0, q1;
+      std::memcpy(&q0, xq + i * k + 8 * R, 4);
+      std::memcpy(&q1, xq + i * k + 8 * R + 4, 4);
+      s[i][h] = _mm512_dpbusd_epi32(s[i][h], lo, _mm512_set1_epi32(q0));
+      s[i][h] = _mm512_dpbusd_epi32(s[i][h], hi, _mm512_set1_epi32(q1));
+    }
+  }
+}
+
+// acc[MR][32] (+)= MR rows of x against super-blocks [sb0, sb1) of one column block.
+template <QuantType T, int MR>
+QUILL_VNNI void Tile(const uint8_t* cb, int64_t sb0, int64_t sb1, const float* scales,
+                     const XView& x, float* acc, bool init) {
+  constexpr QBlockFormat f = QBlockFormatOf(T);
+  constexpr int kVecs = f.has_min ? 2 : 1;
+  constexpr int kRegs = f.nibble_regs();
+  __m512 acc_v[MR][2];
+#pragma GCC unroll 4
+  for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h)
+      acc_v[i][h] = init ? _mm512_setzero_ps() : _mm512_loadu_ps(acc + i * 32 + 16 * h);
+  for (int64_t sb = sb0; sb < sb1; ++sb) {
+    const uint8_t* groups = cb + sb * f.sb_bytes() + f.header;
+    const float* sc = scales + (sb - sb0) * f.groups() * kVecs * 32;
+    for (int g = 0; g < f.groups(); ++g, sc += kVecs * 32) {
+      const uint8_t* gp = groups + g * f.group_bytes();
+      const int64_t gi = sb * f.groups() + g;  // group index along k
+      const int8_t* xq = x.q + gi * f.group_k;
+      __m512i s[MR][2];
+#pragma GCC unroll 4
+      for (int i = 0; i < MR; ++i) {
+        if constexpr (f.offset != 0) {
+          s[i][0] = s[i][1] = _mm512_set1_epi32(x.seed[i * x.groups + gi]);
+        } else {
+          s[i][0] = s[i][1] = _mm512_setzero_si512();
+        }
+      }
+      __m512i plane[2];
+      if constexpr (f.bits > 4) {
+        plane[0] = _mm512_loadu_si512(gp + (2 * kRegs + 0) * 64);
+        plane[1] = _mm512_loadu_si512(gp + (2 * kRegs + 1) * 64);
+      } else {
+        plane[0] = plane[1] = _mm512_setzero_si512();
+      }
+      Step<T, MR, 0>(gp, plane, xq, x.k, s);
+      Step<T, MR, 1>(gp, plane, xq, x.k, s);
+      if constexpr (kRegs == 4) {
+        Step<T, MR, 2>(gp, plane, xq, x.k, s);
+        Step<T, MR, 3>(gp, plane, xq, x.k, s);
+      }
+#pragma GCC unroll 4
+      for (int i = 0; i < MR; ++i) {
+        const __m512 dx = _mm512_set1_ps(x.d[i * x.groups + gi]);
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; ++h) {
+          const __m512 ws = _mm512_loadu_ps(sc + 16 * h);
+          acc_v[i][h] =
+              _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[i][h]), _mm512_mul_ps(ws, dx), acc_v[i][h]);
+          if constexpr (f.has_min) {
+            acc_v[i][h] = _mm512_fmadd_ps(_mm512_loadu_ps(sc + 32 + 16 * h),
+                                          _mm512_set1_ps(x.sum[i * x.groups + gi]), acc_v[i][h]);
+          }
+        }
+      }
+    }
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) _mm512_storeu_ps(acc + i * 32 + 16 * h, acc_v[i][h]);
+}
+
+// All rows of one chunk against one column block; writes `cols` outputs per row.
+template <QuantType T>
+QUILL_VNNI void ColumnBlock(const uint8_t* cb, int64_t sbs, const XView& x, int rows, float* y,
+                            int64_t y_stride, int cols) {
+  constexpr QBlockFormat f = QBlockFormatOf(T);
+  constexpr int64_t kChunkSbs = kChunkK / f.sb_k;
+  static_assert(kChunkSbs * f.groups() * (f.has_min ? 2 : 1) * 32 <= kMaxChunkScales);
+  alignas(64) float scales[kMaxChunkScales];
+  alignas(64) float acc[kQBlockChunkRows * kQBlockCols];
+  for (int64_t sb0 = 0; sb0 < sbs; sb0 += kChunkSbs) {
+    const int64_t sb1 = std::min(sbs, sb0 + kChunkSbs);
+    DecodeScales<T>(cb, sb0, sb1, scales);
+    for (int i = 0; i < rows; i += kMR) {
+      XView xi = x;
+      xi.q += i * x.k;
+      xi.d += i * x.groups;
+      if (xi.sum != nullptr) xi.sum += i * x.groups;
+      if (xi.seed != nullptr) xi.seed += i * x.groups;
+      float* a = acc + i * kQBlockCols;
+      switch (std::min(kMR, rows - i)) {
+        case 1:
+          Tile<T, 1>(cb, sb0, sb1, scales, xi, a, sb0 == 0);
+          break;
+        case 2:
+          Tile<T, 2>(cb, sb0, sb1, scales, xi, a, sb0 == 0);
+          break;
+        case 3:
+          Tile<T, 3>(cb, sb0, sb1, scales, xi, a, sb0 == 0);
+          break;
+        default:
+          Tile<T, 4>(cb, sb0, sb1, scales, xi, a, sb0 == 0);
+          break;
+      }
+    }
+  }
+  for (int i = 0; i < rows; ++i)
+    std::memcpy(y + i * y_stride, acc + i * kQBlockCols, cols * sizeof(float));
+}
+
+using ColumnBlockFn = void (*)(const uint8_t*, int64_t, const XView&, int, float*, int64_t, int);
+
+ColumnBlockFn ColumnBlockFor(QuantType type) {
+  switch (type) {
+    case QuantType::kQ4_0:
+      return ColumnBlock<QuantType::kQ4_0>;
+    case QuantType::kQ4_1:
+      return ColumnBlock<QuantType::kQ4_1>;
+    case QuantType::kQ5_0:
+      return ColumnBlock<QuantType::kQ5_0>;
+    case QuantType::kQ5_1:
+      return ColumnBlock<QuantType::kQ5_1>;
+    case QuantType::kQ4_K:
+      return ColumnBlock<QuantType::kQ4_K>;
+    case QuantType::kQ5_K:
+      return ColumnBlock<QuantType::kQ5_K>;
+    case QuantType::kQ6_K:
+      return ColumnBlock<QuantType::kQ6_K>;
+    default:
+      return nullptr;
+  }
+}
+
+// One x row -> int8 per 32 values (d = max|x| / 127, round to nearest even, |q| <= 127) and
+// the sums of q per 16 values.
+QUILL_VNNI void QuantizeRow(const float* x, int64_t k, int8_t* xq, float* d32, int32_t* s16) {
+  for (int64_t b = 0; b < k / 32; ++b) {
+    const __m512 lo = _mm512_loadu_ps(x + 32 * b);
+    const __m512 hi = _mm512_loadu_ps(x + 32 * b + 16);
+    const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(lo), _mm512_abs_ps(hi)));
+    const __m512 id = _mm512_set1_ps(amax > 0.0f ? 127.0f / amax : 0.0f);
+    const __m512i lim = _mm512_set1_epi32(127), neg = _mm512_set1_epi32(-127);
+    const __m512i qlo =
+        _mm512_min_epi32(_mm512_max_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(lo, id)), neg), lim);
+    const __m512i qhi =
+        _mm512_min_epi32(_mm512_max_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(hi, id)), neg), lim);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(xq + 32 * b), _mm512_cvtepi32_epi8(qlo));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(xq + 32 * b + 16), _mm512_cvtepi32_epi8(qhi));
+    d32[b] = amax / 127.0f;
+    s16[2 * b] = _mm512_reduce_add_epi32(qlo);
+    s16[2 * b + 1] = _mm512_reduce_add_epi32(qhi);
+  }
+}
+
+}  // namespace
+
+void QBlockGemm::Run(const float* x, int m, float* y, int64_t y_stride) {
+  QUILL_DCHECK(m >= 1 && m <= max_rows_);
+  const int64_t blocks32 = k_ / 32, blocks16 = k_ / 16;
+  for (int r0 = 0; r0 < m; r0 += chunk_rows_) {
+    const int rows = std::min(chunk_rows_, m - r0);
+#pragma omp parallel for schedule(static) if (rows * k_ >= (1 << 16))
+    for (int i = 0; i < rows; ++i) {
+      QuantizeRow(x + (r0 + i) * k_, k_, xq_.data() + i * k_, xd32_.data() + i * blocks32,
+                  xs16_.data() + i * blocks16);
+    }
+    // Per type: the x scale, sum and offset seed of each weight group.
+    for (size_t slot = 0; slot < x_types_.size(); ++slot) {
+      const QBlockFormat f = QBlockFormatOf(x_types_[slot]);
+      const int64_t groups = k_ / f.group_k;
+      XGroups& xg = xg_[slot];
+      for (int i = 0; i < rows; ++i) {
+        const float* d32 = xd32_.data() + i * blocks32;
+        const int32_t* s16 = xs16_.data() + i * blocks16;
+        for (int64_t g = 0; g < groups; ++g) {
+          const bool g16 = f.group_k == 16;
+          const float d = g16 ? d32[g / 2] : d32[g];
+          const int32_t sum = g16 ? s16[g] : s16[2 * g] + s16[2 * g + 1];
+          xg.d.data()[i * groups + g] = d;
+          if (f.has_min) xg.sum.data()[i * groups + g] = d * static_cast<float>(sum);
+          if (f.offset != 0) xg.seed.data()[i * groups + g] = -f.offset * sum;
+        }
+      }
+    }
+    const int64_t work = static_cast<int64_t>(blocks_.size());
+    const bool parallel = work > 1 && static_cast<int64_t>(rows) * n_ * k_ >= (1 << 16);
+#pragma omp parallel for schedule(static) if (parallel)
+    for (int64_t w = 0; w < work; ++w) {
+      const Segment& s = segments_[blocks_[w].first];
+      const int64_t cb = blocks_[w].second;
+      const QBlockFormat f = QBlockFormatOf(s.type);
+      const int64_t sbs = k_ / f.sb_k;
+      const XGroups& xg = xg_[s.x_slot];
+      const XView xv{xq_.data(),
+                     xg.d.data(),
+                     f.has_min ? xg.sum.data() : nullptr,
+                     f.offset != 0 ? xg.seed.data() : nullptr,
+                     k_,
+                     k_ / f.group_k};
+      const int64_t col0 = s.first_col + cb * kQBlockCols;
+      const int cols =
+          static_cast<int>(std::min<int64_t>(kQBlockCols, s.first_col + s.cols - col0));
+      ColumnBlockFor(s.type)(packed_.data() + s.packed_offset + cb * sbs * f.sb_bytes(), sbs, xv,
+                             rows, y + static_cast<int64_t>(r0) * y_stride + col0, y_stride, cols);
+    }
+  }
+}
+
+}  // namespace quill::engine::kernels::linear_internal

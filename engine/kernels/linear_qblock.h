@@ -1,0 +1,136 @@
+#pragma once
+
+// Block types of Precision::kFast (internal to Linear): Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K
+// and Q6_K weights stay at their bit width, repacked once for AVX512-VNNI; x is quantized
+// per 32 values to int8 at run time and the products are int8 dot products
+// (_mm512_dpbusd_epi32) with the 4/5/6-bit weights unpacked in registers.
+//
+// Arithmetic (the contract reference::QBlockLinear reproduces bit for bit). x row i is cut
+// into blocks of 32: d_x = max|x| / 127, xq = round-to-nearest-even(x * 127 / max|x|)
+// clamped to [-127, 127]. A weight "group" is the run of k sharing one scale: 32 values
+// (16 for Q6_K). For output n, starting from f = 0, for each group g in order:
+//   s = sum_k q[n, k] * xq[k] - offset * sum_k xq[k]       (int32; q the stored unsigned
+//                                                            value, offset 8/16/32 for
+//                                                            Q4_0/Q5_0/Q6_K, else 0)
+//   f = fma(float(s), ws[n, g] * d_x, f)                  ws = d (Q4_*, Q5_*), d * sc (K)
+//   f = fma(wm[n, g], d_x * float(sum_k xq[k]), f)         min types only: wm = m (Q4_1,
+//                                                            Q5_1), -(dmin * m_g) (Q4_K, Q5_K)
+// and y = f.
+//
+// Packed layout, per type segment (a run of fused parts of one type): column blocks of 32
+// outputs; per column block, for each GGUF block ("super-block": 32 values, or 256 for the
+// k-quants) in k order, a header then its groups. The bytes per column and super-block equal
+// the GGUF block size: nothing is widened.
+//   header: fp16 d[32] | fp16 m or dmin[32] (min types) | scale planes: byte p of every
+//           column's 12 packed 6-bit scale bytes (Q4_K, Q5_K: 12 x 32 bytes) or the
+//           columns' int8 scale of group p (Q6_K: 16 x 32 bytes).
+//   group:  for nibble register r (group/8 of them) and column half h (16 columns):
+//           64 bytes, column c's dword holds in byte j the 4-bit q of k = 8r + j (low
+//           nibble) and k = 8r + 4 + j (high nibble); then for 5/6-bit types one 64-byte
+//           plane per half: byte j of column c holds the high bits of k = 4i + j at bit i
+//           (5-bit) or bits 2i, 2i + 1 (6-bit).
+// Columns past the end of a segment have zero scales and weights.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/types/span.h"
+#include "engine/kernels/linear.h"
+#include "engine/kernels/linear_internal.h"
+#include "engine/quant/quant_type.h"
+
+namespace quill::engine::kernels::linear_internal {
+
+// Shape of a block type in the packed layout.
+struct QBlockFormat {
+  int sb_k;     // values per GGUF block (super-block)
+  int group_k;  // values per scale
+  int bits;     // 4, 5 or 6
+  bool has_min;
+  int offset;  // subtracted from q (0 for the min types)
+  int header;  // header bytes per column block and super-block
+  constexpr int groups() const { return sb_k / group_k; }
+  constexpr int nibble_regs() const { return group_k / 8; }  // per column half
+  constexpr int group_bytes() const { return 2 * 64 * (nibble_regs() + (bits > 4 ? 1 : 0)); }
+  constexpr int sb_bytes() const { return header + groups() * group_bytes(); }
+};
+
+constexpr QBlockFormat QBlockFormatOf(quant::QuantType type) {
+  switch (type) {
+    case quant::QuantType::kQ4_0:
+      return {32, 32, 4, false, 8, 64};
+    case quant::QuantType::kQ4_1:
+      return {32, 32, 4, true, 0, 128};
+    case quant::QuantType::kQ5_0:
+      return {32, 32, 5, false, 16, 64};
+    case quant::QuantType::kQ5_1:
+      return {32, 32, 5, true, 0, 128};
+    case quant::QuantType::kQ4_K:
+      return {256, 32, 4, true, 0, 128 + 12 * 32};
+    case quant::QuantType::kQ5_K:
+      return {256, 32, 5, true, 0, 128 + 12 * 32};
+    case quant::QuantType::kQ6_K:
+      return {256, 16, 6, false, 32, 64 + 16 * 32};
+    default:
+      return {0, 0, 0, false, 0, 0};
+  }
+}
+
+// The types QBlockGemm serves.
+bool IsQBlockType(WeightType type);
+// AVX512 F, BW, VL and VNNI.
+bool QBlockKernelAvailable();
+
+inline constexpr int kQBlockCols = 32;       // outputs per column block
+inline constexpr int kQBlockChunkRows = 64;  // x rows quantized and multiplied per pass
+
+class QBlockGemm {
+ public:
+  // parts: QBlock types (they may differ), equal cols, validated by Linear::Create. Call
+  // only when QBlockKernelAvailable().
+  QBlockGemm(absl::Span<const WeightView> parts, int max_rows);
+
+  // y[m x n] (row stride y_stride) for 1 <= m <= max_rows. Parallel over column blocks.
+  void Run(const float* x, int m, float* y, int64_t y_stride);
+  int64_t packed_bytes() const { return static_cast<int64_t>(packed_.bytes()); }
+  std::string name() const;  // "int8-vnni-q4_k+q6_k"
+
+  // Per type run of output columns.
+  struct Segment {
+    quant::QuantType type;
+    int64_t first_col = 0;  // of the fused output
+    int64_t cols = 0;
+    int64_t col_blocks = 0;
+    size_t packed_offset = 0;  // bytes into packed_
+    int x_slot = 0;            // which x-side arrays (one per distinct type)
+  };
+
+  // x-side arrays for one row chunk and one weight type: per row, per group of that type.
+  struct XGroups {
+    AlignedBuffer<float> d;       // d_x of the 32-block holding the group
+    AlignedBuffer<float> sum;     // d_x * sum(xq) over the group (min types)
+    AlignedBuffer<int32_t> seed;  // -offset * sum(xq) over the group (offset types)
+  };
+
+ private:
+  int64_t k_, n_;
+  int max_rows_;
+  int chunk_rows_;  // x rows quantized and multiplied per pass
+  std::vector<Segment> segments_;
+  std::vector<quant::QuantType> x_types_;        // x_slot -> type
+  std::vector<std::pair<int, int64_t>> blocks_;  // (segment, column block), the parallel work
+  AlignedBuffer<uint8_t> packed_;
+  AlignedBuffer<int8_t> xq_;     // [chunk_rows x k]
+  AlignedBuffer<float> xd32_;    // [chunk_rows x k/32]
+  AlignedBuffer<int32_t> xs16_;  // [chunk_rows x k/16] sums of xq
+  std::vector<XGroups> xg_;      // per x_slot
+};
+
+// Repacks rows [0, rows) of one GGUF-encoded matrix of `type` (rows of `k` values) into
+// the layout above at `out` (col_blocks * k / super-block * 32 * block bytes). Exposed for
+// tests.
+void PackQBlockSegment(quant::QuantType type, absl::Span<const uint8_t* const> rows, int64_t k,
+                       uint8_t* out);
+
+}  // namespace quill::engine::kernels::linear_internal
