@@ -1,6 +1,7 @@
 #include "server/generation_service.h"
 
 #include <chrono>
+#include <optional>
 #include <random>
 #include <utility>
 #include <vector>
@@ -10,6 +11,7 @@
 #include "engine/base/log_field.h"
 #include "engine/model/model.h"
 #include "engine/model/model_config.h"
+#include "engine/runtime/retry_pushback.h"
 #include "server/generate_reactor.h"
 #include "server/metrics/quill_metrics.h"
 #include "server/status_codec.h"
@@ -71,6 +73,11 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* GenerationService::Generate(
   const absl::Status submitted =
       gateway_->Submit(*std::move(converted), reactor->channel(), Api::kGrpc);
   if (!submitted.ok()) {
+    // gRPC's retry policy honours this trailer; clients can also read it themselves.
+    if (std::optional<absl::Duration> pushback = engine::RetryPushbackOf(submitted)) {
+      context->AddTrailingMetadata("grpc-retry-pushback-ms",
+                                   absl::StrCat(absl::ToInt64Milliseconds(*pushback)));
+    }
     reactor->Reject(submitted);
     return reactor;
   }

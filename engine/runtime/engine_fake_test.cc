@@ -18,6 +18,8 @@
 #include "absl/time/clock.h"
 #include "engine/runtime/engine.h"
 #include "engine/runtime/recording_sink_for_test.h"
+#include "engine/runtime/retry_pushback.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace quill::engine {
@@ -466,6 +468,45 @@ TEST_F(EngineFakeTest, QueueFullIsRefusedImmediately) {
     EXPECT_GT(sink->info().timings.queue_wait, absl::ZeroDuration());
   }
   ASSERT_TRUE(running->Wait());
+}
+
+// A burst that arrives while the engine is busy in a step: requests that find a free run
+// slot and their KV blocks start at once, and only the rest count against max_queue.
+// (Before, all of them counted until the next step, so this burst got 2 of 10 in.)
+TEST_F(EngineFakeTest, BurstWithFreeRunSlotsIsAdmittedUpToSlotsPlusQueue) {
+  EngineOptions options = SmallOptions();  // 64 blocks; each request here needs 2
+  options.max_running = 8;
+  options.max_queue = 2;
+  Start(options);
+  SetPaused(true);
+  std::vector<std::shared_ptr<RecordingSink>> sinks;
+  sinks.push_back(std::make_shared<RecordingSink>());
+  ASSERT_TRUE(engine_->Submit(Request("pin", {kBos, 5}, 20), sinks.back()).ok());
+  WaitForwardsEntered(1);  // the engine is inside a step and admits nobody until it ends
+  for (int i = 1; i < 10; ++i) {
+    sinks.push_back(std::make_shared<RecordingSink>());
+    const absl::Status s = engine_->Submit(Request(absl::StrCat("b", i), {kBos, 5}, 20),
+                                           sinks.back());
+    ASSERT_TRUE(s.ok()) << i << ": " << s;
+  }
+  auto refused = std::make_shared<RecordingSink>();
+  const absl::Status over = engine_->Submit(Request("over", {kBos, 5}, 20), refused);
+  EXPECT_EQ(over.code(), absl::StatusCode::kResourceExhausted) << over;
+  EXPECT_THAT(std::string(over.message()), ::testing::HasSubstr("2 requests waiting"));
+  // Nothing has finished yet, so the advice is the first guess.
+  EXPECT_EQ(RetryPushbackOf(over), absl::Seconds(1));
+  SetPaused(false);
+  for (auto& sink : sinks) {
+    ASSERT_TRUE(sink->Wait());
+    EXPECT_EQ(sink->info().reason, FinishReason::kLength);
+  }
+  EXPECT_FALSE(refused->called());
+  // Slots and blocks all came back: a new burst of 10 gets in again.
+  for (int i = 0; i < 10; ++i) {
+    sinks[i] = std::make_shared<RecordingSink>();
+    ASSERT_TRUE(engine_->Submit(Request(absl::StrCat("again", i), {kBos, 5}, 20), sinks[i]).ok());
+  }
+  for (auto& sink : sinks) ASSERT_TRUE(sink->Wait());
 }
 
 TEST_F(EngineFakeTest, CancelWaitingAndRunning) {

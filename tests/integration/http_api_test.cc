@@ -533,6 +533,8 @@ TEST(HttpQueueTest, FullQueueIs429WithRetryAfter) {
       HttpRequest("127.0.0.1", port, "POST", "/v1/completions", json({{"prompt", "Hear"}}).dump());
   ASSERT_TRUE(refused.ok());
   EXPECT_EQ(refused->status, 429);
+  // Whole seconds from the engine's pushback (no request has finished yet here, so its
+  // first guess: 1 s).
   EXPECT_EQ(refused->Header("retry-after"), "1");
   const json error = json::parse(refused->body)["error"];
   EXPECT_EQ(error["code"], "rate_limit_exceeded");
@@ -575,6 +577,8 @@ TEST(HttpDrainTest, HealthTurns503AndRunningStreamsFinish) {
       HttpRequest("127.0.0.1", port, "POST", "/v1/completions", json({{"prompt", "x"}}).dump());
   ASSERT_TRUE(refused.ok());
   EXPECT_EQ(refused->status, 503);
+  // Whole seconds from the engine's pushback (no request has finished yet here, so its
+  // first guess: 1 s).
   EXPECT_EQ(refused->Header("retry-after"), "1");
   // The running stream ends normally.
   std::string rest;
