@@ -97,8 +97,10 @@ ABSL_FLAG(int, prefill_chunk_tokens, kEngineDefaults.prefill_chunk_tokens,
 ABSL_FLAG(int, max_running, kEngineDefaults.max_running,
           "Most requests generating at once (the continuous batch).");
 ABSL_FLAG(int, max_queue, kEngineDefaults.max_queue,
-          "Most requests waiting for admission; beyond it Generate fails at once with "
-          "RESOURCE_EXHAUSTED.");
+          "Most requests waiting for a run slot or KV blocks (a request that finds both free "
+          "starts at once and does not count); beyond it Generate fails at once with "
+          "RESOURCE_EXHAUSTED and a retry pushback (grpc-retry-pushback-ms; HTTP 429 "
+          "Retry-After).");
 ABSL_FLAG(int, max_tokens_limit, kEngineDefaults.max_tokens_limit,
           "Largest max_tokens a request may ask for; 0 = the model's context length - 1.");
 ABSL_FLAG(absl::Duration, drain_timeout, absl::Seconds(30),

@@ -91,7 +91,11 @@ absl::Status RequestGateway::Submit(engine::GenerationRequest request,
   absl::Status submitted =
       e == nullptr ? CheckServing() : e->Submit(std::move(request), std::move(sink));
   if (!submitted.ok()) {
-    RecordRejected(api);
+    if (submitted.code() == absl::StatusCode::kDeadlineExceeded) {
+      if (metrics_ != nullptr) metrics_->RecordDeadlineRefused(api);
+    } else {
+      RecordRejected(api);
+    }
     spdlog::debug("engine refused request api={} status={}", std::string(ApiName(api)),
                   LogField(submitted.ToString()));
   }

@@ -61,8 +61,9 @@ class RequestGateway {
   absl::StatusOr<quill::v1::TokenizeResponse> Tokenize(const quill::v1::TokenizeRequest& request);
 
   // Engine::Submit. On error (RESOURCE_EXHAUSTED queue full, UNAVAILABLE draining,
-  // ALREADY_EXISTS duplicate id, INVALID_ARGUMENT) the rejection is counted and `sink` is
-  // never called; on OK it gets chunks and exactly one OnFinish.
+  // ALREADY_EXISTS duplicate id, INVALID_ARGUMENT) the rejection is counted, and
+  // DEADLINE_EXCEEDED (the deadline cannot be met) under outcome "deadline"; `sink` is
+  // never called. On OK it gets chunks and exactly one OnFinish.
   absl::Status Submit(engine::GenerationRequest request, std::shared_ptr<engine::TokenSink> sink,
                       Api api);
 

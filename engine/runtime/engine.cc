@@ -182,6 +182,8 @@ class Engine::Impl {
   std::vector<absl::Duration> inter_token_latencies_;
   // Requests finished per second of busy engine time (idle time is left out).
   EwmaRate finished_rate_{absl::Seconds(5)};
+  // Batch tokens per second of forward time in steps that prefill.
+  EwmaRate prefill_rate_{absl::Seconds(5)};
   int finished_in_window_ = 0;
   absl::Duration window_busy_ = absl::ZeroDuration();
 };
@@ -316,6 +318,7 @@ void Engine::Impl::MeasureRates(absl::Duration busy) {
   window_busy_ = absl::ZeroDuration();
   MeasuredRates rates;
   rates.requests_finished_per_second = finished_rate_.per_second();
+  rates.prefill_tokens_per_second = prefill_rate_.per_second();
   inbox_.SetRates(rates);
 }
 
@@ -416,6 +419,10 @@ void Engine::Impl::Step() {
                                                                  forward.message())));
     }
   } else {
+    // A prompt shares its steps with decoders, so a step's whole batch is what it costs.
+    if (plan_.prefill_tokens > 0) {
+      prefill_rate_.Add(plan_.prefill_tokens + plan_.decode_tokens, after - start);
+    }
     size_t row = 0;
     for (const PlannedEntry& e : plan_.entries) {
       Sequence& seq = *running_[e.sequence];

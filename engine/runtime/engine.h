@@ -67,6 +67,9 @@ class Engine {
   //   RESOURCE_EXHAUSTED no free run slot or KV blocks and max_queue requests already
   //                      wait; carries a retry pushback (retry_pushback.h) from the
   //                      measured rate at which requests finish;
+  //   DEADLINE_EXCEEDED  the deadline has passed, or cannot cover the expected queue
+  //                      wait plus prefill at the measured rates (refused at once
+  //                      rather than queued to fail later);
   //   ALREADY_EXISTS     a live request has the same id;
   //   UNAVAILABLE        the engine is draining or stopped.
   // On OK the engine owns the request and `sink` gets chunks and exactly one OnFinish.

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/base/check.h"
+#include "engine/base/status_macros.h"
 #include "engine/runtime/retry_pushback.h"
 
 namespace quill::engine {
@@ -29,6 +30,7 @@ absl::Status Inbox::PushSubmit(std::unique_ptr<Sequence> sequence) {
                                              absl::Milliseconds(1))))),
         pushback);
   }
+  QUILL_RETURN_IF_ERROR(CheckDeadline(*sequence, fits));
   live_ids_.insert(sequence->id());
   if (fits) {
     ++held_slots_;
@@ -99,6 +101,28 @@ void Inbox::SetRates(const MeasuredRates& rates) {
 int Inbox::queued() const {
   absl::MutexLock lock(&mu_);
   return queued_;
+}
+
+absl::Status Inbox::CheckDeadline(const Sequence& sequence, bool starts_now) const {
+  const absl::Time deadline = sequence.request().deadline;
+  if (deadline == absl::InfiniteFuture()) return absl::OkStatus();
+  absl::Duration wait = absl::ZeroDuration();
+  if (!starts_now && rates_.requests_finished_per_second > 0.0) {
+    wait = absl::Seconds((queued_ + 1) / rates_.requests_finished_per_second);
+  }
+  absl::Duration prefill = absl::ZeroDuration();
+  if (rates_.prefill_tokens_per_second > 0.0) {
+    prefill = absl::Seconds(sequence.prompt_tokens() / rates_.prefill_tokens_per_second);
+  }
+  const absl::Duration left = deadline - sequence.submit_time;
+  if (left > wait + prefill) return absl::OkStatus();
+  const auto ms = [](absl::Duration d) {
+    return absl::FormatDuration(absl::Trunc(d, absl::Milliseconds(1)));
+  };
+  return absl::DeadlineExceededError(absl::StrCat(
+      "deadline: ", ms(left), " left cannot cover the expected queue wait (", ms(wait),
+      ", ", queued_, " queued) plus prefill (", ms(prefill), ", ", sequence.prompt_tokens(),
+      " tokens) at the measured rates; refused without queueing"));
 }
 
 absl::Duration Inbox::QueueDrainTime() const {

@@ -30,9 +30,12 @@ struct AdmissionLimits {
   int kv_blocks = 0;
 };
 
-// Rates the engine thread measures (0 = not measured yet), behind retry pushback.
+// Rates the engine thread measures (0 = not measured yet), behind retry pushback and
+// deadline-aware admission.
 struct MeasuredRates {
   double requests_finished_per_second = 0.0;
+  // Batch tokens per second in steps that prefill: how fast a prompt gets through.
+  double prefill_tokens_per_second = 0.0;
 };
 
 // The many-writers / one-reader hand-off into the engine thread. It also keeps the facts
@@ -52,8 +55,10 @@ class Inbox {
 
   // UNAVAILABLE once closed; ALREADY_EXISTS for a live id; RESOURCE_EXHAUSTED (with a
   // retry pushback, see retry_pushback.h) when the request does not fit the free run
-  // slots and KV blocks and max_queue requests are already queued. On OK the request is
-  // live and either holds its capacity (sequence->holds_capacity) or is queued.
+  // slots and KV blocks and max_queue requests are already queued; DEADLINE_EXCEEDED when
+  // its deadline cannot cover the expected queue wait plus prefill at the measured rates
+  // (or has passed). On OK the request is live and either holds its capacity
+  // (sequence->holds_capacity) or is queued.
   absl::Status PushSubmit(std::unique_ptr<Sequence> sequence) ABSL_LOCKS_EXCLUDED(mu_);
   // Never refused (not even when closed or full).
   void PushCancel(absl::string_view request_id) ABSL_LOCKS_EXCLUDED(mu_);
@@ -86,6 +91,11 @@ class Inbox {
  private:
   // How long until the requests queued now have been served, at the measured rate.
   absl::Duration QueueDrainTime() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // DEADLINE_EXCEEDED if `sequence` cannot reach its first token by its deadline: the
+  // wait for (queued + 1) requests to finish if it must queue, plus its prompt at the
+  // prefill rate. Unmeasured rates count as no time, so only a sure miss is refused.
+  absl::Status CheckDeadline(const Sequence& sequence, bool starts_now) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const AdmissionLimits limits_;
   mutable absl::Mutex mu_;

@@ -1,6 +1,7 @@
 // quill-server in process on 127.0.0.1:0 (kjv-1m, exact precision), driven through the
 // real client library over real gRPC, with /metrics scraped over HTTP.
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <fstream>
@@ -459,6 +460,72 @@ TEST(ServerAdmissionTest, FullQueueRefusalCarriesRetryPushback) {
   EXPECT_LE(ms, 30000);
   for (client::GenerateCall& call : calls) call.Cancel();
   for (std::thread& t : threads) t.join();
+}
+
+// Issue 10, item 5: with the measured rates, a request whose deadline cannot cover its
+// expected queue wait plus prefill is refused at once with DEADLINE_EXCEEDED (not queued
+// to fail later) and counted under outcome="deadline".
+TEST(ServerAdmissionTest, DeadlineThatCannotCoverTheQueueWaitIsRefusedAtOnce) {
+  if (ModelPath().empty()) GTEST_SKIP() << "shared assets not found (QUILL_SHARED_DIR)";
+  server::ServerOptions options = TestOptions();
+  options.engine.max_running = 1;
+  options.engine.max_queue = 10;
+  absl::StatusOr<std::unique_ptr<server::Server>> server = server::Server::Create(options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  std::unique_ptr<client::QuillClient> client = client::QuillClient::Connect((*server)->address());
+  v1::GenerateRequest long_request = TextRequest("In the beginning", 240);
+  long_request.set_ignore_eos(true);
+  // Solo runs: the engine measures about 1/solo requests per second.
+  absl::Duration solo = absl::ZeroDuration();
+  for (int i = 0; i < 3; ++i) {
+    const absl::Time start = absl::Now();
+    ASSERT_TRUE(Collect(*client, long_request).status.ok());
+    solo = absl::Now() - start;
+  }
+  // One running and six queued: a newcomer expects to wait about 7 solo runs.
+  constexpr int kQueued = 6;
+  std::vector<client::GenerateCall> calls(1 + kQueued);
+  absl::Notification first_token;
+  std::vector<std::thread> threads;
+  threads.emplace_back([&] {
+    Collect(*client, long_request, absl::Seconds(60), &calls[0], [&](const Stream& s) {
+      if (s.messages == 1) first_token.Notify();
+    });
+  });
+  first_token.WaitForNotification();
+  for (int i = 1; i <= kQueued; ++i) {
+    threads.emplace_back([&, i] { Collect(*client, long_request, absl::Seconds(60), &calls[i]); });
+  }
+  const absl::Time wait_until = absl::Now() + absl::Seconds(10);
+  while ((*server)->engine().gauges().requests_waiting < kQueued && absl::Now() < wait_until) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  ASSERT_EQ((*server)->engine().gauges().requests_waiting, kQueued);
+  const PromText before = *ScrapeMetrics((*server)->metrics_port());
+
+  // Two solo runs of deadline (at least 300 ms, so the answer can come back in time).
+  const absl::Duration deadline = std::max(2 * solo, absl::Milliseconds(300));
+  const absl::Time start = absl::Now();
+  const Stream late = Collect(*client, TextRequest("Hear, O Israel", 4), deadline);
+  const absl::Duration answered = absl::Now() - start;
+  EXPECT_EQ(late.status.code(), absl::StatusCode::kDeadlineExceeded) << late.status;
+  EXPECT_THAT(std::string(late.status.message()), HasSubstr("cannot cover the expected queue wait"))
+      << "solo run " << solo;
+  EXPECT_LT(answered, deadline);
+  EXPECT_EQ(late.messages, 0);
+  for (client::GenerateCall& call : calls) call.Cancel();
+  for (std::thread& t : threads) t.join();
+
+  absl::StatusOr<PromText> after = ScrapeUntil((*server)->metrics_port(), [](const PromText& t) {
+    return t.Value("quill_requests_running") == 0.0 && t.Value("quill_requests_waiting") == 0.0;
+  });
+  ASSERT_TRUE(after.ok());
+  const Labels deadline_outcome = {{"api", "grpc"}, {"outcome", "deadline"}};
+  EXPECT_EQ(Metric(*after, "quill_requests_total", deadline_outcome) -
+                Metric(before, "quill_requests_total", deadline_outcome),
+            1.0);
+  EXPECT_EQ(Metric(*after, "quill_requests_total", {{"api", "grpc"}, {"outcome", "rejected"}}),
+            0.0);
 }
 
 // ---------------------------------------------------------------------------------------
