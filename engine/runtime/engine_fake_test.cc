@@ -601,13 +601,13 @@ TEST_F(EngineFakeTest, DeadlinesThatCannotBeMetAreRefusedAndQueuedOnesExpireUnru
     ASSERT_TRUE(engine_->Submit(Request(absl::StrCat("w", i), {kBos, 5}, 10), warm).ok());
     ASSERT_TRUE(warm->Wait());
   }
+  // The pin's first step is held, so the clock stands still while the test submits.
+  SetPaused(true);
   auto pin = std::make_shared<RecordingSink>();  // 120 steps: 1.2 s of the only slot
   GenerationRequest p = Request("pin", {kBos, 5}, 120);
   p.ignore_eos = true;
   ASSERT_TRUE(engine_->Submit(p, pin).ok());
   WaitForwardsEntered(51);
-  SetPaused(true);  // the clock stands still while the test submits
-  WaitForwardsEntered(52);
   auto queued = std::make_shared<RecordingSink>();
   ASSERT_TRUE(engine_->Submit(Request("queued", {kBos, 5}, 10), queued).ok());
 
