@@ -1,6 +1,7 @@
 #include "server/generation_service.h"
 
 #include <chrono>
+#include <optional>
 #include <random>
 #include <utility>
 #include <vector>
@@ -10,6 +11,7 @@
 #include "engine/base/log_field.h"
 #include "engine/model/model.h"
 #include "engine/model/model_config.h"
+#include "engine/runtime/retry_pushback.h"
 #include "server/generate_reactor.h"
 #include "server/metrics/quill_metrics.h"
 #include "server/status_codec.h"
@@ -67,7 +69,11 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* GenerationService::Generate(
   if (absl::Status s = Authorize(*context); !s.ok()) return RejectGenerate(s, false);
   if (absl::Status s = gateway_->CheckServing(); !s.ok()) return RejectGenerate(s, false);
   v1::GenerateRequest request;
-  if (absl::Status s = ParseRequest(*raw, &request); !s.ok()) return RejectGenerate(s, false);
+  // Size first: an oversized request is refused before it is copied or parsed.
+  absl::Status parsed = CheckRequestBytes(static_cast<int64_t>(raw->Length()),
+                                          gateway_->limits().max_generate_request_bytes);
+  if (parsed.ok()) parsed = ParseRequest(*raw, &request);
+  if (!parsed.ok()) return RejectGenerate(parsed, false);
   const absl::Time deadline = DeadlineOf(*context);
   absl::StatusOr<engine::GenerationRequest> converted =
       gateway_->Prepare(request, deadline, Api::kGrpc);
@@ -80,6 +86,11 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* GenerationService::Generate(
   const absl::Status submitted =
       gateway_->Submit(*std::move(converted), reactor->channel(), Api::kGrpc);
   if (!submitted.ok()) {
+    // gRPC's retry policy honours this trailer; clients can also read it themselves.
+    if (std::optional<absl::Duration> pushback = engine::RetryPushbackOf(submitted)) {
+      context->AddTrailingMetadata("grpc-retry-pushback-ms",
+                                   absl::StrCat(absl::ToInt64Milliseconds(*pushback)));
+    }
     reactor->Reject(submitted);
     return reactor;
   }
@@ -94,28 +105,22 @@ grpc::ServerUnaryReactor* GenerationService::Tokenize(grpc::CallbackServerContex
   absl::Status status = Authorize(*context);
   if (status.ok()) status = gateway_->CheckServing();
   v1::TokenizeRequest request;
+  // Size first: an oversized request is refused before it is copied or parsed.
+  if (status.ok()) {
+    status = CheckRequestBytes(static_cast<int64_t>(raw->Length()),
+                               gateway_->limits().max_tokenize_request_bytes);
+  }
   if (status.ok()) status = ParseRequest(*raw, &request);
   if (!status.ok()) {
     reactor->Finish(ToGrpcStatus(status));
     return reactor;
   }
-  const engine::Tokenizer& tokenizer = gateway_->engine()->model().tokenizer();
-  absl::StatusOr<std::vector<engine::TokenId>> ids =
-      tokenizer.Encode(request.text(), request.add_special_tokens());
-  if (!ids.ok()) {
-    reactor->Finish(ToGrpcStatus(
-        absl::InvalidArgumentError(absl::StrCat("text: ", ids.status().message()))));
+  absl::StatusOr<v1::TokenizeResponse> out = gateway_->Tokenize(request);
+  if (!out.ok()) {
+    reactor->Finish(ToGrpcStatus(out.status()));
     return reactor;
   }
-  v1::TokenizeResponse out;
-  for (engine::TokenId id : *ids) {
-    out.add_token_ids(id);
-    out.add_pieces(ToValidUtf8(tokenizer.TokenBytes(id)));
-  }
-  // A vocabulary that prefixes the text with a space when encoding (SentencePiece
-  // add_space_prefix) has it dropped again.
-  out.set_text(ToValidUtf8(tokenizer.Decode(*ids, tokenizer.adds_space_prefix())));
-  *response = SerializeResponse(out);
+  *response = SerializeResponse(*out);
   reactor->Finish(grpc::Status::OK);
   return reactor;
 }

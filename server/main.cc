@@ -101,8 +101,10 @@ ABSL_FLAG(int, prefill_chunk_tokens, kEngineDefaults.prefill_chunk_tokens,
 ABSL_FLAG(int, max_running, kEngineDefaults.max_running,
           "Most requests generating at once (the continuous batch).");
 ABSL_FLAG(int, max_queue, kEngineDefaults.max_queue,
-          "Most requests waiting for admission; beyond it Generate fails at once with "
-          "RESOURCE_EXHAUSTED.");
+          "Most requests waiting for a run slot or KV blocks (a request that finds both free "
+          "starts at once and does not count); beyond it Generate fails at once with "
+          "RESOURCE_EXHAUSTED and a retry pushback (grpc-retry-pushback-ms; HTTP 429 "
+          "Retry-After).");
 ABSL_FLAG(int, max_tokens_limit, kEngineDefaults.max_tokens_limit,
           "Largest max_tokens a request may ask for; 0 = the model's context length - 1.");
 ABSL_FLAG(absl::Duration, drain_timeout, absl::Seconds(30),
@@ -123,6 +125,10 @@ ABSL_FLAG(std::string, api_keys_file, "",
           "on SIGHUP.");
 ABSL_FLAG(std::string, reflection, "auto",
           "gRPC server reflection: true, false, or auto (on only when --host is loopback).");
+ABSL_FLAG(quill::server::ByteSizeFlag, max_send_message_bytes,
+          quill::server::ByteSizeFlag{4 << 20},
+          "Largest response message the server sends (a call that would send a larger one "
+          "fails with RESOURCE_EXHAUSTED).");
 ABSL_FLAG(std::string, log_level, "info",
           "Log level: trace, debug, info, warn, error, critical or off.");
 
@@ -157,6 +163,7 @@ constexpr const char* kFlagNames[] = {
     "tls_client_ca",
     "api_keys_file",
     "reflection",
+    "max_send_message_bytes",
     "log_level",
 };
 
@@ -279,6 +286,7 @@ absl::StatusOr<ServerOptions> OptionsFromFlags(const char* exe) {
     return absl::InvalidArgumentError(
         absl::StrCat("--reflection must be true, false or auto, got '", reflection, "'"));
   }
+  const int64_t max_send = absl::GetFlag(FLAGS_max_send_message_bytes).bytes;
 
   if (options.port < 0 || options.port > 65535) {
     return absl::InvalidArgumentError(absl::StrCat("--port ", options.port, " is not a port"));
@@ -304,6 +312,10 @@ absl::StatusOr<ServerOptions> OptionsFromFlags(const char* exe) {
     return absl::InvalidArgumentError("--max-message-bytes must be in [1KiB, 1GiB]");
   }
   options.max_receive_message_bytes = static_cast<int>(max_message);
+  if (max_send < 1024 || max_send > (int64_t{1} << 30)) {
+    return absl::InvalidArgumentError("--max-send-message-bytes must be in [1KiB, 1GiB]");
+  }
+  options.max_send_message_bytes = static_cast<int>(max_send);
   const struct {
     const char* flag;
     int value;

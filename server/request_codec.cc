@@ -1,5 +1,6 @@
 #include "server/request_codec.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <utility>
@@ -194,6 +195,14 @@ absl::Status ValidateGenerateRequest(const v1::GenerateRequest& request,
       if (request.prompt().empty()) {
         return Invalid("prompt", "is empty (set prompt or prompt_token_ids)");
       }
+      if (limits.max_prompt_bytes > 0 &&
+          static_cast<int64_t>(request.prompt().size()) > limits.max_prompt_bytes) {
+        return Invalid("prompt", absl::StrCat("is ", request.prompt().size(),
+                                              " bytes; text of more than ",
+                                              limits.max_prompt_bytes,
+                                              " bytes cannot fit the longest prompt (",
+                                              limits.max_prompt_tokens, " tokens)"));
+      }
       if (const int64_t bad = FirstInvalidUtf8(request.prompt()); bad >= 0) {
         return Invalid("prompt", absl::StrCat("is not valid UTF-8 at byte ", bad));
       }
@@ -227,6 +236,68 @@ absl::Status ValidateGenerateRequest(const v1::GenerateRequest& request,
                                             request.logprobs()));
   }
   return ValidateStops(request, limits);
+}
+
+int64_t MaxBytesPerToken(const engine::Tokenizer& tokenizer) {
+  size_t longest = 0;
+  for (engine::TokenId id = 0; id < tokenizer.vocab_size(); ++id) {
+    longest = std::max(longest, tokenizer.TokenBytes(id).size());
+  }
+  return std::max<int64_t>(4, 3 * static_cast<int64_t>(longest));
+}
+
+void SetTextLimits(const engine::Tokenizer& tokenizer, RequestLimits* limits) {
+  const int64_t per_token = MaxBytesPerToken(tokenizer);
+  limits->max_prompt_bytes = limits->max_prompt_tokens * per_token;
+  // Tokenize is for prompts: anything longer than the context cannot be one.
+  limits->max_tokenize_bytes = limits->context_length * per_token;
+  limits->max_tokenize_tokens = limits->context_length;
+  // Every field at its largest, each with up to 16 bytes of tag and length (generous).
+  constexpr int64_t kField = 16;
+  const int64_t prompt = std::max(limits->max_prompt_bytes, 5 * int64_t{limits->max_prompt_tokens});
+  limits->max_generate_request_bytes =
+      prompt + limits->max_request_id_bytes +
+      limits->max_stop_strings * (limits->max_stop_bytes + kField) +
+      5 * int64_t{limits->max_stop_token_ids} + 16 * kField;
+  limits->max_tokenize_request_bytes = limits->max_tokenize_bytes + 4 * kField;
+}
+
+absl::Status CheckRequestBytes(int64_t bytes, int64_t limit) {
+  if (limit <= 0 || bytes <= limit) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("request is ", bytes, " bytes; no valid request to this model is over ", limit,
+                   " (see max_prompt_tokens and the vocabulary's longest token)"));
+}
+
+absl::StatusOr<v1::TokenizeResponse> TokenizeText(const v1::TokenizeRequest& request,
+                                                  const RequestLimits& limits,
+                                                  const engine::Tokenizer& tokenizer) {
+  const std::string& text = request.text();
+  if (limits.max_tokenize_bytes > 0 &&
+      static_cast<int64_t>(text.size()) > limits.max_tokenize_bytes) {
+    return Invalid("text", absl::StrCat("is ", text.size(), " bytes; Tokenize accepts at most ",
+                                        limits.max_tokenize_bytes,
+                                        " (the most a context of ", limits.context_length,
+                                        " tokens can hold)"));
+  }
+  absl::StatusOr<std::vector<engine::TokenId>> ids =
+      tokenizer.Encode(text, request.add_special_tokens());
+  if (!ids.ok()) return absl::InvalidArgumentError(absl::StrCat("text: ", ids.status().message()));
+  if (limits.max_tokenize_tokens > 0 &&
+      static_cast<int64_t>(ids->size()) > limits.max_tokenize_tokens) {
+    return Invalid("text", absl::StrCat("encodes to ", ids->size(), " tokens; Tokenize returns at most ",
+                                        limits.max_tokenize_tokens, " (the context length)"));
+  }
+  v1::TokenizeResponse out;
+  out.mutable_token_ids()->Reserve(static_cast<int>(ids->size()));
+  for (engine::TokenId id : *ids) {
+    out.add_token_ids(id);
+    out.add_pieces(ToValidUtf8(tokenizer.TokenBytes(id)));
+  }
+  // A vocabulary that prefixes the text with a space when encoding (SentencePiece
+  // add_space_prefix) has it dropped again.
+  out.set_text(ToValidUtf8(tokenizer.Decode(*ids, tokenizer.adds_space_prefix())));
+  return out;
 }
 
 engine::SamplingParams ToEngineSampling(const v1::GenerateRequest& request) {

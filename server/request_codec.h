@@ -32,7 +32,31 @@ struct RequestLimits {
   int max_stop_token_ids = 16;
   int max_logprobs = 20;
   int max_request_id_bytes = 128;
+  // Text longer than this many bytes cannot fit max_prompt_tokens tokens (see
+  // MaxBytesPerToken) and is refused before it is tokenized. 0 = not checked.
+  int64_t max_prompt_bytes = 0;
+  // Tokenize: the longest text accepted (bytes) and the most ids returned; 0 = not checked.
+  int64_t max_tokenize_bytes = 0;
+  int64_t max_tokenize_tokens = 0;
+  // The largest serialized GenerateRequest / TokenizeRequest any valid request can be,
+  // given the limits above: a bigger one is refused before it is parsed. 0 = not checked.
+  int64_t max_generate_request_bytes = 0;
+  int64_t max_tokenize_request_bytes = 0;
 };
+
+// An upper bound on the bytes of text one token of `tokenizer` can stand for, so that text
+// of more than n * MaxBytesPerToken bytes always encodes to more than n tokens. A token
+// covers its TokenBytes, except that a SentencePiece piece writes each space as "\u2581"
+// (3 bytes), which a client may also send literally; an unknown-character token covers one
+// character (at most 4 bytes). Hence max(4, 3 * the longest TokenBytes).
+int64_t MaxBytesPerToken(const engine::Tokenizer& tokenizer);
+
+// Fills the byte and Tokenize caps of `limits` from its token limits and `tokenizer`.
+void SetTextLimits(const engine::Tokenizer& tokenizer, RequestLimits* limits);
+
+// INVALID_ARGUMENT ("request is N bytes; ...") if a serialized request of `bytes` is over
+// `limit` (0 = no limit): no valid request is that large, so it is refused unparsed.
+absl::Status CheckRequestBytes(int64_t bytes, int64_t limit);
 
 // Offset of the first byte that is not part of well-formed UTF-8 (overlong forms,
 // surrogates and code points above U+10FFFF are ill-formed), or -1 if `text` is valid.
@@ -51,7 +75,8 @@ absl::Status ParseRequest(const grpc::ByteBuffer& buffer, google::protobuf::Mess
 grpc::ByteBuffer SerializeResponse(const google::protobuf::Message& message);
 
 // Checks every field that does not need the tokenizer. INVALID_ARGUMENT naming the field:
-// request_id too long or not printable ASCII, no prompt, ids outside the vocabulary, max_tokens 0 or above the
+// request_id too long or not printable ASCII, no prompt, a text prompt of more than
+// max_prompt_bytes bytes (checked before anything else reads it), ids outside the vocabulary, max_tokens 0 or above the
 // limit, NaN/Inf/out-of-range sampling values, logprobs outside [0, max_logprobs],
 // stop strings that are too many, too long, empty or not UTF-8, stop_token_ids outside
 // the vocabulary. Nothing is clamped.
@@ -65,6 +90,13 @@ absl::Status ValidateGenerateRequest(const quill::v1::GenerateRequest& request,
 absl::StatusOr<engine::GenerationRequest> ToEngineRequest(
     const quill::v1::GenerateRequest& request, const RequestLimits& limits,
     const engine::Tokenizer& tokenizer);
+
+// The Tokenize RPC: INVALID_ARGUMENT ("text ...") for text of more than max_tokenize_bytes
+// bytes (refused before tokenizing), text that is not UTF-8, or text that encodes to more
+// than max_tokenize_tokens ids; else the ids, their pieces and the decoded text.
+absl::StatusOr<quill::v1::TokenizeResponse> TokenizeText(const quill::v1::TokenizeRequest& request,
+                                                         const RequestLimits& limits,
+                                                         const engine::Tokenizer& tokenizer);
 
 // Proto sampling message -> engine sampling params (unset message = greedy; top_p 0 and
 // repetition_penalty 0 mean 1). Assumes ValidateGenerateRequest passed.

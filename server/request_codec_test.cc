@@ -22,6 +22,7 @@ class ByteTokenizer final : public engine::Tokenizer {
  public:
   absl::StatusOr<std::vector<engine::TokenId>> Encode(absl::string_view text,
                                                       bool add_special) const override {
+    encoded_bytes += static_cast<int64_t>(text.size());
     if (FirstInvalidUtf8(text) >= 0) return absl::InvalidArgumentError("not valid UTF-8");
     std::vector<engine::TokenId> ids;
     if (add_special) ids.push_back(1);
@@ -45,6 +46,8 @@ class ByteTokenizer final : public engine::Tokenizer {
   absl::Span<const engine::TokenId> end_of_generation_ids() const override { return kEog; }
   bool IsControl(engine::TokenId id) const override { return id < 3; }
   std::string model_name() const override { return "llama"; }
+
+  mutable int64_t encoded_bytes = 0;  // text handed to Encode so far
 };
 
 RequestLimits Limits() {
@@ -162,6 +165,84 @@ TEST(RequestCodecTest, EveryInvalidRequestIsInvalidArgumentNamingTheField) {
     EXPECT_THAT(std::string(got.status().message()), ::testing::StartsWith(c.field))
         << c.name << ": " << got.status();
   }
+}
+
+// Issue 10: a 3.9 MB prompt was tokenized in full (1.5 M tokens, 564 ms) before the length
+// check refused it. Text that cannot fit is now refused by its size, unread.
+TEST(RequestCodecTest, OversizedPromptIsRefusedBeforeTokenizing) {
+  ByteTokenizer tokenizer;  // one byte per token: 4 bytes per token is the bound
+  EXPECT_EQ(MaxBytesPerToken(tokenizer), 4);
+  RequestLimits limits = Limits();
+  SetTextLimits(tokenizer, &limits);
+  EXPECT_EQ(limits.max_prompt_bytes, 63 * 4);
+  v1::GenerateRequest request = Valid();
+  request.set_prompt(std::string(3900000, 'a'));
+  absl::StatusOr<engine::GenerationRequest> got = ToEngineRequest(request, limits, tokenizer);
+  ASSERT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(got.status().message()),
+              ::testing::StartsWith("prompt is 3900000 bytes; text of more than 252 bytes"));
+  EXPECT_EQ(tokenizer.encoded_bytes, 0);
+  // At the bound the text is tokenized, and then refused for its token count.
+  request.set_prompt(std::string(252, 'a'));
+  got = ToEngineRequest(request, limits, tokenizer);
+  ASSERT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(got.status().message()), HasSubstr("253 tokens"));
+  EXPECT_EQ(tokenizer.encoded_bytes, 252);
+}
+
+// No valid request is larger than the bound SetTextLimits derives, so a bigger one can be
+// refused before it is parsed.
+TEST(RequestCodecTest, RequestSizeBoundCoversTheLargestValidRequest) {
+  ByteTokenizer tokenizer;
+  RequestLimits limits = Limits();
+  SetTextLimits(tokenizer, &limits);
+  v1::GenerateRequest largest;
+  largest.set_request_id(std::string(limits.max_request_id_bytes, 'i'));
+  largest.set_prompt(std::string(limits.max_prompt_bytes, 'a'));
+  largest.set_max_tokens(limits.max_tokens);
+  largest.set_logprobs(limits.max_logprobs);
+  largest.mutable_sampling()->set_temperature(0.5f);
+  largest.mutable_sampling()->set_seed(~uint64_t{0});
+  for (int i = 0; i < limits.max_stop_strings; ++i) {
+    largest.add_stop(std::string(limits.max_stop_bytes, 's'));
+  }
+  for (int i = 0; i < limits.max_stop_token_ids; ++i) largest.add_stop_token_ids(1023);
+  EXPECT_TRUE(CheckRequestBytes(largest.ByteSizeLong(), limits.max_generate_request_bytes).ok());
+  v1::GenerateRequest ids = Valid();
+  for (int i = 0; i < limits.max_prompt_tokens; ++i) {
+    ids.mutable_prompt_token_ids()->add_ids(1023);
+  }
+  EXPECT_TRUE(CheckRequestBytes(ids.ByteSizeLong(), limits.max_generate_request_bytes).ok());
+  v1::TokenizeRequest text;
+  text.set_text(std::string(limits.max_tokenize_bytes, 't'));
+  text.set_add_special_tokens(true);
+  EXPECT_TRUE(CheckRequestBytes(text.ByteSizeLong(), limits.max_tokenize_request_bytes).ok());
+  const absl::Status over = CheckRequestBytes(3900010, limits.max_generate_request_bytes);
+  EXPECT_EQ(over.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(over.message()), ::testing::StartsWith("request is 3900010 bytes"));
+}
+
+TEST(RequestCodecTest, TokenizeCapsItsInputBeforeTokenizingAndItsOutput) {
+  ByteTokenizer tokenizer;
+  RequestLimits limits = Limits();
+  SetTextLimits(tokenizer, &limits);  // 64 tokens of context: 256 bytes, 64 ids
+  v1::TokenizeRequest request;
+  request.set_text(std::string(3900000, 'a'));
+  absl::StatusOr<v1::TokenizeResponse> got = TokenizeText(request, limits, tokenizer);
+  ASSERT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(got.status().message()), ::testing::StartsWith("text is 3900000 bytes"));
+  EXPECT_EQ(tokenizer.encoded_bytes, 0);
+  request.set_text(std::string(65, 'a'));  // 65 ids: within the byte cap, over the id cap
+  got = TokenizeText(request, limits, tokenizer);
+  ASSERT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(got.status().message()), ::testing::StartsWith("text encodes to 65 tokens"));
+  request.set_text("hi");
+  request.set_add_special_tokens(true);
+  got = TokenizeText(request, limits, tokenizer);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_THAT(got->token_ids(), ::testing::ElementsAre(1, 'h' + 3, 'i' + 3));
+  EXPECT_EQ(got->pieces_size(), 3);
+  EXPECT_EQ(got->text(), "hi");
 }
 
 TEST(RequestCodecTest, PrintableRequestIdsAreAccepted) {

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_format.h"
 #include "engine/base/log_field.h"
+#include "engine/base/status_macros.h"
 #include "engine/model/model.h"
 #include "engine/model/model_config.h"
 #include "spdlog/spdlog.h"
@@ -29,6 +30,12 @@ void RequestGateway::SetEngine(engine::Engine* engine) {
   limits.max_prompt_tokens = longest;
   limits.kv_capacity_tokens =
       static_cast<int64_t>(gauges.kv_blocks_total) * options.block_size_tokens;
+  SetTextLimits(engine->model().tokenizer(), &limits);
+  spdlog::info(
+      "text limits: max_prompt_bytes={} max_tokenize_bytes={} max_tokenize_tokens={} "
+      "max_generate_request_bytes={} max_tokenize_request_bytes={}",
+      limits.max_prompt_bytes, limits.max_tokenize_bytes, limits.max_tokenize_tokens,
+      limits.max_generate_request_bytes, limits.max_tokenize_request_bytes);
   limits_ = limits;
   model_name_ = ServedModelName(*engine, model_path_);
   engine_.store(engine, std::memory_order_release);
@@ -72,13 +79,23 @@ absl::StatusOr<engine::GenerationRequest> RequestGateway::Prepare(
   return converted;
 }
 
+absl::StatusOr<quill::v1::TokenizeResponse> RequestGateway::Tokenize(
+    const quill::v1::TokenizeRequest& request) {
+  QUILL_RETURN_IF_ERROR(CheckServing());
+  return TokenizeText(request, limits_, engine()->model().tokenizer());
+}
+
 absl::Status RequestGateway::Submit(engine::GenerationRequest request,
                                     std::shared_ptr<engine::TokenSink> sink, Api api) {
   engine::Engine* e = engine();
   absl::Status submitted =
       e == nullptr ? CheckServing() : e->Submit(std::move(request), std::move(sink));
   if (!submitted.ok()) {
-    RecordRejected(api);
+    if (submitted.code() == absl::StatusCode::kDeadlineExceeded) {
+      if (metrics_ != nullptr) metrics_->RecordDeadlineRefused(api);
+    } else {
+      RecordRejected(api);
+    }
     spdlog::debug("engine refused request api={} status={}", std::string(ApiName(api)),
                   LogField(submitted.ToString()));
   }

@@ -55,9 +55,15 @@ class RequestGateway {
   absl::StatusOr<engine::GenerationRequest> Prepare(const quill::v1::GenerateRequest& request,
                                                     absl::Time deadline, Api api);
 
+  // The Tokenize call (both front ends): CheckServing, then request_codec's TokenizeText,
+  // which refuses text over max_tokenize_bytes before tokenizing it and output over
+  // max_tokenize_tokens ids (INVALID_ARGUMENT naming the limit).
+  absl::StatusOr<quill::v1::TokenizeResponse> Tokenize(const quill::v1::TokenizeRequest& request);
+
   // Engine::Submit. On error (RESOURCE_EXHAUSTED queue full, UNAVAILABLE draining,
-  // ALREADY_EXISTS duplicate id, INVALID_ARGUMENT) the rejection is counted and `sink` is
-  // never called; on OK it gets chunks and exactly one OnFinish.
+  // ALREADY_EXISTS duplicate id, INVALID_ARGUMENT) the rejection is counted, and
+  // DEADLINE_EXCEEDED (the deadline cannot be met) under outcome "deadline"; `sink` is
+  // never called. On OK it gets chunks and exactly one OnFinish.
   absl::Status Submit(engine::GenerationRequest request, std::shared_ptr<engine::TokenSink> sink,
                       Api api);
 

@@ -183,6 +183,7 @@ absl::Status Server::StartGrpc() {
   builder.AddListeningPort(bind, *credentials, &port_);
   builder.RegisterService(service_.get());
   builder.SetMaxReceiveMessageSize(options_.max_receive_message_bytes);
+  builder.SetMaxSendMessageSize(options_.max_send_message_bytes);
   // gRPC enables SO_REUSEPORT by default, so a second server on a busy port would silently
   // share it; fail instead.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);

@@ -54,6 +54,8 @@ struct ServerOptions {
   absl::Duration grpc_shutdown_grace = absl::Seconds(5);
   // Requests larger than this are refused by gRPC (RESOURCE_EXHAUSTED) and HTTP (413).
   int max_receive_message_bytes = 4 << 20;
+  // No response message is larger than this (gRPC fails a call that would send one).
+  int max_send_message_bytes = 4 << 20;
 };
 
 // "512MiB", "2GiB", "64M", "1000000", "1.5GiB", "10KB" -> bytes. KiB/MiB/GiB/TiB and

@@ -17,6 +17,7 @@
 #include "engine/base/check.h"
 #include "engine/base/status_macros.h"
 #include "engine/runtime/batch_planner.h"
+#include "engine/runtime/ewma_rate.h"
 #include "engine/runtime/inbox.h"
 #include "engine/runtime/sequence.h"
 #include "spdlog/spdlog.h"
@@ -74,7 +75,7 @@ class Engine::Impl {
         observer_(observer),
         clock_(clock),
         kv_(std::move(kv)),
-        inbox_(options.max_queue),
+        inbox_(AdmissionLimits{options.max_queue, options.max_running, kv_->num_blocks()}),
         vocab_size_(step_model_->vocab_size()),
         context_length_(step_model_->context_length()),
         max_tokens_limit_(options.max_tokens_limit > 0 ? options.max_tokens_limit
@@ -144,6 +145,9 @@ class Engine::Impl {
   // The one place a request ends: KV blocks back, id reusable, sink and observer told.
   void FinishSequence(Sequence& seq, absl::Time now);
   EngineGauges PublishGauges();
+  // Adds `busy` engine time to the rate window and publishes the rates once it is long
+  // enough to mean something.
+  void MeasureRates(absl::Duration busy);
 
   // Immutable after construction.
   const std::unique_ptr<StepModel> step_model_;
@@ -185,6 +189,12 @@ class Engine::Impl {
   std::vector<absl::Duration> inter_token_latencies_;
   int step_prefix_query_tokens_ = 0;  // over this step's admissions
   int step_prefix_hit_tokens_ = 0;
+  // Requests finished per second of busy engine time (idle time is left out).
+  EwmaRate finished_rate_{absl::Seconds(5)};
+  // Batch tokens per second of forward time in steps that prefill.
+  EwmaRate prefill_rate_{absl::Seconds(5)};
+  int finished_in_window_ = 0;
+  absl::Duration window_busy_ = absl::ZeroDuration();
 };
 
 absl::Status Engine::Impl::Validate(const GenerationRequest& r) const {
@@ -265,6 +275,10 @@ absl::Status Engine::Impl::Submit(GenerationRequest request, std::shared_ptr<Tok
                                              std::move(request), std::move(sink),
                                              step_model_->tokenizer(), vocab_size_, clock_->Now(),
                                              options_.prefix_cache ? kv_block_size_ : 0);
+  // The inbox's capacity count takes the whole reservation, cache hits or not: it may
+  // queue a request the cache would have let in, never the reverse.
+  sequence->kv_blocks = static_cast<int>(
+      (sequence->kv_tokens_reserved() + kv_block_size_ - 1) / kv_block_size_);
   return inbox_.PushSubmit(std::move(sequence));
 }
 
@@ -280,6 +294,7 @@ void Engine::Impl::Shutdown(absl::Duration drain_timeout) {
 void Engine::Impl::Run() {
   engine_thread_ = std::this_thread::get_id();
   if (options_.num_threads > 0) omp_set_num_threads(options_.num_threads);
+  absl::Time last_iteration_end = clock_->Now();
   while (true) {
     const bool idle = running_.empty() && waiting_.empty();
     commands_.clear();
@@ -288,6 +303,7 @@ void Engine::Impl::Run() {
         inbox_.WaitAndDrain(idle ? absl::InfiniteDuration() : absl::ZeroDuration(), &commands_);
     ApplyCommands();
     const absl::Time now = clock_->Now();
+    const absl::Time busy_from = idle ? now : last_iteration_end;
     MarkExpired(now);
     if (drained.closed && now >= drained.drain_deadline) {
       MarkAll(FinishReason::kShutdown, absl::UnavailableError("server shutting down"));
@@ -300,7 +316,22 @@ void Engine::Impl::Run() {
       continue;
     }
     Step();
+    last_iteration_end = clock_->Now();
+    MeasureRates(last_iteration_end - busy_from);
   }
+}
+
+void Engine::Impl::MeasureRates(absl::Duration busy) {
+  window_busy_ += busy;
+  // ~100 ms windows: long enough to hold whole requests, short enough to follow load.
+  if (window_busy_ < absl::Milliseconds(100)) return;
+  finished_rate_.Add(finished_in_window_, window_busy_);
+  finished_in_window_ = 0;
+  window_busy_ = absl::ZeroDuration();
+  MeasuredRates rates;
+  rates.requests_finished_per_second = finished_rate_.per_second();
+  rates.prefill_tokens_per_second = prefill_rate_.per_second();
+  inbox_.SetRates(rates);
 }
 
 void Engine::Impl::ApplyCommands() {
@@ -379,6 +410,10 @@ void Engine::Impl::Step() {
           absl::InternalError(absl::StrCat("forward step failed: ", forward.message())));
     }
   } else {
+    // A prompt shares its steps with decoders, so a step's whole batch is what it costs.
+    if (plan_.prefill_tokens > 0) {
+      prefill_rate_.Add(plan_.prefill_tokens + plan_.decode_tokens, after - start);
+    }
     size_t row = 0;
     for (const PlannedEntry& e : plan_.entries) {
       Sequence& seq = *running_[e.sequence];
@@ -460,11 +495,14 @@ void Engine::Impl::Admit(absl::Time now) {
     waiting_.pop_front();
     const absl::Status reserved = kv_->Reserve(seq->kv_id(), seq->kv_tokens_reserved());
     QUILL_CHECK(reserved.ok());  // the planner only admits what fits
+    if (!seq->holds_capacity) {
+      inbox_.Admitted(seq->kv_blocks);
+      seq->holds_capacity = true;
+    }
     seq->SetState(SequenceState::kPrefill);
     seq->admit_time = now;
     running_.push_back(std::move(seq));
   }
-  if (plan_.num_admitted > 0) inbox_.LeftQueue(plan_.num_admitted);
 }
 
 void Engine::Impl::EmitToken(Sequence& seq, absl::Span<const float> logits, bool decode,
@@ -527,10 +565,14 @@ int Engine::Impl::FinishMarked(absl::Time now) {
 
 void Engine::Impl::FinishSequence(Sequence& seq, absl::Time now) {
   QUILL_DCHECK(std::this_thread::get_id() == engine_thread_);
-  const bool was_waiting = seq.state() == SequenceState::kWaiting;
   seq.SetState(SequenceState::kFinished);
   kv_->Release(seq.kv_id());
-  if (was_waiting) inbox_.LeftQueue(1);
+  if (seq.holds_capacity) {
+    inbox_.Released(seq.kv_blocks);
+  } else {
+    inbox_.LeftQueue();
+  }
+  ++finished_in_window_;
   by_id_.erase(seq.id());
   inbox_.Forget(seq.id());  // before OnFinish, so the id can be reused at once
 

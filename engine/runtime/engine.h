@@ -16,10 +16,12 @@
 namespace quill::engine {
 
 struct EngineOptions {
-  int max_batch_tokens = 512;      // tokens per step, prefill + decode (<= model's max)
-  int prefill_chunk_tokens = 256;  // a prompt is prefilled in chunks of at most this
-  int max_running = 64;            // sequences in the running set at once
-  int max_queue = 256;             // waiting requests; one more -> RESOURCE_EXHAUSTED
+  int max_batch_tokens = 512;       // tokens per step, prefill + decode (<= model's max)
+  int prefill_chunk_tokens = 256;   // a prompt is prefilled in chunks of at most this
+  int max_running = 64;             // sequences in the running set at once
+  // Requests waiting for a run slot or KV blocks; one more -> RESOURCE_EXHAUSTED. A
+  // request that finds both free (and nobody waiting) starts at once and does not count.
+  int max_queue = 256;
   int64_t kv_cache_bytes = int64_t{256} << 20;
   int block_size_tokens = 16;
   int max_tokens_limit = 0;  // largest max_tokens accepted; 0 = the context length
@@ -70,7 +72,12 @@ class Engine {
   //                      16 stop strings or one over 256 bytes or not UTF-8,
   //                      stop_token_ids out of vocab, and a request_id that is not
   //                      printable ASCII);
-  //   RESOURCE_EXHAUSTED the waiting queue is full (retry later);
+  //   RESOURCE_EXHAUSTED no free run slot or KV blocks and max_queue requests already
+  //                      wait; carries a retry pushback (retry_pushback.h) from the
+  //                      measured rate at which requests finish;
+  //   DEADLINE_EXCEEDED  the deadline has passed, or cannot cover the expected queue
+  //                      wait plus prefill at the measured rates (refused at once
+  //                      rather than queued to fail later);
   //   ALREADY_EXISTS     a live request has the same id;
   //   UNAVAILABLE        the engine is draining or stopped.
   // On OK the engine owns the request and `sink` gets chunks and exactly one OnFinish.

@@ -18,6 +18,8 @@
 #include "absl/time/clock.h"
 #include "engine/runtime/engine.h"
 #include "engine/runtime/recording_sink_for_test.h"
+#include "engine/runtime/retry_pushback.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace quill::engine {
@@ -90,6 +92,9 @@ class FakeStepModel final : public StepModel {
     std::string error ABSL_GUARDED_BY(mu);                    // first contract violation
     // Read once when the model is made, before the engine thread exists.
     TokenId end_of_turn = -1;
+    // Set before the engine starts; run at the end of every forward (e.g. to make a
+    // manual clock tick, so the engine measures exact rates).
+    std::function<void()> after_forward;
   };
 
   explicit FakeStepModel(std::shared_ptr<Shared> shared)
@@ -118,6 +123,7 @@ class FakeStepModel final : public StepModel {
     std::vector<int> shape;
     for (const BatchEntry& e : batch) shape.push_back(static_cast<int>(e.tokens.size()));
     shared_->steps.push_back(shape);
+    if (shared_->after_forward) shared_->after_forward();
     if (shared_->fail_next) {
       shared_->fail_next = false;
       return absl::InternalError("injected failure");
@@ -468,6 +474,45 @@ TEST_F(EngineFakeTest, QueueFullIsRefusedImmediately) {
   ASSERT_TRUE(running->Wait());
 }
 
+// A burst that arrives while the engine is busy in a step: requests that find a free run
+// slot and their KV blocks start at once, and only the rest count against max_queue.
+// (Before, all of them counted until the next step, so this burst got 2 of 10 in.)
+TEST_F(EngineFakeTest, BurstWithFreeRunSlotsIsAdmittedUpToSlotsPlusQueue) {
+  EngineOptions options = SmallOptions();  // 64 blocks; each request here needs 2
+  options.max_running = 8;
+  options.max_queue = 2;
+  Start(options);
+  SetPaused(true);
+  std::vector<std::shared_ptr<RecordingSink>> sinks;
+  sinks.push_back(std::make_shared<RecordingSink>());
+  ASSERT_TRUE(engine_->Submit(Request("pin", {kBos, 5}, 20), sinks.back()).ok());
+  WaitForwardsEntered(1);  // the engine is inside a step and admits nobody until it ends
+  for (int i = 1; i < 10; ++i) {
+    sinks.push_back(std::make_shared<RecordingSink>());
+    const absl::Status s = engine_->Submit(Request(absl::StrCat("b", i), {kBos, 5}, 20),
+                                           sinks.back());
+    ASSERT_TRUE(s.ok()) << i << ": " << s;
+  }
+  auto refused = std::make_shared<RecordingSink>();
+  const absl::Status over = engine_->Submit(Request("over", {kBos, 5}, 20), refused);
+  EXPECT_EQ(over.code(), absl::StatusCode::kResourceExhausted) << over;
+  EXPECT_THAT(std::string(over.message()), ::testing::HasSubstr("2 requests waiting"));
+  // Nothing has finished yet, so the advice is the first guess.
+  EXPECT_EQ(RetryPushbackOf(over), absl::Seconds(1));
+  SetPaused(false);
+  for (auto& sink : sinks) {
+    ASSERT_TRUE(sink->Wait());
+    EXPECT_EQ(sink->info().reason, FinishReason::kLength);
+  }
+  EXPECT_FALSE(refused->called());
+  // Slots and blocks all came back: a new burst of 10 gets in again.
+  for (int i = 0; i < 10; ++i) {
+    sinks[i] = std::make_shared<RecordingSink>();
+    ASSERT_TRUE(engine_->Submit(Request(absl::StrCat("again", i), {kBos, 5}, 20), sinks[i]).ok());
+  }
+  for (auto& sink : sinks) ASSERT_TRUE(sink->Wait());
+}
+
 TEST_F(EngineFakeTest, CancelWaitingAndRunning) {
   EngineOptions options = SmallOptions();
   options.kv_cache_bytes = 32 * 16 * 2;
@@ -509,11 +554,12 @@ TEST_F(EngineFakeTest, DeadlineInThePastAndDuringDecode) {
   auto late = std::make_shared<RecordingSink>();
   GenerationRequest r = Request("late", {kBos, 5}, 10);
   r.deadline = clock.Now() - absl::Seconds(1);
-  ASSERT_TRUE(engine_->Submit(r, late).ok());
-  ASSERT_TRUE(late->Wait());
-  EXPECT_EQ(late->info().reason, FinishReason::kDeadline);
-  EXPECT_EQ(late->info().status.code(), absl::StatusCode::kDeadlineExceeded);
-  EXPECT_TRUE(late->ids().empty());
+  // Refused at submit (nothing could make it), so the sink is never called.
+  const absl::Status refused = engine_->Submit(r, late);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kDeadlineExceeded) << refused;
+  EXPECT_FALSE(late->called());
+  r.deadline = clock.Now();  // no time left at all is no better
+  EXPECT_EQ(engine_->Submit(r, late).code(), absl::StatusCode::kDeadlineExceeded);
 
   // Time jumps past the deadline while the first token is being delivered.
   class AdvancingSink final : public TokenSink {
@@ -537,6 +583,63 @@ TEST_F(EngineFakeTest, DeadlineInThePastAndDuringDecode) {
   ASSERT_TRUE(recorded->Wait());
   EXPECT_EQ(recorded->info().reason, FinishReason::kDeadline);
   EXPECT_EQ(recorded->ids().size(), 1u);
+  engine_->Shutdown(absl::ZeroDuration());  // before `clock` goes away
+}
+
+// Deadline-aware admission, on a clock that ticks 10 ms per forward step, so the engine
+// measures exact rates: one request of 10 steps alone finishes every 100 ms (10/s), and a
+// 2-token prompt step runs 200 tokens/s.
+TEST_F(EngineFakeTest, DeadlinesThatCannotBeMetAreRefusedAndQueuedOnesExpireUnrun) {
+  ManualClock clock;
+  shared_->after_forward = [&clock] { clock.Advance(absl::Milliseconds(10)); };
+  EngineOptions options = SmallOptions();
+  options.max_running = 1;
+  options.max_queue = 10;
+  Start(options, &clock);
+  for (int i = 0; i < 5; ++i) {  // 500 ms of measured work
+    auto warm = std::make_shared<RecordingSink>();
+    ASSERT_TRUE(engine_->Submit(Request(absl::StrCat("w", i), {kBos, 5}, 10), warm).ok());
+    ASSERT_TRUE(warm->Wait());
+  }
+  // The pin's first step is held, so the clock stands still while the test submits.
+  SetPaused(true);
+  auto pin = std::make_shared<RecordingSink>();  // 120 steps: 1.2 s of the only slot
+  GenerationRequest p = Request("pin", {kBos, 5}, 120);
+  p.ignore_eos = true;
+  ASSERT_TRUE(engine_->Submit(p, pin).ok());
+  WaitForwardsEntered(51);
+  auto queued = std::make_shared<RecordingSink>();
+  ASSERT_TRUE(engine_->Submit(Request("queued", {kBos, 5}, 10), queued).ok());
+
+  // Must wait for 2 requests to finish (~200 ms) plus prefill: 100 ms cannot cover it.
+  auto late = std::make_shared<RecordingSink>();
+  GenerationRequest r = Request("late", {kBos, 5}, 10);
+  r.deadline = clock.Now() + absl::Milliseconds(100);
+  const absl::Status refused = engine_->Submit(r, late);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kDeadlineExceeded) << refused;
+  EXPECT_THAT(std::string(refused.message()),
+              ::testing::HasSubstr("cannot cover the expected queue wait"));
+  EXPECT_FALSE(late->called());
+
+  // ~210 ms expected (2 to finish, then prefill), 700 ms given: accepted and queued. But
+  // the pin holds the slot past 700 ms, so it leaves the queue at its deadline, unrun.
+  auto expires = std::make_shared<RecordingSink>();
+  r.request_id = "expires";
+  r.deadline = clock.Now() + absl::Milliseconds(700);
+  const absl::Status accepted = engine_->Submit(r, expires);
+  ASSERT_TRUE(accepted.ok()) << accepted;
+  SetPaused(false);
+  ASSERT_TRUE(expires->Wait());
+  EXPECT_EQ(expires->info().reason, FinishReason::kDeadline);
+  EXPECT_EQ(expires->info().status.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_TRUE(expires->ids().empty());
+  EXPECT_EQ(expires->info().timings.prefill, absl::ZeroDuration());
+  EXPECT_GE(expires->info().timings.total, absl::Milliseconds(700));
+  EXPECT_LE(expires->info().timings.total, absl::Milliseconds(720));  // within two steps
+  ASSERT_TRUE(pin->Wait());
+  EXPECT_EQ(pin->info().reason, FinishReason::kLength);
+  ASSERT_TRUE(queued->Wait());
+  EXPECT_EQ(queued->info().reason, FinishReason::kLength);
   engine_->Shutdown(absl::ZeroDuration());  // before `clock` goes away
 }
 

@@ -1,9 +1,12 @@
 #include "engine/runtime/inbox.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "engine/base/check.h"
+#include "engine/base/status_macros.h"
+#include "engine/runtime/retry_pushback.h"
 
 namespace quill::engine {
 
@@ -14,13 +17,28 @@ absl::Status Inbox::PushSubmit(std::unique_ptr<Sequence> sequence) {
     return absl::AlreadyExistsError(
         absl::StrCat("request_id \"", sequence->id(), "\" is already in progress"));
   }
-  if (not_admitted_ >= max_queue_) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("queue full: ", not_admitted_, " requests waiting (max_queue ",
-                     max_queue_, "); retry later"));
+  const bool fits = queued_ == 0 && held_slots_ < limits_.max_running &&
+                    held_blocks_ + sequence->kv_blocks <= limits_.kv_blocks;
+  if (!fits && queued_ >= limits_.max_queue) {
+    const absl::Duration pushback = QueueDrainTime();
+    return WithRetryPushback(
+        absl::ResourceExhaustedError(absl::StrCat(
+            "queue full: ", queued_, " requests waiting for a run slot or KV blocks (max_queue ",
+            limits_.max_queue, "); retry in about ",
+            absl::FormatDuration(absl::Trunc(std::clamp(pushback, kMinRetryPushback,
+                                                        kMaxRetryPushback),
+                                             absl::Milliseconds(1))))),
+        pushback);
   }
+  QUILL_RETURN_IF_ERROR(CheckDeadline(*sequence, fits));
   live_ids_.insert(sequence->id());
-  ++not_admitted_;
+  if (fits) {
+    ++held_slots_;
+    held_blocks_ += sequence->kv_blocks;
+    sequence->holds_capacity = true;
+  } else {
+    ++queued_;
+  }
   Command command;
   command.kind = Command::Kind::kSubmit;
   command.sequence = std::move(sequence);
@@ -54,10 +72,63 @@ Inbox::Drained Inbox::WaitAndDrain(absl::Duration timeout, std::vector<Command>*
   return drained;
 }
 
-void Inbox::LeftQueue(int n) {
+void Inbox::Admitted(int kv_blocks) {
   absl::MutexLock lock(&mu_);
-  not_admitted_ -= n;
-  QUILL_DCHECK(not_admitted_ >= 0);
+  --queued_;
+  ++held_slots_;
+  held_blocks_ += kv_blocks;
+  QUILL_DCHECK(queued_ >= 0);
+}
+
+void Inbox::LeftQueue() {
+  absl::MutexLock lock(&mu_);
+  --queued_;
+  QUILL_DCHECK(queued_ >= 0);
+}
+
+void Inbox::Released(int kv_blocks) {
+  absl::MutexLock lock(&mu_);
+  --held_slots_;
+  held_blocks_ -= kv_blocks;
+  QUILL_DCHECK(held_slots_ >= 0 && held_blocks_ >= 0);
+}
+
+void Inbox::SetRates(const MeasuredRates& rates) {
+  absl::MutexLock lock(&mu_);
+  rates_ = rates;
+}
+
+int Inbox::queued() const {
+  absl::MutexLock lock(&mu_);
+  return queued_;
+}
+
+absl::Status Inbox::CheckDeadline(const Sequence& sequence, bool starts_now) const {
+  const absl::Time deadline = sequence.request().deadline;
+  if (deadline == absl::InfiniteFuture()) return absl::OkStatus();
+  absl::Duration wait = absl::ZeroDuration();
+  if (!starts_now && rates_.requests_finished_per_second > 0.0) {
+    wait = absl::Seconds((queued_ + 1) / rates_.requests_finished_per_second);
+  }
+  absl::Duration prefill = absl::ZeroDuration();
+  if (rates_.prefill_tokens_per_second > 0.0) {
+    prefill = absl::Seconds(sequence.prompt_tokens() / rates_.prefill_tokens_per_second);
+  }
+  const absl::Duration left = deadline - sequence.submit_time;
+  if (left > wait + prefill) return absl::OkStatus();
+  const auto ms = [](absl::Duration d) {
+    return absl::FormatDuration(absl::Trunc(d, absl::Milliseconds(1)));
+  };
+  return absl::DeadlineExceededError(absl::StrCat(
+      "deadline: ", ms(left), " left cannot cover the expected queue wait (", ms(wait),
+      ", ", queued_, " queued) plus prefill (", ms(prefill), ", ", sequence.prompt_tokens(),
+      " tokens) at the measured rates; refused without queueing"));
+}
+
+absl::Duration Inbox::QueueDrainTime() const {
+  // Nothing measured yet (a burst at start-up): a second is a modest first guess.
+  if (rates_.requests_finished_per_second <= 0.0) return absl::Seconds(1);
+  return absl::Seconds(queued_ / rates_.requests_finished_per_second);
 }
 
 void Inbox::Forget(const std::string& request_id) {

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -22,15 +23,42 @@ struct Command {
   std::string request_id;              // kCancel
 };
 
-// The many-writers / one-reader hand-off into the engine thread. It also keeps the two
-// facts Submit must answer synchronously: which request ids are live, and how many
-// accepted requests are not yet admitted (queued here or waiting in the engine).
+// What admission may hand out: run slots and KV blocks; and how many requests may wait.
+struct AdmissionLimits {
+  int max_queue = 256;
+  int max_running = 64;
+  int kv_blocks = 0;
+};
+
+// Rates the engine thread measures (0 = not measured yet), behind retry pushback and
+// deadline-aware admission.
+struct MeasuredRates {
+  double requests_finished_per_second = 0.0;
+  // Batch tokens per second in steps that prefill: how fast a prompt gets through.
+  double prefill_tokens_per_second = 0.0;
+};
+
+// The many-writers / one-reader hand-off into the engine thread. It also keeps the facts
+// Submit must answer synchronously: which request ids are live, and the admission ledger:
+// run slots and KV blocks held (by running requests and by requests promised them at
+// submit) and how many requests are queued waiting for them.
+//
+// Why a ledger here: the engine admits between steps, so a burst that arrives during one
+// step would otherwise all count as "waiting" and overflow max_queue while slots and
+// blocks sat free. With the ledger a request that fits starts at once (it is promised its
+// slot and blocks under this lock) and max_queue bounds only requests that truly wait.
+// Promises go only to requests that find nobody queued, and the engine admits in FIFO
+// order, so a promise is always honoured before any queued request is admitted.
 class Inbox {
  public:
-  explicit Inbox(int max_queue) : max_queue_(max_queue) {}
+  explicit Inbox(const AdmissionLimits& limits) : limits_(limits) {}
 
-  // UNAVAILABLE once closed; ALREADY_EXISTS for a live id; RESOURCE_EXHAUSTED when
-  // max_queue requests are already waiting. On OK the request is live and queued.
+  // UNAVAILABLE once closed; ALREADY_EXISTS for a live id; RESOURCE_EXHAUSTED (with a
+  // retry pushback, see retry_pushback.h) when the request does not fit the free run
+  // slots and KV blocks and max_queue requests are already queued; DEADLINE_EXCEEDED when
+  // its deadline cannot cover the expected queue wait plus prefill at the measured rates
+  // (or has passed). On OK the request is live and either holds its capacity
+  // (sequence->holds_capacity) or is queued.
   absl::Status PushSubmit(std::unique_ptr<Sequence> sequence) ABSL_LOCKS_EXCLUDED(mu_);
   // Never refused (not even when closed or full).
   void PushCancel(absl::string_view request_id) ABSL_LOCKS_EXCLUDED(mu_);
@@ -44,8 +72,15 @@ class Inbox {
   Drained WaitAndDrain(absl::Duration timeout, std::vector<Command>* out)
       ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Engine thread: `n` accepted requests left the waiting queue (admitted or finished).
-  void LeftQueue(int n) ABSL_LOCKS_EXCLUDED(mu_);
+  // Engine thread: a queued request was admitted; it now holds a slot and `kv_blocks`.
+  void Admitted(int kv_blocks) ABSL_LOCKS_EXCLUDED(mu_);
+  // Engine thread: a queued request ended before it was admitted.
+  void LeftQueue() ABSL_LOCKS_EXCLUDED(mu_);
+  // Engine thread: a request holding a slot and `kv_blocks` ended (its KV is released).
+  void Released(int kv_blocks) ABSL_LOCKS_EXCLUDED(mu_);
+  // Engine thread: the latest measured rates.
+  void SetRates(const MeasuredRates& rates) ABSL_LOCKS_EXCLUDED(mu_);
+  int queued() const ABSL_LOCKS_EXCLUDED(mu_);
   // Engine thread: the request ended; its id may be used again.
   void Forget(const std::string& request_id) ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -54,11 +89,22 @@ class Inbox {
   bool closed() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
-  const int max_queue_;
+  // How long until the requests queued now have been served, at the measured rate.
+  absl::Duration QueueDrainTime() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // DEADLINE_EXCEEDED if `sequence` cannot reach its first token by its deadline: the
+  // wait for (queued + 1) requests to finish if it must queue, plus its prompt at the
+  // prefill rate. Unmeasured rates count as no time, so only a sure miss is refused.
+  absl::Status CheckDeadline(const Sequence& sequence, bool starts_now) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const AdmissionLimits limits_;
   mutable absl::Mutex mu_;
   std::vector<Command> commands_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<std::string> live_ids_ ABSL_GUARDED_BY(mu_);
-  int not_admitted_ ABSL_GUARDED_BY(mu_) = 0;
+  int queued_ ABSL_GUARDED_BY(mu_) = 0;       // accepted, waiting for capacity
+  int held_slots_ ABSL_GUARDED_BY(mu_) = 0;   // running or promised at submit
+  int64_t held_blocks_ ABSL_GUARDED_BY(mu_) = 0;
+  MeasuredRates rates_ ABSL_GUARDED_BY(mu_);
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   absl::Time drain_deadline_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
 };

@@ -79,6 +79,12 @@ class Sequence {
   FinishReason finish_reason() const { return finish_reason_; }
   const absl::Status& finish_status() const { return finish_status_; }
 
+  // Admission bookkeeping (see Inbox): the KV blocks admission reserves, and whether the
+  // request holds a run slot and those blocks in the inbox's ledger (promised at submit,
+  // or admitted from the queue).
+  int kv_blocks = 0;
+  bool holds_capacity = false;
+
   // Timings (absl::InfinitePast() = not reached).
   absl::Time submit_time;
   absl::Time admit_time = absl::InfinitePast();

@@ -1,7 +1,11 @@
 #include "server/http/openai_error.h"
 
+#include <algorithm>
+#include <optional>
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "engine/runtime/retry_pushback.h"
 #include "nlohmann/json.hpp"
 
 namespace quill::server::http {
@@ -121,7 +125,13 @@ HttpResponseHead OpenAiErrorResponse(const absl::Status& status, std::string* bo
   HttpResponseHead head;
   head.status = HttpStatusOf(status.code());
   if (head.status == 429 || head.status == 503) {
-    head.headers.emplace_back("Retry-After", absl::StrCat(kRetryAfterSeconds));
+    // The engine's advice (from its measured drain rate) where it gave one, in whole
+    // seconds rounded up, as Retry-After requires.
+    int64_t seconds = kRetryAfterSeconds;
+    if (std::optional<absl::Duration> pushback = engine::RetryPushbackOf(status)) {
+      seconds = std::max<int64_t>(1, absl::ToInt64Seconds(absl::Ceil(*pushback, absl::Seconds(1))));
+    }
+    head.headers.emplace_back("Retry-After", absl::StrCat(seconds));
   }
   if (head.status == 401) head.headers.emplace_back("WWW-Authenticate", "Bearer");
   *body = OpenAiErrorJson(status);

@@ -252,6 +252,10 @@ void QuillMetrics::RecordRejected(Api api) {
   requests_[static_cast<int>(api)].rejected->Increment();
 }
 
+void QuillMetrics::RecordDeadlineRefused(Api api) {
+  requests_[static_cast<int>(api)].deadline->Increment();
+}
+
 void QuillMetrics::SetModelWeightsBytes(int64_t bytes) {
   model_weights_bytes_->Set(static_cast<double>(bytes));
 }

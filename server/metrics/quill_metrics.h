@@ -45,6 +45,9 @@ class QuillMetrics final : public engine::EngineObserver {
   // A generation request refused before the engine accepted it (validation, full queue,
   // draining, loading): quill_requests_total{outcome="rejected",api=...}.
   void RecordRejected(Api api = Api::kGrpc);
+  // A request refused at submit because its deadline could not be met: counted under
+  // outcome="deadline", with those that expired inside the engine.
+  void RecordDeadlineRefused(Api api);
 
   void SetModelWeightsBytes(int64_t bytes);
   // Polled at each scrape for running/waiting/KV gauges. Must stay callable until the

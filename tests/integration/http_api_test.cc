@@ -307,6 +307,24 @@ TEST_F(HttpApiTest, InvalidInputIs400NamingTheFieldAndCountsAsRejected) {
             std::size(cases) + 3);
 }
 
+// Issue 10: a prompt too long in bytes to fit the context is refused by its size, before it
+// is tokenized, with a 400 that names the field and the limit.
+TEST_F(HttpApiTest, PromptTooLongInBytesIs400NamingTheLimit) {
+  const PromText before = Scrape();
+  const HttpReply reply =
+      Post("/v1/completions", {{"prompt", std::string(40000, 'a')}, {"max_tokens", 1}});
+  ASSERT_EQ(reply.status, 400) << reply.body;
+  const json error = json::parse(reply.body)["error"];
+  EXPECT_EQ(error["param"], "prompt") << reply.body;
+  EXPECT_THAT(error["message"].get<std::string>(),
+              ::testing::StartsWith("prompt is 40000 bytes; text of more than "));
+  EXPECT_THAT(error["message"].get<std::string>(), HasSubstr("(255 tokens)"));
+  const Labels rejected = {{"api", "http"}, {"outcome", "rejected"}};
+  EXPECT_EQ(Metric(Scrape(), "quill_requests_total", rejected) -
+                Metric(before, "quill_requests_total", rejected),
+            1);
+}
+
 TEST_F(HttpApiTest, UnknownPathsAre404AndWrongMethods405) {
   HttpReply reply = Get("/v1/nothing");
   EXPECT_EQ(reply.status, 404);
@@ -533,6 +551,8 @@ TEST(HttpQueueTest, FullQueueIs429WithRetryAfter) {
       HttpRequest("127.0.0.1", port, "POST", "/v1/completions", json({{"prompt", "Hear"}}).dump());
   ASSERT_TRUE(refused.ok());
   EXPECT_EQ(refused->status, 429);
+  // Whole seconds from the engine's pushback (no request has finished yet here, so its
+  // first guess: 1 s).
   EXPECT_EQ(refused->Header("retry-after"), "1");
   const json error = json::parse(refused->body)["error"];
   EXPECT_EQ(error["code"], "rate_limit_exceeded");
@@ -575,6 +595,8 @@ TEST(HttpDrainTest, HealthTurns503AndRunningStreamsFinish) {
       HttpRequest("127.0.0.1", port, "POST", "/v1/completions", json({{"prompt", "x"}}).dump());
   ASSERT_TRUE(refused.ok());
   EXPECT_EQ(refused->status, 503);
+  // Whole seconds from the engine's pushback (no request has finished yet here, so its
+  // first guess: 1 s).
   EXPECT_EQ(refused->Header("retry-after"), "1");
   // The running stream ends normally.
   std::string rest;

@@ -1,6 +1,7 @@
 // quill-server in process on 127.0.0.1:0 (kjv-1m, exact precision), driven through the
 // real client library over real gRPC, with /metrics scraped over HTTP.
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <fstream>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "client/quill_client.h"
@@ -19,6 +21,7 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "quill/v1/quill.grpc.pb.h"
 #include "server/server.h"
 #include "tests/integration/server_test_util.h"
 #include "tests/testing/test_env.h"
@@ -366,6 +369,165 @@ TEST(ServerQueueTest, FullQueueIsResourceExhaustedAtOnce) {
   EXPECT_EQ(Metric(*text, "quill_requests_total", {{"api", "grpc"}, {"outcome", "rejected"}}), 1.0);
 }
 
+// Issue 10: a burst of 500 with 8 running rejected 470 while only 38 of 64 run slots were
+// used, because every request that arrived during a step counted against max_queue. Now a
+// request that finds a free slot and its KV blocks starts at once, and only requests that
+// truly wait count: a burst of max_running + max_queue is always admitted in full.
+TEST(ServerAdmissionTest, BurstOfRunSlotsPlusQueueIsAllAdmitted) {
+  if (ModelPath().empty()) GTEST_SKIP() << "shared assets not found (QUILL_SHARED_DIR)";
+  server::ServerOptions options = TestOptions();
+  options.engine.max_running = 8;
+  options.engine.max_queue = 2;
+  absl::StatusOr<std::unique_ptr<server::Server>> server = server::Server::Create(options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  std::unique_ptr<client::QuillClient> client = client::QuillClient::Connect((*server)->address());
+  ASSERT_TRUE(client->WaitForConnected(absl::Seconds(10)).ok());
+  constexpr int kBurst = 8 + 2;
+  v1::GenerateRequest request = TextRequest("In the beginning", 48);
+  request.set_ignore_eos(true);
+  std::vector<Stream> streams(kBurst);
+  absl::Notification go;
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kBurst; ++i) {
+    threads.emplace_back([&, i] {
+      go.WaitForNotification();
+      streams[i] = Collect(*client, request);
+    });
+  }
+  go.Notify();
+  for (std::thread& t : threads) t.join();
+  for (int i = 0; i < kBurst; ++i) {
+    EXPECT_TRUE(streams[i].status.ok()) << i << ": " << streams[i].status;
+    EXPECT_EQ(streams[i].ids.size(), 48u) << i;
+  }
+  absl::StatusOr<PromText> text = ScrapeMetrics((*server)->metrics_port());
+  ASSERT_TRUE(text.ok());
+  EXPECT_EQ(Metric(*text, "quill_requests_total", {{"api", "grpc"}, {"outcome", "length"}}),
+            kBurst);
+  EXPECT_EQ(Metric(*text, "quill_requests_total", {{"api", "grpc"}, {"outcome", "rejected"}}), 0.0);
+}
+
+// A refusal for load tells the client when to come back: grpc-retry-pushback-ms, from the
+// measured rate at which requests finish, within [100 ms, 30 s].
+TEST(ServerAdmissionTest, FullQueueRefusalCarriesRetryPushback) {
+  if (ModelPath().empty()) GTEST_SKIP() << "shared assets not found (QUILL_SHARED_DIR)";
+  server::ServerOptions options = TestOptions();
+  options.engine.max_running = 1;
+  options.engine.max_queue = 1;
+  absl::StatusOr<std::unique_ptr<server::Server>> server = server::Server::Create(options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  std::unique_ptr<client::QuillClient> client = client::QuillClient::Connect((*server)->address());
+  // Some finished requests first, so that there is a drain rate to speak of.
+  v1::GenerateRequest warm = TextRequest("In the beginning", 100);
+  warm.set_ignore_eos(true);
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(Collect(*client, warm).status.ok());
+
+  v1::GenerateRequest long_request = TextRequest("In the beginning", 240);
+  long_request.set_ignore_eos(true);
+  std::vector<client::GenerateCall> calls(2);
+  absl::Notification first_token;
+  std::vector<std::thread> threads;
+  threads.emplace_back([&] {
+    Collect(*client, long_request, absl::Seconds(60), &calls[0], [&](const Stream& s) {
+      if (s.messages == 1) first_token.Notify();
+    });
+  });
+  first_token.WaitForNotification();
+  threads.emplace_back([&] { Collect(*client, long_request, absl::Seconds(60), &calls[1]); });
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while ((*server)->engine().gauges().requests_waiting < 1 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  ASSERT_EQ((*server)->engine().gauges().requests_waiting, 1);
+
+  // One slot running, one request queued: the next is refused, with a pushback trailer.
+  std::unique_ptr<v1::Generator::Stub> stub = v1::Generator::NewStub(client->channel());
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+  std::unique_ptr<grpc::ClientReader<v1::GenerateResponse>> reader =
+      stub->Generate(&context, TextRequest("Hear, O Israel", 4));
+  v1::GenerateResponse response;
+  EXPECT_FALSE(reader->Read(&response));
+  const grpc::Status status = reader->Finish();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << status.error_message();
+  EXPECT_THAT(status.error_message(), HasSubstr("retry in about"));
+  const auto& trailers = context.GetServerTrailingMetadata();
+  auto it = trailers.find("grpc-retry-pushback-ms");
+  ASSERT_NE(it, trailers.end());
+  int64_t ms = -1;
+  ASSERT_TRUE(absl::SimpleAtoi(absl::string_view(it->second.data(), it->second.size()), &ms));
+  EXPECT_GE(ms, 100);
+  EXPECT_LE(ms, 30000);
+  for (client::GenerateCall& call : calls) call.Cancel();
+  for (std::thread& t : threads) t.join();
+}
+
+// Issue 10, item 5: with the measured rates, a request whose deadline cannot cover its
+// expected queue wait plus prefill is refused at once with DEADLINE_EXCEEDED (not queued
+// to fail later) and counted under outcome="deadline".
+TEST(ServerAdmissionTest, DeadlineThatCannotCoverTheQueueWaitIsRefusedAtOnce) {
+  if (ModelPath().empty()) GTEST_SKIP() << "shared assets not found (QUILL_SHARED_DIR)";
+  server::ServerOptions options = TestOptions();
+  options.engine.max_running = 1;
+  options.engine.max_queue = 10;
+  absl::StatusOr<std::unique_ptr<server::Server>> server = server::Server::Create(options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  std::unique_ptr<client::QuillClient> client = client::QuillClient::Connect((*server)->address());
+  v1::GenerateRequest long_request = TextRequest("In the beginning", 240);
+  long_request.set_ignore_eos(true);
+  // Solo runs: the engine measures about 1/solo requests per second.
+  absl::Duration solo = absl::ZeroDuration();
+  for (int i = 0; i < 3; ++i) {
+    const absl::Time start = absl::Now();
+    ASSERT_TRUE(Collect(*client, long_request).status.ok());
+    solo = absl::Now() - start;
+  }
+  // One running and six queued: a newcomer expects to wait about 7 solo runs.
+  constexpr int kQueued = 6;
+  std::vector<client::GenerateCall> calls(1 + kQueued);
+  absl::Notification first_token;
+  std::vector<std::thread> threads;
+  threads.emplace_back([&] {
+    Collect(*client, long_request, absl::Seconds(60), &calls[0], [&](const Stream& s) {
+      if (s.messages == 1) first_token.Notify();
+    });
+  });
+  first_token.WaitForNotification();
+  for (int i = 1; i <= kQueued; ++i) {
+    threads.emplace_back([&, i] { Collect(*client, long_request, absl::Seconds(60), &calls[i]); });
+  }
+  const absl::Time wait_until = absl::Now() + absl::Seconds(10);
+  while ((*server)->engine().gauges().requests_waiting < kQueued && absl::Now() < wait_until) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  ASSERT_EQ((*server)->engine().gauges().requests_waiting, kQueued);
+  const PromText before = *ScrapeMetrics((*server)->metrics_port());
+
+  // Two solo runs of deadline (at least 300 ms, so the answer can come back in time).
+  const absl::Duration deadline = std::max(2 * solo, absl::Milliseconds(300));
+  const absl::Time start = absl::Now();
+  const Stream late = Collect(*client, TextRequest("Hear, O Israel", 4), deadline);
+  const absl::Duration answered = absl::Now() - start;
+  EXPECT_EQ(late.status.code(), absl::StatusCode::kDeadlineExceeded) << late.status;
+  EXPECT_THAT(std::string(late.status.message()), HasSubstr("cannot cover the expected queue wait"))
+      << "solo run " << solo;
+  EXPECT_LT(answered, deadline);
+  EXPECT_EQ(late.messages, 0);
+  for (client::GenerateCall& call : calls) call.Cancel();
+  for (std::thread& t : threads) t.join();
+
+  absl::StatusOr<PromText> after = ScrapeUntil((*server)->metrics_port(), [](const PromText& t) {
+    return t.Value("quill_requests_running") == 0.0 && t.Value("quill_requests_waiting") == 0.0;
+  });
+  ASSERT_TRUE(after.ok());
+  const Labels deadline_outcome = {{"api", "grpc"}, {"outcome", "deadline"}};
+  EXPECT_EQ(Metric(*after, "quill_requests_total", deadline_outcome) -
+                Metric(before, "quill_requests_total", deadline_outcome),
+            1.0);
+  EXPECT_EQ(Metric(*after, "quill_requests_total", {{"api", "grpc"}, {"outcome", "rejected"}}),
+            0.0);
+}
+
 // ---------------------------------------------------------------------------------------
 // Validation
 
@@ -452,6 +614,24 @@ TEST_F(ServerTest, InvalidRequestsAreInvalidArgumentNamingTheField) {
   EXPECT_EQ(Metric(after, "quill_requests_total", {{"api", "grpc"}, {"outcome", "rejected"}}),
             rejected_before + cases.size());
   EXPECT_EQ(Metric(after, "quill_kv_cache_blocks_used"), 0.0);
+}
+
+// Issue 10: a 3.9 MB prompt was tokenized whole (1.5 M tokens) before being refused, and
+// Tokenize had no cap. Both are now refused by their size, before any tokenizing.
+TEST_F(ServerTest, OversizedTextIsRefusedByItsSize) {
+  const std::string text(3900000, 'a');
+  const Stream s = Collect(*client_, TextRequest(text, 8));
+  EXPECT_EQ(s.status.code(), absl::StatusCode::kInvalidArgument) << s.status;
+  EXPECT_THAT(std::string(s.status.message()), StartsWith("request is 39000")) << s.status;
+  absl::StatusOr<v1::TokenizeResponse> t = client_->Tokenize(text, true);
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument) << t.status();
+  EXPECT_THAT(std::string(t.status().message()), StartsWith("request is 39000"));
+  // Text within the byte cap that encodes to more than the context is refused too.
+  std::string long_text;
+  for (int i = 0; i < 300; ++i) long_text += "and ";
+  t = client_->Tokenize(long_text, true);
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument) << t.status();
+  EXPECT_THAT(std::string(t.status().message()), HasSubstr("tokens; Tokenize returns at most 256"));
 }
 
 TEST_F(ServerTest, OversizeMessageIsRefusedByTheTransport) {
