@@ -2,7 +2,7 @@
 # dependency comes from.
 #
 #   docker build -t quill .
-#   docker run --rm -p 50051:50051 -p 9090:9090 quill                      # built-in kjv-1m
+#   docker run --rm -p 50051:50051 -p 8080:8080 -p 9090:9090 quill        # built-in kjv-1m
 #   docker run --rm -p 50051:50051 -p 9090:9090 -v $PWD/models:/models:ro \
 #       -e QUILL_MODEL=/models/model.gguf quill                            # your model
 #
@@ -26,7 +26,7 @@ RUN apt-get update \
  && apt-get install -y --no-install-recommends \
       libgrpc++1.51 libgrpc29 libprotobuf32 libabsl20220623 libdnnl2 libgomp1 \
       libspdlog1.10 libfmt9 libprometheus-cpp-core1.0 libprometheus-cpp-pull1.0 \
-      libre2-9 libc-ares2 libssl3 zlib1g \
+      libre2-9 libc-ares2 libssl3 zlib1g libpcre2-8-0 \
  && rm -rf /var/lib/apt/lists/*
 COPY --from=build /src/build/server/quill-server /src/build/client/quill \
                   /src/build/engine/tools/quill-run /usr/local/bin/
@@ -41,9 +41,10 @@ ENV QUILL_MODEL=/usr/share/quill/models/kjv-1m.gguf \
     QUILL_HOST=0.0.0.0 \
     QUILL_PORT=50051 \
     QUILL_METRICS_PORT=9090 \
+    QUILL_HTTP_PORT=8080 \
     QUILL_DRAIN_TIMEOUT=30s
 VOLUME ["/models"]
-EXPOSE 50051 9090
+EXPOSE 50051 8080 9090
 HEALTHCHECK --interval=10s --timeout=5s --start-period=60s --retries=3 \
   CMD quill health --addr 127.0.0.1:50051
 # SIGTERM drains running streams (QUILL_DRAIN_TIMEOUT); give `docker stop -t` more than that.

@@ -13,6 +13,13 @@ set_target_properties(DNNL::dnnl PROPERTIES
 find_package(spdlog CONFIG REQUIRED)
 find_package(GTest CONFIG REQUIRED)
 find_package(nlohmann_json CONFIG REQUIRED)
+# PCRE2 (libpcre2-dev) runs the tokenizers' pre-tokenizer split patterns; Debian ships
+# only a pkg-config file for it.
+find_package(PkgConfig REQUIRED)
+pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)
+# Boost.Beast/Asio (header-only, libboost1.81-dev) for the HTTP API and `quill bench --api
+# http`. Nothing to link: Boost.System is header-only since 1.69.
+find_package(Boost 1.81 CONFIG REQUIRED COMPONENTS headers)
 # gRPC/protobuf are found here (not in proto/) so their imported targets are visible to
 # server/, client/ and tests/. Only quill_proto and what depends on it link them.
 find_package(Protobuf REQUIRED)

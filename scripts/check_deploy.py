@@ -36,8 +36,8 @@ SERVER_METRICS = [
     "quill_prefill_duration_seconds", "quill_decode_duration_seconds",
     "quill_engine_step_duration_seconds", "quill_batch_tokens", "quill_requests_total",
     "quill_prompt_tokens_total", "quill_generated_tokens_total", "quill_requests_running",
-    "quill_requests_waiting", "quill_kv_cache_blocks_total", "quill_kv_cache_blocks_used",
-    "quill_kv_cache_bytes_used", "quill_model_weights_bytes",
+    "quill_requests_waiting", "quill_kv_cache_capacity_blocks", "quill_kv_cache_blocks_used",
+    "quill_kv_cache_bytes_used", "quill_kv_cache_usage_ratio", "quill_model_weights_bytes",
     "quill_process_resident_memory_bytes",
 ]
 # Margin between the grace period and preStop + drain: gRPC's own shutdown grace (5 s).
@@ -193,6 +193,11 @@ def check_deployment(c, path, dep, objects):
     c.check(ports.get("metrics") == metrics_port,
             "%s: container port 'metrics' is %s but QUILL_METRICS_PORT is %d"
             % (where, ports.get("metrics"), metrics_port))
+    http_port = int(env["QUILL_HTTP_PORT"]) if "QUILL_HTTP_PORT" in env else None
+    if http_port is not None and http_port >= 0:
+        c.check(ports.get("http") == http_port,
+                "%s: container port 'http' is %s but QUILL_HTTP_PORT is %d"
+                % (where, ports.get("http"), http_port))
 
     for probe_name in ("readinessProbe", "livenessProbe", "startupProbe"):
         probe = container.get(probe_name)
@@ -267,7 +272,7 @@ def check_deployment(c, path, dep, objects):
                 c.check("emptyDir" in volume[0] and pod.get("initContainers"),
                         "%s: the model volume is neither a PVC nor an emptyDir filled by an initContainer"
                         % where)
-    return {"labels": pod_labels, "grpc_port": grpc_port, "metrics_port": metrics_port,
+    return {"labels": pod_labels, "grpc_port": grpc_port, "metrics_port": metrics_port, "http_port": http_port,
             "name": dep["metadata"]["name"]}
 
 
@@ -295,6 +300,8 @@ def check_k8s(c, loaded):
         for port in service["spec"]["ports"]:
             target = port.get("targetPort", port["port"])
             known = {"grpc": info["grpc_port"], "metrics": info["metrics_port"]}
+            if info.get("http_port") is not None:
+                known["http"] = info["http_port"]
             c.check(target in known or target in known.values(),
                     "%s: port %s targets %r, which is no container port" % (where, port.get("name"), target))
             served.add(port.get("name"))

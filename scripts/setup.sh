@@ -7,10 +7,17 @@ packages=(
   build-essential cmake ninja-build pkg-config git
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libdnnl-dev libspdlog-dev libfmt-dev prometheus-cpp-dev
-  libgtest-dev libgmock-dev nlohmann-json3-dev zlib1g-dev
+  libgtest-dev libgmock-dev nlohmann-json3-dev zlib1g-dev libpcre2-dev libboost1.81-dev
   python3 python3-grpcio python3-grpc-tools python3-yaml
   prometheus curl
+  clang-14 libclang-rt-14-dev llvm-14
 )
+
+# Node.js and npm run the official `openai` npm package test (tests/openai). Debian's
+# nodejs/npm, unless a node with npm is already installed (e.g. a newer one).
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+  packages+=(nodejs npm)
+fi
 
 missing=()
 for p in "${packages[@]}"; do

@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "engine/base/log_field.h"
 #include "engine/runtime/engine.h"
 #include "server/request_codec.h"
 #include "server/status_codec.h"
@@ -216,20 +217,22 @@ void GenerateReactor::SendStatus(grpc::Status status) { Finish(std::move(status)
 
 void LogFinishedRequest(absl::string_view request_id, const engine::FinishInfo& info) {
   const auto ms = [](absl::Duration d) { return absl::ToDoubleMilliseconds(d); };
+  // Client-supplied text (the id, and status messages that may quote input) is escaped.
   if (info.status.ok()) {
     spdlog::info(
         "finished request_id={} reason={} prompt_tokens={} completion_tokens={} queue_ms={:.1f} "
         "ttft_ms={:.1f} total_ms={:.1f}",
-        std::string(request_id), std::string(engine::FinishReasonName(info.reason)), info.prompt_tokens,
-        info.completion_tokens, ms(info.timings.queue_wait), ms(info.timings.time_to_first_token),
-        ms(info.timings.total));
+        LogField(request_id), std::string(engine::FinishReasonName(info.reason)),
+        info.prompt_tokens, info.completion_tokens, ms(info.timings.queue_wait),
+        ms(info.timings.time_to_first_token), ms(info.timings.total));
   } else {
     spdlog::info(
         "finished request_id={} reason={} prompt_tokens={} completion_tokens={} queue_ms={:.1f} "
-        "ttft_ms={:.1f} total_ms={:.1f} status=\"{}\"",
-        std::string(request_id), std::string(engine::FinishReasonName(info.reason)), info.prompt_tokens,
-        info.completion_tokens, ms(info.timings.queue_wait), ms(info.timings.time_to_first_token),
-        ms(info.timings.total), info.status.ToString());
+        "ttft_ms={:.1f} total_ms={:.1f} status={}",
+        LogField(request_id), std::string(engine::FinishReasonName(info.reason)),
+        info.prompt_tokens, info.completion_tokens, ms(info.timings.queue_wait),
+        ms(info.timings.time_to_first_token), ms(info.timings.total),
+        LogField(info.status.ToString()));
   }
 }
 

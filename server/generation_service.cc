@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "engine/base/log_field.h"
 #include "engine/model/model.h"
 #include "engine/model/model_config.h"
 #include "server/generate_reactor.h"
@@ -28,53 +29,20 @@ absl::Time DeadlineOf(const grpc::CallbackServerContext& context) {
   return t;
 }
 
-std::string Basename(const std::string& path) {
+std::string FileName(const std::string& path) {
   const size_t slash = path.rfind('/');
   return slash == std::string::npos ? path : path.substr(slash + 1);
 }
 
 }  // namespace
 
-GenerationService::GenerationService(QuillMetrics* metrics, Info info)
-    : metrics_(metrics), info_(std::move(info)), id_salt_(std::random_device()()) {}
-
-void GenerationService::SetEngine(engine::Engine* engine) {
-  const engine::ModelConfig& config = engine->model().config();
-  const engine::EngineOptions& options = engine->options();
-  const engine::EngineGauges gauges = engine->gauges();
-  RequestLimits limits;
-  limits.vocab_size = engine->model().tokenizer().vocab_size();
-  limits.context_length = config.context_length;
-  // A prompt has at least one token, so at most context - 1 can be generated.
-  const int longest = static_cast<int>(config.context_length - 1);
-  limits.max_tokens =
-      options.max_tokens_limit > 0 ? std::min(options.max_tokens_limit, longest) : longest;
-  limits.max_prompt_tokens = longest;
-  limits.kv_capacity_tokens =
-      static_cast<int64_t>(gauges.kv_blocks_total) * options.block_size_tokens;
-  limits_ = limits;
-  engine_.store(engine, std::memory_order_release);
-}
-
-void GenerationService::StartDraining() { draining_.store(true); }
-
-absl::Status GenerationService::CheckServing() const {
-  if (engine_.load(std::memory_order_acquire) == nullptr) {
-    return absl::UnavailableError("the model is still loading; retry later");
-  }
-  if (draining_.load()) return absl::UnavailableError("the server is shutting down");
-  return absl::OkStatus();
-}
-
-std::string GenerationService::NewRequestId() {
-  return absl::StrFormat("req-%08x-%d", static_cast<uint32_t>(id_salt_),
-                         next_id_.fetch_add(1, std::memory_order_relaxed));
-}
+GenerationService::GenerationService(RequestGateway* gateway, Info info)
+    : gateway_(gateway), info_(std::move(info)) {}
 
 grpc::ServerWriteReactor<grpc::ByteBuffer>* GenerationService::RejectGenerate(
-    const absl::Status& status) {
-  if (metrics_ != nullptr) metrics_->RecordRejected();
-  spdlog::debug("rejected generate: {}", status.ToString());
+    const absl::Status& status, bool counted) {
+  if (!counted) gateway_->RecordRejected(Api::kGrpc);
+  spdlog::debug("rejected generate: status={}", LogField(status.ToString()));
   // Never submitted, so the reactor never reaches the engine.
   auto* reactor = new GenerateReactor(/*engine=*/nullptr, "", /*with_logprobs=*/false,
                                       absl::InfiniteFuture());
@@ -84,26 +52,21 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* GenerationService::RejectGenerate(
 
 grpc::ServerWriteReactor<grpc::ByteBuffer>* GenerationService::Generate(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* raw) {
-  if (absl::Status s = CheckServing(); !s.ok()) return RejectGenerate(s);
-  engine::Engine* engine = engine_.load(std::memory_order_acquire);
-
+  if (absl::Status s = gateway_->CheckServing(); !s.ok()) return RejectGenerate(s, false);
   v1::GenerateRequest request;
-  if (absl::Status s = ParseRequest(*raw, &request); !s.ok()) return RejectGenerate(s);
-  absl::StatusOr<engine::GenerationRequest> converted =
-      ToEngineRequest(request, limits_, engine->model().tokenizer());
-  if (!converted.ok()) return RejectGenerate(converted.status());
-  if (converted->request_id.empty()) converted->request_id = NewRequestId();
+  if (absl::Status s = ParseRequest(*raw, &request); !s.ok()) return RejectGenerate(s, false);
   const absl::Time deadline = DeadlineOf(*context);
-  converted->deadline = deadline;
+  absl::StatusOr<engine::GenerationRequest> converted =
+      gateway_->Prepare(request, deadline, Api::kGrpc);
+  if (!converted.ok()) return RejectGenerate(converted.status(), /*counted=*/true);
 
-  auto* reactor =
-      new GenerateReactor(engine, converted->request_id, request.logprobs() > 0, deadline);
+  auto* reactor = new GenerateReactor(gateway_->engine(), converted->request_id,
+                                      request.logprobs() > 0, deadline);
   // The engine may start streaming before Submit returns; gRPC holds a reactor's
   // operations until the method returns it.
-  const absl::Status submitted = engine->Submit(*std::move(converted), reactor->channel());
+  const absl::Status submitted =
+      gateway_->Submit(*std::move(converted), reactor->channel(), Api::kGrpc);
   if (!submitted.ok()) {
-    if (metrics_ != nullptr) metrics_->RecordRejected();
-    spdlog::debug("engine refused request: {}", submitted.ToString());
     reactor->Reject(submitted);
     return reactor;
   }
@@ -115,14 +78,14 @@ grpc::ServerUnaryReactor* GenerationService::Tokenize(grpc::CallbackServerContex
                                                       const grpc::ByteBuffer* raw,
                                                       grpc::ByteBuffer* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  absl::Status status = CheckServing();
+  absl::Status status = gateway_->CheckServing();
   v1::TokenizeRequest request;
   if (status.ok()) status = ParseRequest(*raw, &request);
   if (!status.ok()) {
     reactor->Finish(ToGrpcStatus(status));
     return reactor;
   }
-  const engine::Tokenizer& tokenizer = engine_.load()->model().tokenizer();
+  const engine::Tokenizer& tokenizer = gateway_->engine()->model().tokenizer();
   absl::StatusOr<std::vector<engine::TokenId>> ids =
       tokenizer.Encode(request.text(), request.add_special_tokens());
   if (!ids.ok()) {
@@ -135,8 +98,9 @@ grpc::ServerUnaryReactor* GenerationService::Tokenize(grpc::CallbackServerContex
     out.add_token_ids(id);
     out.add_pieces(ToValidUtf8(tokenizer.TokenBytes(id)));
   }
-  // SentencePiece vocabularies prefix the text with a space when encoding; drop it again.
-  out.set_text(ToValidUtf8(tokenizer.Decode(*ids, tokenizer.model_name() == "llama")));
+  // A vocabulary that prefixes the text with a space when encoding (SentencePiece
+  // add_space_prefix) has it dropped again.
+  out.set_text(ToValidUtf8(tokenizer.Decode(*ids, tokenizer.adds_space_prefix())));
   *response = SerializeResponse(out);
   reactor->Finish(grpc::Status::OK);
   return reactor;
@@ -146,11 +110,12 @@ grpc::ServerUnaryReactor* GenerationService::GetModelInfo(
     grpc::CallbackServerContext* context, const v1::GetModelInfoRequest* /*request*/,
     v1::ModelInfo* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  if (absl::Status s = CheckServing(); !s.ok()) {
+  if (absl::Status s = gateway_->CheckServing(); !s.ok()) {
     reactor->Finish(ToGrpcStatus(s));
     return reactor;
   }
-  *response = BuildModelInfo(*engine_.load(), limits_, info_.model_path, info_.precision);
+  *response =
+      BuildModelInfo(*gateway_->engine(), gateway_->limits(), info_.model_path, info_.precision);
   reactor->Finish(grpc::Status::OK);
   return reactor;
 }
@@ -167,9 +132,9 @@ v1::ModelInfo BuildModelInfo(const engine::Engine& engine, const RequestLimits& 
   const engine::EngineGauges gauges = engine.gauges();
 
   v1::ModelInfo info;
-  info.set_name(ToValidUtf8(config.name.empty() ? Basename(model_path) : config.name));
+  info.set_name(ToValidUtf8(ServedModelName(engine, model_path)));
   info.set_architecture(ToValidUtf8(config.architecture));
-  info.set_path(ToValidUtf8(model_path));
+  info.set_path(ToValidUtf8(FileName(model_path)));  // not the server's directory layout
   info.set_weight_type(model.weight_type_name());
   info.set_precision(precision);
   info.set_vocab_size(tokenizer.vocab_size());

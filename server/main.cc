@@ -64,6 +64,18 @@ ABSL_FLAG(std::string, metrics_host, "",
 ABSL_FLAG(int, metrics_port, 9090,
           "Port of the Prometheus /metrics endpoint. 0 picks a free port (the log says "
           "'metrics on http://HOST:PORT/metrics'); -1 turns the endpoint off.");
+ABSL_FLAG(int, metrics_threads, 16,
+          "Connections the /metrics endpoint serves at once (a thread each); stalled clients "
+          "beyond that wait in its accept queue.");
+ABSL_FLAG(absl::Duration, metrics_timeout, absl::Seconds(2),
+          "A /metrics connection that has not sent its whole request (or read the answer) in "
+          "this long is dropped, so idle or stalled clients cannot hold its threads.");
+ABSL_FLAG(std::string, http_host, "",
+          "Address the OpenAI-compatible HTTP API binds. Default: the value of --host.");
+ABSL_FLAG(int, http_port, 8080,
+          "Port of the OpenAI-compatible HTTP API (/v1/chat/completions, /v1/completions, "
+          "/v1/models, /health). 0 picks a free port (the log says 'http on "
+          "http://HOST:PORT'); -1 turns it off.");
 ABSL_FLAG(int, threads, 0,
           "Compute threads (OpenMP) for the engine. 0 = OpenMP's default (OMP_NUM_THREADS "
           "or every core).");
@@ -92,9 +104,9 @@ ABSL_FLAG(int, max_tokens_limit, kEngineDefaults.max_tokens_limit,
 ABSL_FLAG(absl::Duration, drain_timeout, absl::Seconds(30),
           "On SIGTERM/SIGINT, how long running streams may take to finish before they end "
           "with UNAVAILABLE (e.g. 30s, 2m).");
-ABSL_FLAG(quill::server::ByteSizeFlag, max_message_bytes,
-          quill::server::ByteSizeFlag{4 << 20},
-          "Largest request message accepted (larger ones fail with RESOURCE_EXHAUSTED).");
+ABSL_FLAG(quill::server::ByteSizeFlag, max_message_bytes, quill::server::ByteSizeFlag{4 << 20},
+          "Largest request message accepted (larger ones fail with RESOURCE_EXHAUSTED over "
+          "gRPC, 413 over HTTP).");
 ABSL_FLAG(std::string, log_level, "info",
           "Log level: trace, debug, info, warn, error, critical or off.");
 
@@ -103,17 +115,34 @@ namespace {
 
 // Every flag above, for the QUILL_<NAME> environment fallback.
 constexpr const char* kFlagNames[] = {
-    "model",         "host",          "port",           "metrics_host",
-    "metrics_port",  "threads",       "precision",      "kv_cache_bytes",
-    "kv_block_size", "max_batch_tokens", "prefill_chunk_tokens", "max_running",
-    "max_queue",     "max_tokens_limit", "drain_timeout", "max_message_bytes",
+    "model",
+    "host",
+    "port",
+    "metrics_host",
+    "metrics_port",
+    "metrics_threads",
+    "metrics_timeout",
+    "http_host",
+    "http_port",
+    "threads",
+    "precision",
+    "kv_cache_bytes",
+    "kv_block_size",
+    "max_batch_tokens",
+    "prefill_chunk_tokens",
+    "max_running",
+    "max_queue",
+    "max_tokens_limit",
+    "drain_timeout",
+    "max_message_bytes",
     "log_level",
 };
 
 constexpr char kUsage[] =
     "Serves a Llama-family GGUF model over gRPC (quill.v1.Generator, grpc.health.v1.Health, "
-    "server reflection) with Prometheus metrics.\n\n"
-    "  quill-server --model PATH.gguf --host 127.0.0.1 --port 50051 --metrics-port 9090\n\n"
+    "server reflection) and an OpenAI-compatible HTTP API, with Prometheus metrics.\n\n"
+    "  quill-server --model PATH.gguf --host 127.0.0.1 --port 50051 --http-port 8080 "
+    "--metrics-port 9090\n\n"
     "Every flag can also be set in the environment as QUILL_<FLAG_NAME> (upper case, dashes "
     "as underscores: QUILL_KV_CACHE_BYTES=2GiB); a flag on the command line wins. Dashes "
     "and underscores in flag names are interchangeable (--kv-cache-bytes, --kv_cache_bytes). "
@@ -189,6 +218,10 @@ absl::StatusOr<ServerOptions> OptionsFromFlags(const char* exe) {
   options.port = absl::GetFlag(FLAGS_port);
   options.metrics_host = absl::GetFlag(FLAGS_metrics_host);
   options.metrics_port = absl::GetFlag(FLAGS_metrics_port);
+  options.metrics_threads = absl::GetFlag(FLAGS_metrics_threads);
+  options.metrics_request_timeout = absl::GetFlag(FLAGS_metrics_timeout);
+  options.http_host = absl::GetFlag(FLAGS_http_host);
+  options.http_port = absl::GetFlag(FLAGS_http_port);
   options.engine.kv_cache_bytes = absl::GetFlag(FLAGS_kv_cache_bytes).bytes;
   options.engine.block_size_tokens = absl::GetFlag(FLAGS_kv_block_size);
   options.engine.max_batch_tokens = absl::GetFlag(FLAGS_max_batch_tokens);
@@ -206,6 +239,16 @@ absl::StatusOr<ServerOptions> OptionsFromFlags(const char* exe) {
   if (options.metrics_port > 65535) {
     return absl::InvalidArgumentError(
         absl::StrCat("--metrics-port ", options.metrics_port, " is not a port"));
+  }
+  if (options.metrics_threads < 1 || options.metrics_threads > 1024) {
+    return absl::InvalidArgumentError("--metrics-threads must be in [1, 1024]");
+  }
+  if (options.metrics_request_timeout < absl::Milliseconds(1)) {
+    return absl::InvalidArgumentError("--metrics-timeout must be at least 1ms");
+  }
+  if (options.http_port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--http-port ", options.http_port, " is not a port"));
   }
   if (options.drain_timeout < absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--drain-timeout must not be negative");

@@ -186,6 +186,9 @@ absl::Status ValidateGenerateRequest(const v1::GenerateRequest& request,
                                               " bytes; at most ", limits.max_request_id_bytes,
                                               " are allowed"));
   }
+  if (absl::Status s = engine::CheckPrintableAscii("request_id", request.request_id()); !s.ok()) {
+    return s;
+  }
   switch (request.input_case()) {
     case v1::GenerateRequest::kPrompt:
       if (request.prompt().empty()) {

@@ -51,7 +51,7 @@ absl::Status ParseRequest(const grpc::ByteBuffer& buffer, google::protobuf::Mess
 grpc::ByteBuffer SerializeResponse(const google::protobuf::Message& message);
 
 // Checks every field that does not need the tokenizer. INVALID_ARGUMENT naming the field:
-// request_id too long, no prompt, ids outside the vocabulary, max_tokens 0 or above the
+// request_id too long or not printable ASCII, no prompt, ids outside the vocabulary, max_tokens 0 or above the
 // limit, NaN/Inf/out-of-range sampling values, logprobs outside [0, max_logprobs],
 // stop strings that are too many, too long, empty or not UTF-8, stop_token_ids outside
 // the vocabulary. Nothing is clamped.

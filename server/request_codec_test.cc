@@ -14,6 +14,8 @@ namespace {
 namespace v1 = ::quill::v1;
 using ::testing::HasSubstr;
 
+constexpr engine::TokenId kEog[] = {2};
+
 // One id per byte (byte + 3), BOS = 1, EOS = 2; vocabulary of 1024. Enough to test the
 // codec's own rules; the real tokenizer is exercised by the integration tests.
 class ByteTokenizer final : public engine::Tokenizer {
@@ -26,14 +28,21 @@ class ByteTokenizer final : public engine::Tokenizer {
     for (unsigned char c : text) ids.push_back(c + 3);
     return ids;
   }
+  absl::StatusOr<std::vector<engine::TokenId>> EncodeWithSpecialTokens(
+      absl::string_view text, bool add_special,
+      absl::Span<const engine::ByteRange> plain_ranges) const override {
+    return absl::UnimplementedError("not needed");
+  }
   std::string TokenBytes(engine::TokenId id) const override {
     return id >= 3 ? std::string(1, static_cast<char>(id - 3)) : "";
   }
+  absl::string_view token_text(engine::TokenId id) const override { return ""; }
   int vocab_size() const override { return 1024; }
   engine::TokenId bos_id() const override { return 1; }
   engine::TokenId eos_id() const override { return 2; }
   bool add_bos() const override { return true; }
   bool IsEndOfGeneration(engine::TokenId id) const override { return id == 2; }
+  absl::Span<const engine::TokenId> end_of_generation_ids() const override { return kEog; }
   bool IsControl(engine::TokenId id) const override { return id < 3; }
   std::string model_name() const override { return "llama"; }
 };
@@ -136,6 +145,12 @@ TEST(RequestCodecTest, EveryInvalidRequestIsInvalidArgumentNamingTheField) {
        "stop_token_ids[0]"},
       {"request_id too long", [](auto* r) { r->set_request_id(std::string(129, 'i')); },
        "request_id"},
+      // Ids are logged: a newline would start a forged log line.
+      {"request_id with a newline", [](auto* r) { r->set_request_id("a\nfinished request_id=x"); },
+       "request_id"},
+      {"request_id with a control byte", [](auto* r) { r->set_request_id("a\x7f"); },
+       "request_id"},
+      {"request_id not ASCII", [](auto* r) { r->set_request_id("caf\xC3\xA9"); }, "request_id"},
   };
   ByteTokenizer tokenizer;
   for (const InvalidCase& c : cases) {
@@ -147,6 +162,15 @@ TEST(RequestCodecTest, EveryInvalidRequestIsInvalidArgumentNamingTheField) {
     EXPECT_THAT(std::string(got.status().message()), ::testing::StartsWith(c.field))
         << c.name << ": " << got.status();
   }
+}
+
+TEST(RequestCodecTest, PrintableRequestIdsAreAccepted) {
+  v1::GenerateRequest request = Valid();
+  request.set_request_id("user 42: \"job\" #7 (retry) ~!");
+  ByteTokenizer tokenizer;
+  absl::StatusOr<engine::GenerationRequest> got = ToEngineRequest(request, Limits(), tokenizer);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->request_id, request.request_id());
 }
 
 TEST(RequestCodecTest, PromptPlusMaxTokensBeyondTheKvPoolIsRejected) {

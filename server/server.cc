@@ -22,7 +22,10 @@
 #include "grpcpp/server_builder.h"
 #include "prometheus/exposer.h"
 #include "server/generation_service.h"
+#include "server/http/http_server.h"
+#include "server/http/openai_api.h"
 #include "server/metrics/quill_metrics.h"
+#include "server/request_gateway.h"
 #include "spdlog/spdlog.h"
 
 namespace quill::server {
@@ -83,8 +86,10 @@ std::string Server::address() const { return JoinHostPort(options_.host, port_);
 
 absl::Status Server::Start() {
   metrics_ = std::make_unique<QuillMetrics>();
+  gateway_ = std::make_unique<RequestGateway>(metrics_.get(), options_.model_path);
   if (absl::Status s = StartMetrics(); !s.ok()) return s;
   if (absl::Status s = StartGrpc(); !s.ok()) return s;
+  if (absl::Status s = StartHttp(); !s.ok()) return s;
   return LoadModelAndEngine();
 }
 
@@ -92,8 +97,17 @@ absl::Status Server::StartMetrics() {
   if (options_.metrics_port < 0) return absl::OkStatus();
   const std::string host = options_.metrics_host.empty() ? options_.host : options_.metrics_host;
   const std::string bind = JoinHostPort(host, options_.metrics_port);
+  // civetweb options (see ServerOptions::metrics_threads); no keep-alive, so a connection
+  // holds its thread only for one request.
+  std::vector<std::string> civetweb = {
+      "listening_ports", bind,
+      "num_threads", std::to_string(options_.metrics_threads),
+      "request_timeout_ms",
+      std::to_string(absl::ToInt64Milliseconds(options_.metrics_request_timeout)),
+      "enable_keep_alive", "no",
+  };
   try {
-    exposer_ = std::make_unique<prometheus::Exposer>(bind, /*num_threads=*/2);
+    exposer_ = std::make_unique<prometheus::Exposer>(std::move(civetweb));
   } catch (const std::exception& e) {
     return absl::UnavailableError(
         absl::StrCat("cannot serve metrics on ", bind, ": ", e.what()));
@@ -110,7 +124,7 @@ absl::Status Server::StartGrpc() {
   GenerationService::Info info;
   info.model_path = options_.model_path;
   info.precision = std::string(PrecisionName(options_.precision));
-  service_ = std::make_unique<GenerationService>(metrics_.get(), std::move(info));
+  service_ = std::make_unique<GenerationService>(gateway_.get(), std::move(info));
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -129,6 +143,24 @@ absl::Status Server::StartGrpc() {
   }
   SetHealth(false);  // until the model is loaded
   spdlog::info("listening on {}", address());
+  return absl::OkStatus();
+}
+
+// The OpenAI-compatible API; /health answers 503 until the model is loaded.
+absl::Status Server::StartHttp() {
+  if (options_.http_port < 0) return absl::OkStatus();
+  http::HttpServerOptions http_options;
+  http_options.host = options_.http_host.empty() ? options_.host : options_.http_host;
+  http_options.port = options_.http_port;
+  http_options.threads = options_.http_threads;
+  http_options.max_body_bytes = options_.max_receive_message_bytes;
+  http_api_ = std::make_unique<http::OpenAiApi>(gateway_.get());
+  absl::StatusOr<std::unique_ptr<http::HttpServer>> server =
+      http::HttpServer::Start(http_options, http_api_.get());
+  if (!server.ok()) return server.status();
+  http_server_ = *std::move(server);
+  http_port_ = http_server_->port();
+  spdlog::info("http on http://{}", JoinHostPort(http_options.host, http_port_));
   return absl::OkStatus();
 }
 
@@ -169,11 +201,11 @@ absl::Status Server::LoadModelAndEngine() {
   metrics_->SetModelWeightsBytes(weight_bytes);
   engine::Engine* e = engine_.get();
   metrics_->SetGaugeSource([e] { return e->gauges(); });
-  service_->SetEngine(e);
+  gateway_->SetEngine(e);
 
   const engine::EngineGauges gauges = e->gauges();
   const engine::EngineOptions& eo = e->options();
-  const RequestLimits& limits = service_->limits();
+  const RequestLimits& limits = gateway_->limits();
   spdlog::info(
       "kv cache: blocks={} block_size_tokens={} capacity_tokens={} bytes={} ({}) "
       "bytes_per_token={}",
@@ -219,10 +251,11 @@ void Server::Shutdown(absl::Duration drain_timeout) {
   if (grpc_server_ != nullptr && grpc_server_->GetHealthCheckService() != nullptr) {
     grpc_server_->GetHealthCheckService()->Shutdown();  // NOT_SERVING from now on
   }
-  if (service_ != nullptr) service_->StartDraining();
+  if (gateway_ != nullptr) gateway_->StartDraining();  // HTTP /health says 503 from now on
   // Running streams finish (or end UNAVAILABLE at the drain deadline); the channels
-  // send their last messages while gRPC still runs.
+  // send their last messages while gRPC and HTTP still run.
   if (engine_ != nullptr) engine_->Shutdown(drain_timeout);
+  if (http_server_ != nullptr) http_server_->Shutdown(options_.grpc_shutdown_grace);
   if (grpc_server_ != nullptr) {
     grpc_server_->Shutdown(absl::ToChronoTime(absl::Now() + options_.grpc_shutdown_grace));
     grpc_server_->Wait();

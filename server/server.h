@@ -22,6 +22,11 @@ namespace quill::server {
 
 class GenerationService;
 class QuillMetrics;
+class RequestGateway;
+namespace http {
+class HttpServer;
+class OpenAiApi;
+}  // namespace http
 
 // quill-server in one object: the metrics endpoint, the gRPC server (Generator, the
 // standard grpc.health.v1.Health service and server reflection), the model and the engine.
@@ -39,12 +44,14 @@ class Server {
 
   int port() const { return port_; }                  // the bound gRPC port
   int metrics_port() const { return metrics_port_; }  // -1 without a metrics endpoint
+  int http_port() const { return http_port_; }        // -1 without the HTTP API
   std::string address() const;                        // "host:port" for clients
   const ServerOptions& options() const { return options_; }
 
-  // Graceful shutdown: health NOT_SERVING, new Generate calls UNAVAILABLE, running
-  // streams get up to `drain_timeout` to finish (the rest end UNAVAILABLE), then gRPC is
-  // shut down (waiting at most options().grpc_shutdown_grace for the last writes).
+  // Graceful shutdown: health NOT_SERVING (gRPC and HTTP /health 503), new generations
+  // UNAVAILABLE, running streams get up to `drain_timeout` to finish (the rest end
+  // UNAVAILABLE), then HTTP and gRPC are shut down (waiting at most
+  // options().grpc_shutdown_grace for the last writes).
   // Blocking, thread-safe, idempotent; never call it from a gRPC reaction.
   void Shutdown(absl::Duration drain_timeout) ABSL_LOCKS_EXCLUDED(shutdown_mu_);
   void Shutdown() { Shutdown(options_.drain_timeout); }
@@ -59,19 +66,25 @@ class Server {
   absl::Status Start();
   absl::Status StartMetrics();
   absl::Status StartGrpc();
+  absl::Status StartHttp();
   absl::Status LoadModelAndEngine();
   void SetHealth(bool serving);
 
   const ServerOptions options_;
   int port_ = 0;
   int metrics_port_ = -1;
+  int http_port_ = -1;
 
   // Declaration order is destruction order reversed: the exposer (which reads the
-  // metrics) and the gRPC server (whose reactors use the engine) go first.
+  // metrics), the HTTP and gRPC servers (whose connections and reactors use the gateway
+  // and the engine) go first.
   std::unique_ptr<QuillMetrics> metrics_;
   std::unique_ptr<engine::Engine> engine_;
+  std::unique_ptr<RequestGateway> gateway_;
   std::unique_ptr<GenerationService> service_;
   std::unique_ptr<grpc::Server> grpc_server_;
+  std::unique_ptr<http::OpenAiApi> http_api_;
+  std::unique_ptr<http::HttpServer> http_server_;
   std::unique_ptr<prometheus::Exposer> exposer_;
 
   absl::Mutex shutdown_mu_;

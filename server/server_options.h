@@ -22,6 +22,15 @@ struct ServerOptions {
   int port = 50051;  // 0 = any free port (see Server::port())
   std::string metrics_host;  // empty = same as host
   int metrics_port = 9090;   // 0 = any free port; negative = no metrics endpoint
+  // The /metrics HTTP server gives each open connection a thread of its own, and drops a
+  // connection that has not sent a whole request (or taken the response) within the
+  // timeout: stalled or idle clients hold at most `metrics_threads` threads for at most
+  // `metrics_request_timeout` each, so scrapes keep being answered.
+  int metrics_threads = 16;
+  absl::Duration metrics_request_timeout = absl::Seconds(2);
+  std::string http_host;     // empty = same as host
+  int http_port = 8080;      // OpenAI-compatible HTTP API; 0 = any free port; negative = off
+  int http_threads = 2;      // HTTP io threads (they only parse, format and copy bytes)
 
   engine::EngineOptions engine;
 
@@ -29,7 +38,7 @@ struct ServerOptions {
   absl::Duration drain_timeout = absl::Seconds(30);
   // After the drain, gRPC gets this long to flush the last messages before it cancels.
   absl::Duration grpc_shutdown_grace = absl::Seconds(5);
-  // Requests larger than this are refused by gRPC (RESOURCE_EXHAUSTED).
+  // Requests larger than this are refused by gRPC (RESOURCE_EXHAUSTED) and HTTP (413).
   int max_receive_message_bytes = 4 << 20;
 };
 

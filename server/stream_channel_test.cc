@@ -4,15 +4,20 @@
 
 #include <atomic>
 #include <deque>
+#include <memory>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/generate_reactor.h"
 #include "server/request_codec.h"
+#include "spdlog/sinks/ostream_sink.h"
+#include "spdlog/spdlog.h"
 
 namespace quill::server {
 namespace {
@@ -287,6 +292,28 @@ TEST(StreamChannelStressTest, ConcurrentEngineAndGrpcThreads) {
   EXPECT_EQ(text, std::string(kTokens, 't'));
   EXPECT_EQ(calls.back().kind, Call::kLast);
   EXPECT_EQ(calls.back().message.finish_reason(), v1::LENGTH);
+}
+
+// The finished-request line quotes and escapes what a client controls, so no input can add
+// a line to the server log or a field to this one.
+TEST(LogFinishedRequestTest, ClientTextCannotForgeLinesOrFields) {
+  std::ostringstream out;
+  auto logger = std::make_shared<spdlog::logger>(
+      "capture", std::make_shared<spdlog::sinks::ostream_sink_st>(out));
+  logger->set_pattern("%v");
+  const std::shared_ptr<spdlog::logger> previous = spdlog::default_logger();
+  spdlog::set_default_logger(logger);
+  LogFinishedRequest("ok-id", Finish(engine::FinishReason::kLength));
+  LogFinishedRequest(
+      "bad id", Finish(engine::FinishReason::kError,
+                       absl::InvalidArgumentError("stop[0] \"x\nfinished request_id=forged\"")));
+  spdlog::set_default_logger(previous);
+  const std::vector<std::string> lines = absl::StrSplit(out.str(), '\n', absl::SkipEmpty());
+  ASSERT_EQ(lines.size(), 2u) << out.str();
+  EXPECT_THAT(lines[0], ::testing::StartsWith("finished request_id=ok-id reason=length "));
+  EXPECT_THAT(lines[1], ::testing::StartsWith("finished request_id=\"bad id\" reason=error "));
+  EXPECT_THAT(lines[1], ::testing::HasSubstr(
+                            "status=\"INVALID_ARGUMENT: stop[0] \\\"x\\nfinished request_id=forged\\\"\""));
 }
 
 }  // namespace

@@ -63,40 +63,35 @@ class RunState {
 };
 
 // Sends one request and measures it.
-RequestRecord RunOne(client::QuillClient& client, const quill::v1::GenerateRequest& request,
+RequestRecord RunOne(const StreamFn& stream, const quill::v1::GenerateRequest& request,
                      absl::Duration timeout, RunState& state) {
   RequestRecord record;
   record.prompt_tokens = request.prompt_token_ids().ids_size();
   const Clock::time_point sent = Clock::now();
   Clock::time_point previous = sent;
   bool first = true;
-  absl::Status status = client.Generate(
-      request,
-      [&](const quill::v1::GenerateResponse& response) {
-        const int tokens = response.token_ids_size();
-        if (tokens == 0) return;  // e.g. a final message that carries only usage
-        const Clock::time_point now = Clock::now();
-        if (first) {
-          record.ttft = SecondsBetween(sent, now);
-          first = false;
-        } else {
-          record.itl.push_back(SecondsBetween(previous, now) / tokens);
-        }
-        previous = now;
-        record.output_tokens += tokens;
-        state.output_tokens.fetch_add(tokens, std::memory_order_relaxed);
-      },
-      timeout);
+  absl::Status status = stream(request, timeout, [&](int tokens) {
+    if (tokens == 0) return;  // e.g. a final message that carries only usage
+    const Clock::time_point now = Clock::now();
+    if (first) {
+      record.ttft = SecondsBetween(sent, now);
+      first = false;
+    } else {
+      record.itl.push_back(SecondsBetween(previous, now) / tokens);
+    }
+    previous = now;
+    record.output_tokens += tokens;
+    state.output_tokens.fetch_add(tokens, std::memory_order_relaxed);
+  });
   record.e2e = SecondsBetween(sent, Clock::now());
   record.code = status.code();
   record.message = std::string(status.message());
   return record;
 }
 
-
 // One worker: claims requests until the budget is spent, and keeps its own records.
-void Worker(client::QuillClient& client, const quill::v1::ModelInfo& info,
-            const BenchOptions& options, RunState& state, std::vector<RequestRecord>* records) {
+void Worker(const StreamFn& stream, const quill::v1::ModelInfo& info, const BenchOptions& options,
+            RunState& state, std::vector<RequestRecord>* records) {
   int64_t index;
   Clock::time_point when;
   while (state.Claim(&index, &when)) {
@@ -120,7 +115,7 @@ void Worker(client::QuillClient& client, const quill::v1::ModelInfo& info,
     request.mutable_sampling()->set_temperature(options.temperature);
     request.mutable_sampling()->set_seed(options.seed + static_cast<uint64_t>(index));
     state.started.fetch_add(1, std::memory_order_relaxed);
-    records->push_back(RunOne(client, request, options.request_timeout, state));
+    records->push_back(RunOne(stream, request, options.request_timeout, state));
     (records->back().code == absl::StatusCode::kOk ? state.completed : state.failed)
         .fetch_add(1, std::memory_order_relaxed);
   }
@@ -190,19 +185,39 @@ absl::Status ValidateBenchOptions(const BenchOptions& options, const quill::v1::
   return absl::OkStatus();
 }
 
+StreamFn GrpcStreamFn(client::QuillClient& client) {
+  return [&client](const quill::v1::GenerateRequest& request, absl::Duration timeout,
+                   const std::function<void(int)>& on_tokens) {
+    return client.Generate(
+        request,
+        [&](const quill::v1::GenerateResponse& response) { on_tokens(response.token_ids_size()); },
+        timeout);
+  };
+}
+
 absl::StatusOr<BenchReport> RunBench(client::QuillClient& client,
                                      const quill::v1::ModelInfo& info,
                                      const BenchOptions& options,
                                      const std::function<void(const BenchProgress&)>& on_progress,
                                      absl::Duration progress_interval) {
+  return RunBench([&client] { return GrpcStreamFn(client); }, info, options, on_progress,
+                  progress_interval);
+}
+
+absl::StatusOr<BenchReport> RunBench(const StreamFnFactory& make_stream_fn,
+                                     const quill::v1::ModelInfo& info, const BenchOptions& options,
+                                     const std::function<void(const BenchProgress&)>& on_progress,
+                                     absl::Duration progress_interval) {
   if (absl::Status status = ValidateBenchOptions(options, info); !status.ok()) return status;
+  std::vector<StreamFn> streams;
+  for (int i = 0; i < options.concurrency; ++i) streams.push_back(make_stream_fn());
   const Clock::time_point start = Clock::now();
   RunState state(options, start);
   std::vector<std::vector<RequestRecord>> records(options.concurrency);
   std::vector<std::thread> workers;
   workers.reserve(options.concurrency);
   for (int i = 0; i < options.concurrency; ++i) {
-    workers.emplace_back(Worker, std::ref(client), std::cref(info), std::cref(options),
+    workers.emplace_back(Worker, std::cref(streams[i]), std::cref(info), std::cref(options),
                          std::ref(state), &records[i]);
   }
   absl::Notification done;
@@ -272,6 +287,7 @@ BenchReport Aggregate(const BenchOptions& options, const std::vector<RequestReco
 nlohmann::json ReportToJson(const BenchReport& report) {
   const BenchOptions& o = report.options;
   nlohmann::json config = {{"mode", o.rate > 0 ? "open-loop" : "closed-loop"},
+                           {"api", o.api},
                            {"concurrency", o.concurrency},
                            {"requests", o.requests},
                            {"duration_limit_s", absl::ToDoubleSeconds(o.duration)},
@@ -305,10 +321,13 @@ std::string FormatReport(const BenchReport& report) {
   const BenchOptions& o = report.options;
   std::string out;
   if (o.rate > 0) {
-    absl::StrAppendFormat(&out, "== quill bench: open loop, %.2f req/s (Poisson), at most %d in flight ==\n",
-                          o.rate, o.concurrency);
+    absl::StrAppendFormat(&out,
+                          "== quill bench (%s): open loop, %.2f req/s (Poisson), at most %d in "
+                          "flight ==\n",
+                          o.api, o.rate, o.concurrency);
   } else {
-    absl::StrAppendFormat(&out, "== quill bench: closed loop, concurrency %d ==\n", o.concurrency);
+    absl::StrAppendFormat(&out, "== quill bench (%s): closed loop, concurrency %d ==\n", o.api,
+                          o.concurrency);
   }
   absl::StrAppendFormat(&out, "%-34s %d prompt + %d output tokens\n", "Request shape:",
                         o.prompt_tokens, o.max_tokens);

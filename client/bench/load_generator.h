@@ -35,6 +35,7 @@ struct BenchOptions {
   float temperature = 0;  // 0 = greedy
   uint64_t seed = 0;      // prompts and arrival times
   absl::Duration request_timeout = absl::Seconds(60);
+  std::string api = "grpc";  // the front end measured: "grpc" or "http" (for the report)
 };
 
 // A snapshot for the live progress line.
@@ -94,6 +95,17 @@ class ArrivalSchedule {
   double now_seconds_ = 0;
 };
 
+// Sends one streaming request and calls on_tokens(n) as each message with n new tokens
+// arrives; returns how the request ended. One per worker (it may hold a connection).
+using StreamFn =
+    std::function<absl::Status(const quill::v1::GenerateRequest& request, absl::Duration timeout,
+                               const std::function<void(int)>& on_tokens)>;
+// Makes each worker's StreamFn (called once per worker, before the run starts).
+using StreamFnFactory = std::function<StreamFn()>;
+
+// A StreamFn over gRPC's Generate, sharing `client` (one HTTP/2 channel) between workers.
+StreamFn GrpcStreamFn(client::QuillClient& client);
+
 // Validates `options` against the model (vocab, context length, server limits).
 absl::Status ValidateBenchOptions(const BenchOptions& options, const quill::v1::ModelInfo& info);
 
@@ -102,6 +114,12 @@ absl::Status ValidateBenchOptions(const BenchOptions& options, const quill::v1::
 // request failures are counted in the report, not returned.
 absl::StatusOr<BenchReport> RunBench(
     client::QuillClient& client, const quill::v1::ModelInfo& info, const BenchOptions& options,
+    const std::function<void(const BenchProgress&)>& on_progress = nullptr,
+    absl::Duration progress_interval = absl::Seconds(1));
+// The same over any front end: each worker sends through its own StreamFn.
+absl::StatusOr<BenchReport> RunBench(
+    const StreamFnFactory& make_stream_fn, const quill::v1::ModelInfo& info,
+    const BenchOptions& options,
     const std::function<void(const BenchProgress&)>& on_progress = nullptr,
     absl::Duration progress_interval = absl::Seconds(1));
 

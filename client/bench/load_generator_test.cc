@@ -6,12 +6,31 @@
 #include <set>
 #include <string>
 
+#include "client/bench/http_streamer.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 
 namespace quill::bench {
 namespace {
+
+TEST(HttpStreamerTest, RequestBodyAndTokenCounts) {
+  quill::v1::GenerateRequest request;
+  for (int id : {1, 50, 60}) request.mutable_prompt_token_ids()->add_ids(id);
+  request.set_max_tokens(8);
+  request.set_ignore_eos(true);
+  request.mutable_sampling()->set_temperature(0.5f);
+  request.mutable_sampling()->set_seed(9);
+  const std::string body = CompletionBodyFor(request);
+  EXPECT_THAT(body, ::testing::HasSubstr(R"("prompt":[1,50,60])"));
+  EXPECT_THAT(body, ::testing::HasSubstr(R"("max_tokens":8)"));
+  EXPECT_THAT(body, ::testing::HasSubstr(R"("ignore_eos":true)"));
+  EXPECT_THAT(body, ::testing::HasSubstr(R"("stream":true)"));
+  EXPECT_THAT(body, ::testing::HasSubstr(R"("continuous_usage_stats":true)"));
+  EXPECT_THAT(body, ::testing::HasSubstr(R"("seed":9)"));
+  EXPECT_EQ(CompletionTokensOf(R"({"usage":{"completion_tokens":12,"prompt_tokens":3}})"), 12);
+  EXPECT_EQ(CompletionTokensOf(R"({"usage":null})"), -1);
+}
 
 TEST(MakePromptIdsTest, ExactLengthBosFirstNoSpecials) {
   std::mt19937_64 rng(1);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "client/bench/http_streamer.h"
 #include "client/bench/load_generator.h"
 #include "client/cli/cli_common.h"
 #include "client/quill_client.h"
@@ -17,6 +18,7 @@ namespace quill::cli {
 
 int BenchCommand(const std::vector<std::string>& args) {
   std::string addr = DefaultAddress();
+  std::string http_addr;
   bench::BenchOptions options;
   int requests = -1;  // -1: 100, or no limit when --duration is given
   double temperature = 0;
@@ -33,6 +35,13 @@ int BenchCommand(const std::vector<std::string>& args) {
       "per output token and end-to-end latency at p50/p90/p99 (nearest rank), and errors by "
       "status code. A progress line is updated on stderr about once a second.");
   parser.AddString("addr", &addr, "Server address HOST:PORT (env QUILL_ADDR).");
+  parser.AddString("api", &options.api,
+                   "Front end to load: 'grpc' (Generate) or 'http' (the OpenAI-compatible "
+                   "POST /v1/completions, streamed; one keep-alive connection per worker). The "
+                   "model's details come over gRPC either way.");
+  parser.AddString("http-addr", &http_addr,
+                   "HTTP API address HOST:PORT for --api http. Default: --addr's host, port "
+                   "8080.");
   parser.AddInt("concurrency", &options.concurrency,
                 "Closed loop: workers. Open loop: most requests in flight.");
   parser.AddInt("requests", &requests, "Requests to send (0 = no limit).");
@@ -56,6 +65,11 @@ int BenchCommand(const std::vector<std::string>& args) {
   }
   options.requests = requests >= 0 ? requests : (options.duration > absl::ZeroDuration() ? 0 : 100);
   options.temperature = static_cast<float>(temperature);
+  if (options.api != "grpc" && options.api != "http") {
+    std::cerr << "error: --api must be grpc or http, got \"" << options.api << "\"\n";
+    return kExitUsage;
+  }
+  if (http_addr.empty()) http_addr = addr.substr(0, addr.rfind(':')) + ":8080";
 
   std::unique_ptr<client::QuillClient> client = client::QuillClient::Connect(addr);
   absl::StatusOr<quill::v1::ModelInfo> info = client->GetModelInfo(absl::Seconds(30));
@@ -79,7 +93,18 @@ int BenchCommand(const std::vector<std::string>& args) {
       std::cerr << (tty ? "\r\033[K" : "") << line << (tty ? "" : "\n") << std::flush;
     };
   }
-  absl::StatusOr<bench::BenchReport> report = bench::RunBench(*client, *info, options, progress);
+  bench::StreamFnFactory make_stream_fn = [&client] { return bench::GrpcStreamFn(*client); };
+  if (options.api == "http") {
+    make_stream_fn = [&http_addr]() -> bench::StreamFn {
+      auto streamer = std::make_shared<bench::HttpStreamer>(http_addr);
+      return [streamer](const quill::v1::GenerateRequest& request, absl::Duration timeout,
+                        const std::function<void(int)>& on_tokens) {
+        return streamer->Stream(request, timeout, on_tokens);
+      };
+    };
+  }
+  absl::StatusOr<bench::BenchReport> report =
+      bench::RunBench(make_stream_fn, *info, options, progress);
   if (!quiet && tty) std::cerr << "\n";
   if (!report.ok()) return PrintError(report.status());
   if (json) {

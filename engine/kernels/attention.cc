@@ -18,6 +18,7 @@ namespace {
 using internal::Exp512;
 using internal::ReduceAdd512;
 using internal::TailMask;
+using internal::Tanh512;
 using internal::TransposeReduce16;
 using internal::UseAvx512;
 
@@ -39,7 +40,8 @@ struct Item {
   int head_begin;
   int head_end;
   int group;         // query heads per KV head
-  int32_t num_keys;  // the query attends to positions [0, num_keys)
+  int32_t first_key;  // the query attends to positions [first_key, num_keys)
+  int32_t num_keys;
   const int32_t* block_table;
   const float* k_cache;
   const float* v_cache;
@@ -47,7 +49,19 @@ struct Item {
   int64_t kv_row;  // floats per slot (num_kv_heads * head_dim)
   int head_dim;
   float scale;
+  float softcap;  // 0: none
 };
+
+// The first tile of a query whose keys start at `first_key`: tiles always start at
+// multiples of kTile, so the rounding depends only on the query's position.
+inline int FirstTile(int32_t first_key) { return first_key / kTile * kTile; }
+
+// Lanes [lo, hi) of a 16-lane group, each bound clamped to [0, 16].
+inline __mmask16 LaneRange(int lo, int hi) {
+  lo = std::max(0, std::min(16, lo));
+  hi = std::max(0, std::min(16, hi));
+  return static_cast<__mmask16>(TailMask(hi) & ~TailMask(lo));
+}
 
 // Slot rows (all KV heads) of the tile's keys [t0, t0 + count).
 void TileRows(const Item& it, int t0, int count, const float** k_rows, const float** v_rows) {
@@ -114,21 +128,31 @@ struct Avx512Attention {
     return TransposeReduce16(dot);
   }
 
-  // scores[h][0, padded) for `num_heads` heads starting at q: scaled dots, -inf past count.
+  // score * scale, soft-capped when softcap > 0 (cap * tanh(score / cap)).
+  QUILL_AVX512_TARGET static __m512 Finish(__m512 dots, __m512 scale, float softcap) {
+    const __m512 s = _mm512_mul_ps(dots, scale);
+    if (softcap <= 0.0f) return s;
+    return _mm512_mul_ps(_mm512_set1_ps(softcap),
+                         Tanh512(_mm512_mul_ps(s, _mm512_set1_ps(1.0f / softcap))));
+  }
+
+  // scores[h][0, padded) for `num_heads` heads starting at q: scaled (and capped) dots for
+  // keys [skip, count), -inf elsewhere.
   QUILL_AVX512_TARGET static void Scores(const float* q, int num_heads, int head_dim,
-                                         const float* const* k_rows, int64_t offset, int count,
-                                         int padded, __mmask16 last, float scale_value,
-                                         float (*scores)[kTile]) {
+                                         const float* const* k_rows, int64_t offset, int skip,
+                                         int count, int padded, __mmask16 last, float scale_value,
+                                         float softcap, float (*scores)[kTile]) {
     const __m512 scale = _mm512_set1_ps(scale_value);
     const __m512 neg_inf = _mm512_set1_ps(kNegInf);
     int h = 0;
     for (; h + 2 <= num_heads; h += 2) {
       const float* q0 = q + static_cast<int64_t>(h) * head_dim;
       for (int g = 0; g < padded; g += 8) {
-        const __mmask16 valid8 = TailMask(std::min(count - g, 8));
+        const __mmask16 valid8 =
+            LaneRange(skip - g, std::min(count - g, 8)) & static_cast<__mmask16>(0xff);
         const __m512 s = _mm512_mask_mov_ps(
             neg_inf, static_cast<__mmask16>(valid8 | (valid8 << 8)),
-            _mm512_mul_ps(Dots2x8(q0, q0 + head_dim, k_rows + g, offset, last), scale));
+            Finish(Dots2x8(q0, q0 + head_dim, k_rows + g, offset, last), scale, softcap));
         _mm256_store_ps(scores[h] + g, _mm512_castps512_ps256(s));
         _mm256_store_ps(scores[h + 1] + g,
                         _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(s), 1)));
@@ -137,9 +161,9 @@ struct Avx512Attention {
     for (; h < num_heads; ++h) {
       const float* qh = q + static_cast<int64_t>(h) * head_dim;
       for (int g = 0; g < padded; g += 16) {
-        const __m512 s = _mm512_mask_mov_ps(
-            neg_inf, TailMask(count - g),
-            _mm512_mul_ps(Dots1x16(qh, k_rows + g, offset, last), scale));
+        const __m512 s =
+            _mm512_mask_mov_ps(neg_inf, LaneRange(skip - g, count - g),
+                               Finish(Dots1x16(qh, k_rows + g, offset, last), scale, softcap));
         _mm512_store_ps(scores[h] + g, s);
       }
     }
@@ -147,7 +171,7 @@ struct Avx512Attention {
 
   // Online softmax step for one head: scores become weights exp(s - new max); returns the
   // factor that rescales what was accumulated before (0 on the first tile).
-  QUILL_AVX512_TARGET static float Softmax(float* scores, int count, int padded,
+  QUILL_AVX512_TARGET static float Softmax(float* scores, int skip, int count, int padded,
                                            float* running_max, float* running_sum) {
     __m512 tile_max = _mm512_set1_ps(kNegInf);
     for (int g = 0; g < padded; g += 16) {
@@ -159,8 +183,8 @@ struct Avx512Attention {
     const __m512 vmax = _mm512_set1_ps(new_max);
     __m512 sum = _mm512_setzero_ps();
     for (int g = 0; g < padded; g += 16) {
-      const __m512 p = _mm512_maskz_mov_ps(
-          TailMask(count - g), Exp512(_mm512_sub_ps(_mm512_load_ps(scores + g), vmax)));
+      const __m512 p = _mm512_maskz_mov_ps(LaneRange(skip - g, count - g),
+                                           Exp512(_mm512_sub_ps(_mm512_load_ps(scores + g), vmax)));
       _mm512_store_ps(scores + g, p);
       sum = _mm512_add_ps(sum, p);
     }
@@ -171,7 +195,7 @@ struct Avx512Attention {
   // acc[h] = acc[h] * alpha[h] + sum_i weights[h][i] * V_i, for kHeads heads at once.
   template <int kHeads>
   QUILL_AVX512_TARGET static void WeightedValues(const float* const* v_rows, int64_t offset,
-                                                 int count, __mmask16 last,
+                                                 int skip, int count, __mmask16 last,
                                                  float (*weights)[kTile], const float* alpha,
                                                  float (*acc)[kChunks * 16]) {
     __m512 o[kHeads][kChunks];
@@ -179,7 +203,7 @@ struct Avx512Attention {
       const __m512 a = _mm512_set1_ps(alpha[h]);
       for (int c = 0; c < kChunks; ++c) o[h][c] = _mm512_mul_ps(_mm512_load_ps(acc[h] + 16 * c), a);
     }
-    for (int i = 0; i < count; ++i) {
+    for (int i = skip; i < count; ++i) {
       __m512 p[kHeads];
       for (int h = 0; h < kHeads; ++h) p[h] = _mm512_set1_ps(weights[h][i]);
       for (int c = 0; c < kChunks; ++c) {
@@ -195,11 +219,11 @@ struct Avx512Attention {
   template <int... kHeads>
   QUILL_AVX512_TARGET static void WeightedValuesN(int n, std::integer_sequence<int, kHeads...>,
                                                   const float* const* v_rows, int64_t offset,
-                                                  int count, __mmask16 last,
+                                                  int skip, int count, __mmask16 last,
                                                   float (*weights)[kTile], const float* alpha,
                                                   float (*acc)[kChunks * 16]) {
     ((n == kHeads + 1
-          ? WeightedValues<kHeads + 1>(v_rows, offset, count, last, weights, alpha, acc)
+          ? WeightedValues<kHeads + 1>(v_rows, offset, skip, count, last, weights, alpha, acc)
           : void()),
      ...);
   }
@@ -221,8 +245,9 @@ struct Avx512Attention {
       running_sum[h] = 0.0f;
       for (int c = 0; c < kChunks; ++c) _mm512_store_ps(acc[h] + 16 * c, _mm512_setzero_ps());
     }
-    for (int t0 = 0; t0 < it.num_keys; t0 += kTile) {
+    for (int t0 = FirstTile(it.first_key); t0 < it.num_keys; t0 += kTile) {
       const int count = std::min(kTile, it.num_keys - t0);
+      const int skip = std::max(0, it.first_key - t0);  // keys before the window
       const int padded = (count + 15) / 16 * 16;
       TileRows(it, t0, count, k_rows, v_rows);
       // Lanes past the last key compute on a valid row and are masked out.
@@ -235,14 +260,14 @@ struct Avx512Attention {
         const int first = h - it.head_begin;
         const int n = end - h;
         const int64_t offset = static_cast<int64_t>(kv) * hd;
-        Scores(it.q + static_cast<int64_t>(h) * hd, n, hd, k_rows, offset, count, padded, last,
-               it.scale, scores + first);
+        Scores(it.q + static_cast<int64_t>(h) * hd, n, hd, k_rows, offset, skip, count, padded,
+               last, it.scale, it.softcap, scores + first);
         for (int j = first; j < first + n; ++j) {
-          alpha[j] = Softmax(scores[j], count, padded, &running_max[j], &running_sum[j]);
+          alpha[j] = Softmax(scores[j], skip, count, padded, &running_max[j], &running_sum[j]);
         }
         for (int j = first; j < first + n; j += kPvHeads) {
           WeightedValuesN(std::min(kPvHeads, first + n - j),
-                          std::make_integer_sequence<int, kPvHeads>{}, v_rows, offset, count,
+                          std::make_integer_sequence<int, kPvHeads>{}, v_rows, offset, skip, count,
                           last, scores + j, alpha + j, acc + j);
         }
         h = end;
@@ -285,28 +310,30 @@ void AttendPortable(const Item& it) {
     float running_max = kNegInf;
     float running_sum = 0.0f;
     std::fill(acc, acc + hd, 0.0f);
-    for (int t0 = 0; t0 < it.num_keys; t0 += kTile) {
+    for (int t0 = FirstTile(it.first_key); t0 < it.num_keys; t0 += kTile) {
       const int count = std::min(kTile, it.num_keys - t0);
+      const int skip = std::max(0, it.first_key - t0);  // keys before the window
       TileRows(it, t0, count, k_rows, v_rows);
       float tile_max = kNegInf;
-      for (int i = 0; i < count; ++i) {
+      for (int i = skip; i < count; ++i) {
         const float* k = k_rows[i] + offset;
         float dot = 0.0f;
         for (int d = 0; d < hd; ++d) dot = std::fma(q[d], k[d], dot);
         scores[i] = dot * it.scale;
+        if (it.softcap > 0.0f) scores[i] = it.softcap * std::tanh(scores[i] / it.softcap);
         tile_max = std::max(tile_max, scores[i]);
       }
       const float new_max = std::max(running_max, tile_max);
       const float alpha = std::exp(running_max - new_max);
       running_max = new_max;
       float sum = 0.0f;
-      for (int i = 0; i < count; ++i) {
+      for (int i = skip; i < count; ++i) {
         scores[i] = std::exp(scores[i] - new_max);
         sum += scores[i];
       }
       running_sum = std::fma(running_sum, alpha, sum);
       for (int d = 0; d < hd; ++d) acc[d] *= alpha;
-      for (int i = 0; i < count; ++i) {
+      for (int i = skip; i < count; ++i) {
         const float* v = v_rows[i] + offset;
         for (int d = 0; d < hd; ++d) acc[d] = std::fma(scores[i], v[d], acc[d]);
       }
@@ -363,11 +390,11 @@ HeadSplit ChooseSplit(int n_heads, int group, int64_t num_queries, int threads) 
 
 void PagedAttention(const float* q, const float* k_cache, const float* v_cache,
                     const KvLayout& layout, absl::Span<const AttentionSequence> sequences,
-                    int n_heads, float scale, float* out) {
+                    int n_heads, const AttentionParams& params, float* out) {
   const int hd = layout.head_dim;
   const int n_kv = layout.num_kv_heads;
   QUILL_CHECK(hd > 0 && hd <= kMaxHeadDim && n_kv > 0 && n_heads % n_kv == 0 &&
-              layout.block_size > 0);
+              layout.block_size > 0 && params.window >= 0 && params.softcap >= 0.0f);
 
   int64_t num_queries = 0;
   for (const AttentionSequence& s : sequences) num_queries += s.num_q;
@@ -405,13 +432,15 @@ void PagedAttention(const float* q, const float* k_cache, const float* v_cache,
     it.head_end = head_end;
     it.group = split.group;
     it.num_keys = seq.first_pos + static_cast<int32_t>(j) + 1;
+    it.first_key = params.window > 0 ? std::max(0, it.num_keys - params.window) : 0;
     it.block_table = seq.block_table;
     it.k_cache = k_cache;
     it.v_cache = v_cache;
     it.block_size = layout.block_size;
     it.kv_row = static_cast<int64_t>(n_kv) * hd;
     it.head_dim = hd;
-    it.scale = scale;
+    it.scale = params.scale;
+    it.softcap = params.softcap;
     attend(it);
   }
 }

@@ -23,15 +23,31 @@ struct AttentionSequence {
   int32_t first_pos = 0;  // absolute position of its first new token
 };
 
+// How scores are formed and which keys a query sees.
+struct AttentionParams {
+  float scale = 1.0f;    // score = scale * q.k
+  float softcap = 0.0f;  // > 0: score = softcap * tanh(score / softcap) (Gemma 2)
+  int32_t window = 0;    // > 0: a query at position p sees only [p - window + 1, p] (sliding)
+};
+
 // Causal grouped-query attention over the paged cache. The K/V of the new tokens must
 // already be in the cache. Query row (q_begin + j) at position p = first_pos + j attends
-// to positions [0, p]; query head h reads KV head h / (n_heads / num_kv_heads).
-// q, out: rows x n_heads x head_dim f32. A tiled online softmax: never materializes the
-// T x T score matrix, allocates nothing, and each output depends only on its own query
-// and the cache (fixed tile boundaries at absolute positions), so it is batch-invariant.
-// Parallel over (sequence, head, query tile) on the OpenMP pool.
+// to positions [0, p] (or the window's last positions); query head h reads KV head
+// h / (n_heads / num_kv_heads).
+// q, out: rows x n_heads x head_dim f32 (head_dim <= 256). A tiled online softmax: never
+// materializes the T x T score matrix, allocates nothing, and each output depends only on
+// its own query and the cache (fixed tile boundaries at absolute positions, whatever the
+// window), so it is batch-invariant. Parallel over (sequence, head, query tile) on the
+// OpenMP pool.
 void PagedAttention(const float* q, const float* k_cache, const float* v_cache,
                     const KvLayout& layout, absl::Span<const AttentionSequence> sequences,
-                    int n_heads, float scale, float* out);
+                    int n_heads, const AttentionParams& params, float* out);
+
+// Plain scaled attention (no soft-cap, no window).
+inline void PagedAttention(const float* q, const float* k_cache, const float* v_cache,
+                           const KvLayout& layout, absl::Span<const AttentionSequence> sequences,
+                           int n_heads, float scale, float* out) {
+  PagedAttention(q, k_cache, v_cache, layout, sequences, n_heads, AttentionParams{scale}, out);
+}
 
 }  // namespace quill::engine::kernels

@@ -64,12 +64,25 @@ std::string ShapeName(const Shape& s) {
 }
 
 // Runs one batch; returns out (rows x n_heads x head_dim).
-std::vector<float> RunAttention(bool use_reference, const PagedCache& c, const std::vector<float>& q,
-                       const std::vector<AttentionSequence>& seqs, int n_heads, float scale) {
+std::vector<float> RunAttention(bool use_reference, const PagedCache& c,
+                                const std::vector<float>& q,
+                                const std::vector<AttentionSequence>& seqs, int n_heads,
+                                const AttentionParams& params) {
   std::vector<float> out(q.size(), std::nanf(""));
-  auto* fn = use_reference ? &reference::PagedAttention : &PagedAttention;
-  fn(q.data(), c.k.data(), c.v.data(), c.layout, seqs, n_heads, scale, out.data());
+  if (use_reference) {
+    reference::PagedAttention(q.data(), c.k.data(), c.v.data(), c.layout, seqs, n_heads, params,
+                              out.data());
+  } else {
+    PagedAttention(q.data(), c.k.data(), c.v.data(), c.layout, seqs, n_heads, params, out.data());
+  }
   return out;
+}
+
+std::vector<float> RunAttention(bool use_reference, const PagedCache& c,
+                                const std::vector<float>& q,
+                                const std::vector<AttentionSequence>& seqs, int n_heads,
+                                float scale) {
+  return RunAttention(use_reference, c, q, seqs, n_heads, AttentionParams{scale});
 }
 
 class AttentionTest : public PathTest {};
@@ -208,6 +221,92 @@ TEST_P(AttentionTest, FirstPositionReturnsItsValue) {
   const float* v = c.v.data() + int64_t{c.tables[0][0]} * kBlockSize * 64;
   for (int h = 0; h < 2; ++h) {
     for (int d = 0; d < 64; ++d) EXPECT_FLOAT_EQ(out[h * 64 + d], v[d]);
+  }
+}
+
+// Soft-capped scores and sliding windows (alone and together), against the reference, on
+// odd shapes: windows shorter than a tile, crossing tile and block boundaries, and longer
+// than the sequence.
+TEST_P(AttentionTest, SoftCapAndWindowMatchReference) {
+  const std::vector<int> lengths = {1, 17, 100, 300};
+  for (const Shape& s : {Shape{32, 4, 2}, Shape{24, 6, 3}, Shape{64, 8, 1}, Shape{256, 2, 1}}) {
+    const PagedCache c = MakeCache(lengths, s.n_kv, s.head_dim, s.head_dim + 7);
+    std::vector<AttentionSequence> seqs;
+    int rows = 0;
+    for (int i = 0; i < 4; ++i) {
+      seqs.push_back({c.tables[i].data(), rows, lengths[i], 0});
+      rows += lengths[i];
+    }
+    seqs.push_back({c.tables[3].data(), rows, 1, 299});
+    rows += 1;
+    seqs.push_back({c.tables[3].data(), rows, 37, 130});
+    rows += 37;
+    // Large queries so the cap bites (|scores| well past the cap).
+    const std::vector<float> q = RandomVector(int64_t{rows} * s.n_heads * s.head_dim, 8, -4, 4);
+    for (const AttentionParams params :
+         {AttentionParams{0.25f, 10.0f, 0}, AttentionParams{0.25f, 0.0f, 1},
+          AttentionParams{0.25f, 0.0f, 5}, AttentionParams{0.25f, 0.0f, 64},
+          AttentionParams{0.25f, 0.0f, 100}, AttentionParams{0.25f, 10.0f, 32},
+          AttentionParams{0.25f, 50.0f, 1000}}) {
+      SCOPED_TRACE(ShapeName(s) + " softcap " + std::to_string(params.softcap) + " window " +
+                   std::to_string(params.window));
+      const std::vector<float> got = RunAttention(false, c, q, seqs, s.n_heads, params);
+      const std::vector<float> want = RunAttention(true, c, q, seqs, s.n_heads, params);
+      EXPECT_LT(MaxAbsDiff(got, want), 1e-5);
+    }
+  }
+}
+
+// Independent of the reference: a window of 1 sees only the query's own key, so the output
+// is its own V row; a window covering everything equals no window, bit for bit.
+TEST_P(AttentionTest, WindowEdgeCases) {
+  const int hd = 40, n_heads = 4, n_kv = 2, len = 150;
+  const PagedCache c = MakeCache({len}, n_kv, hd, 21);
+  const std::vector<float> q = RandomVector(int64_t{len} * n_heads * hd, 22, -2, 2);
+  const std::vector<AttentionSequence> seqs = {{c.tables[0].data(), 0, len, 0}};
+  const std::vector<float> own = RunAttention(false, c, q, seqs, n_heads, {0.3f, 0.0f, 1});
+  for (int pos : {0, 15, 16, 64, 149}) {
+    const int64_t slot = int64_t{c.tables[0][pos / kBlockSize]} * kBlockSize + pos % kBlockSize;
+    for (int h = 0; h < n_heads; ++h) {
+      const float* v = c.v.data() + (slot * n_kv + h / (n_heads / n_kv)) * hd;
+      const float* o = own.data() + (int64_t{pos} * n_heads + h) * hd;
+      for (int d = 0; d < hd; ++d) ASSERT_EQ(o[d], v[d]) << pos << " " << h << " " << d;
+    }
+  }
+  const std::vector<float> all = RunAttention(false, c, q, seqs, n_heads, {0.3f, 0.0f, 0});
+  const std::vector<float> wide = RunAttention(false, c, q, seqs, n_heads, {0.3f, 0.0f, len});
+  EXPECT_EQ(std::memcmp(all.data(), wide.data(), all.size() * 4), 0);
+}
+
+// Batch invariance with a window and a soft-cap: a query gives the same bits alone, chunked,
+// and inside a batch.
+TEST_P(AttentionTest, WindowAndSoftCapBatchInvariantBitForBit) {
+  const Shape s{32, 4, 2};
+  const AttentionParams params{0.2f, 10.0f, 32};
+  const std::vector<int> lengths = {200, 17, 100};
+  const PagedCache c = MakeCache(lengths, s.n_kv, s.head_dim, 31);
+  const int row = s.n_heads * s.head_dim;
+  const std::vector<float> q0 = RandomVector(200 * row, 32, -3, 3);
+  const std::vector<AttentionSequence> whole = {{c.tables[0].data(), 0, 200, 0}};
+  const std::vector<float> ref = RunAttention(false, c, q0, whole, s.n_heads, params);
+  std::vector<float> chunked(q0.size());
+  for (auto [begin, end] : {std::pair{0, 31}, std::pair{31, 97}, std::pair{97, 200}}) {
+    std::vector<float> qc(q0.begin() + begin * row, q0.begin() + end * row);
+    std::vector<AttentionSequence> chunk = {{c.tables[0].data(), 0, end - begin, begin}};
+    const std::vector<float> out = RunAttention(false, c, qc, chunk, s.n_heads, params);
+    std::copy(out.begin(), out.end(), chunked.begin() + begin * row);
+  }
+  EXPECT_EQ(std::memcmp(chunked.data(), ref.data(), ref.size() * 4), 0) << "chunked";
+  for (int pos : {0, 31, 32, 33, 63, 64, 95, 199}) {
+    const std::vector<float> qp(q0.begin() + pos * row, q0.begin() + (pos + 1) * row);
+    std::vector<AttentionSequence> batch = {{c.tables[1].data(), 0, 17, 0},
+                                            {c.tables[0].data(), 17, 1, pos},
+                                            {c.tables[2].data(), 18, 1, 99}};
+    std::vector<float> qb = RandomVector(19 * row, 40 + pos, -3, 3);
+    std::copy(qp.begin(), qp.end(), qb.begin() + 17 * row);
+    const std::vector<float> batched = RunAttention(false, c, qb, batch, s.n_heads, params);
+    EXPECT_EQ(std::memcmp(batched.data() + 17 * row, ref.data() + pos * row, row * 4), 0)
+        << "in batch " << pos;
   }
 }
 

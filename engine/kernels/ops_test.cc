@@ -85,7 +85,8 @@ TEST_P(OpsTest, RopeMatchesReference) {
       std::vector<int32_t> pos(rows);
       for (int r = 0; r < rows; ++r) pos[r] = (r * 977 + 3) % 4096;
       Rope(got.data(), pos.data(), rows, s.n_heads, s.head_dim, s.rope_dim, s.base);
-      reference::Rope(want.data(), pos.data(), rows, s.n_heads, s.head_dim, s.rope_dim, s.base);
+      reference::Rope(want.data(), pos.data(), rows, s.n_heads, s.head_dim,
+                      RopeSpec{s.rope_dim, s.base});
       EXPECT_LT(MaxAbsDiff(got, want), 2e-6) << "head_dim " << s.head_dim << " rows " << rows;
     }
   }
@@ -161,6 +162,190 @@ TEST_P(OpsTest, SwiGluKnownValues) {
   EXPECT_NEAR(out[1], 2.0 / (1.0 + std::exp(-1.0)), 1e-6);
 }
 
+// ---- LayerNorm ----
+
+TEST_P(OpsTest, LayerNormMatchesReference) {
+  for (int rows : {1, 3, 17}) {
+    for (int dim : {8, 33, 64, 129, 2048}) {
+      // An offset far from zero: the mean must really be subtracted.
+      const std::vector<float> x = RandomVector(int64_t{rows} * dim, rows * 31 + dim, 3, 7);
+      const std::vector<float> w = RandomVector(dim, dim + 1, 0.5f, 1.5f);
+      const std::vector<float> b = RandomVector(dim, dim + 2, -1, 1);
+      for (const float* bias : {b.data(), static_cast<const float*>(nullptr)}) {
+        std::vector<float> got(x.size()), want(x.size());
+        LayerNorm(x.data(), w.data(), bias, rows, dim, 1e-5f, got.data());
+        reference::LayerNorm(x.data(), w.data(), bias, rows, dim, 1e-5f, want.data());
+        EXPECT_LT(MaxAbsDiff(got, want), 2e-5) << "rows " << rows << " dim " << dim;
+      }
+    }
+  }
+}
+
+// Hand-derived: [1, 2, 3, 4] has mean 2.5 and variance 1.25.
+TEST_P(OpsTest, LayerNormKnownValues) {
+  std::vector<float> x = {1, 2, 3, 4};
+  const std::vector<float> w = {1, 1, 2, 1}, b = {0, 0, 0, 10};
+  LayerNorm(x.data(), w.data(), b.data(), 1, 4, 0.0f, x.data());  // in place
+  const double s = 1.0 / std::sqrt(1.25);
+  EXPECT_NEAR(x[0], -1.5 * s, 1e-6);
+  EXPECT_NEAR(x[1], -0.5 * s, 1e-6);
+  EXPECT_NEAR(x[2], 2 * 0.5 * s, 1e-6);
+  EXPECT_NEAR(x[3], 1.5 * s + 10, 1e-5);
+}
+
+TEST_P(OpsTest, LayerNormRowsAreBatchInvariant) {
+  const int rows = 64, dim = 2048;
+  const std::vector<float> x = RandomVector(rows * dim, 17, -3, 3);
+  const std::vector<float> w = RandomVector(dim, 18, 0.5f, 1.5f);
+  const std::vector<float> b = RandomVector(dim, 19);
+  std::vector<float> all(x.size()), one(dim);
+  LayerNorm(x.data(), w.data(), b.data(), rows, dim, 1e-5f, all.data());
+  for (int r : {0, 17, 63}) {
+    LayerNorm(x.data() + r * dim, w.data(), b.data(), 1, dim, 1e-5f, one.data());
+    EXPECT_EQ(std::memcmp(one.data(), all.data() + r * dim, dim * sizeof(float)), 0) << r;
+  }
+}
+
+// ---- Rope: NEOX layout and frequency factors ----
+
+TEST_P(OpsTest, RopeNeoxAndFactorsMatchReference) {
+  struct Shape {
+    int n_heads, head_dim, rope_dim;
+  };
+  const std::vector<float> factors = RandomVector(512, 3, 1.0f, 8.0f);
+  for (const Shape s :
+       {Shape{4, 8, 8}, Shape{2, 32, 32}, Shape{3, 96, 96}, Shape{2, 64, 32}, Shape{5, 18, 14}}) {
+    for (RopeLayout layout : {RopeLayout::kNormal, RopeLayout::kNeox}) {
+      for (const float* ff : {static_cast<const float*>(nullptr), factors.data()}) {
+        const RopeSpec spec{s.rope_dim, 500000.0f, layout, ff};
+        for (int rows : {1, 3, 17}) {
+          std::vector<float> got =
+              RandomVector(int64_t{rows} * s.n_heads * s.head_dim, rows + 5, -2, 2);
+          std::vector<float> want = got;
+          std::vector<int32_t> pos(rows);
+          for (int r = 0; r < rows; ++r) pos[r] = (r * 613 + 1) % 8192;
+          Rope(got.data(), pos.data(), rows, s.n_heads, s.head_dim, spec);
+          reference::Rope(want.data(), pos.data(), rows, s.n_heads, s.head_dim, spec);
+          EXPECT_LT(MaxAbsDiff(got, want), 2e-6)
+              << "head_dim " << s.head_dim << " neox " << (layout == RopeLayout::kNeox)
+              << " factors " << (ff != nullptr) << " rows " << rows;
+        }
+      }
+    }
+  }
+}
+
+// Hand-derived, independent of the reference: head_dim 4, base 10000, so pair 0 turns at
+// frequency 1 and pair 1 at 10000^-1/2 = 0.01. NEOX pairs are (0, 2) and (1, 3); a factor
+// of 4 on pair 0 divides its frequency.
+TEST_P(OpsTest, RopeNeoxKnownRotation) {
+  std::vector<float> x = {1.0f, 2.0f, 3.0f, 4.0f};
+  const int32_t pos = 2;
+  const float factors[2] = {4.0f, 1.0f};
+  Rope(x.data(), &pos, 1, 1, 4, RopeSpec{4, 10000.0f, RopeLayout::kNeox, factors});
+  const double a0 = 2.0 / 4.0, a1 = 2.0 * 0.01;
+  EXPECT_NEAR(x[0], 1 * std::cos(a0) - 3 * std::sin(a0), 1e-6);
+  EXPECT_NEAR(x[2], 1 * std::sin(a0) + 3 * std::cos(a0), 1e-6);
+  EXPECT_NEAR(x[1], 2 * std::cos(a1) - 4 * std::sin(a1), 1e-6);
+  EXPECT_NEAR(x[3], 2 * std::sin(a1) + 4 * std::cos(a1), 1e-6);
+
+  // Partial NEOX rotation (rope_dim 2 of head_dim 4): pair (0, 1) only.
+  std::vector<float> partial = {1.0f, 2.0f, 3.0f, 4.0f};
+  Rope(partial.data(), &pos, 1, 1, 4, RopeSpec{2, 10000.0f, RopeLayout::kNeox});
+  EXPECT_NEAR(partial[0], 1 * std::cos(2.0) - 2 * std::sin(2.0), 1e-6);
+  EXPECT_NEAR(partial[1], 1 * std::sin(2.0) + 2 * std::cos(2.0), 1e-6);
+  EXPECT_EQ(partial[2], 3.0f);
+  EXPECT_EQ(partial[3], 4.0f);
+}
+
+// ---- GeGlu, Gelu, SoftCap ----
+
+// A few ulp of the value, times the growth of exp's argument (|u| ~ 1.6 |x| + 0.07 |x|^3):
+// its float32 rounding is amplified by exp, whatever the formula (tanh or sigmoid form).
+// Plus 1e-15 absolute: for x < -8 the reference's 1 + tanh(u) underflows to 0 even in long
+// double while the true value is ~1e-20.
+double GeluTolerance(double x, double want) {
+  const double u = std::fabs(x) * (1.6 + 0.072 * x * x);
+  return 8 * kFloatEps * (1 + u) * std::fabs(want) + 1e-15;
+}
+
+TEST_P(OpsTest, GeGluMatchesReference) {
+  for (int rows : {1, 3, 17}) {
+    for (int ffn : {8, 33, 256, 2047}) {
+      std::vector<float> gate_up = RandomVector(int64_t{rows} * 2 * ffn, rows * 5 + ffn, -8, 8);
+      gate_up[0] = 60.0f;  // exp overflows / vanishes
+      gate_up[1 % ffn] = -60.0f;
+      gate_up[2 % ffn] = 0.0f;
+      std::vector<float> got(int64_t{rows} * ffn), want(got.size());
+      GeGlu(gate_up.data(), rows, ffn, got.data());
+      reference::GeGlu(gate_up.data(), rows, ffn, want.data());
+      for (int r = 0; r < rows; ++r) {
+        for (int j = 0; j < ffn; ++j) {
+          const int64_t i = int64_t{r} * ffn + j;
+          ASSERT_NEAR(got[i], want[i], GeluTolerance(gate_up[int64_t{r} * 2 * ffn + j], want[i]))
+              << "rows " << rows << " ffn " << ffn << " at " << i;
+        }
+      }
+    }
+  }
+}
+
+TEST_P(OpsTest, GeluMatchesReference) {
+  for (int64_t n : {int64_t{1}, int64_t{15}, int64_t{17}, int64_t{1000}, int64_t{100003}}) {
+    std::vector<float> x = RandomVector(n, n, -10, 10);
+    x[0] = -30.0f;
+    std::vector<float> got(n), want(n);
+    Gelu(x.data(), n, got.data());
+    reference::Gelu(x.data(), n, want.data());
+    for (int64_t i = 0; i < n; ++i) {
+      ASSERT_NEAR(got[i], want[i], GeluTolerance(x[i], want[i])) << n << " at " << i;
+    }
+    Gelu(x.data(), n, x.data());  // in place
+    EXPECT_EQ(x, got);
+  }
+}
+
+// Hand-derived from the tanh formula: gelu(0) = 0, gelu(1) and gelu(-1) differ by exactly 1
+// (gelu(x) - gelu(-x) = x), and gelu(x) -> x for large x.
+TEST_P(OpsTest, GeluKnownValues) {
+  const std::vector<float> x = {0.0f, 1.0f, -1.0f, 20.0f};
+  std::vector<float> y(x.size());
+  Gelu(x.data(), 4, y.data());
+  const double g1 = 0.5 * (1 + std::tanh(std::sqrt(2 / M_PI) * (1 + 0.044715)));
+  EXPECT_EQ(y[0], 0.0f);
+  EXPECT_NEAR(y[1], g1, 1e-6);
+  EXPECT_NEAR(y[1] - y[2], 1.0, 1e-6);
+  EXPECT_EQ(y[3], 20.0f);
+}
+
+TEST_P(OpsTest, SoftCapMatchesReference) {
+  for (float cap : {10.0f, 30.0f, 50.0f}) {
+    for (int64_t n : {int64_t{1}, int64_t{17}, int64_t{32000}, int64_t{100001}}) {
+      std::vector<float> got = RandomVector(n, n + 1, -5 * cap, 5 * cap);
+      got[0] = 1e-4f;  // the small-|x| branch
+      if (n > 1) got[1] = -0.2f * cap;
+      std::vector<float> want = got;
+      SoftCap(got.data(), n, cap);
+      reference::SoftCap(want.data(), n, cap);
+      for (int64_t i = 0; i < n; ++i) {
+        ASSERT_NEAR(got[i], want[i], 8 * kFloatEps * std::fabs(want[i])) << cap << " at " << i;
+      }
+    }
+  }
+}
+
+// Hand-derived: cap * tanh(x / cap) is odd, ~x near 0, saturates at +-cap.
+TEST_P(OpsTest, SoftCapKnownValues) {
+  std::vector<float> x = {0.0f, 10.0f, -10.0f, 1e6f, -1e6f, 0.001f};
+  SoftCap(x.data(), 6, 10.0f);
+  EXPECT_EQ(x[0], 0.0f);
+  EXPECT_NEAR(x[1], 10 * std::tanh(1.0), 1e-5);
+  EXPECT_EQ(x[2], -x[1]);
+  EXPECT_EQ(x[3], 10.0f);
+  EXPECT_EQ(x[4], -10.0f);
+  EXPECT_NEAR(x[5], 0.001f, 4e-10);
+}
+
 INSTANTIATE_TEST_SUITE_P(Paths, OpsTest, kPaths, PathParamName);
 
 // ---- AddInPlace ----
@@ -173,6 +358,49 @@ TEST(AddInPlaceTest, AddsElementwise) {
     for (int64_t i = 0; i < n; ++i) want[i] = out[i] + x[i];
     AddInPlace(out.data(), x.data(), n);
     EXPECT_EQ(out, want) << n;
+  }
+}
+
+// ---- AddBias, Scale, AddTableRows ----
+
+TEST(AddBiasTest, MatchesReference) {
+  for (int rows : {1, 3, 64}) {
+    for (int cols : {1, 17, 3000}) {
+      std::vector<float> got = RandomVector(int64_t{rows} * cols, rows + cols);
+      const std::vector<float> bias = RandomVector(cols, cols);
+      std::vector<float> want = got;
+      AddBias(got.data(), bias.data(), rows, cols);
+      reference::AddBias(want.data(), bias.data(), rows, cols);
+      EXPECT_EQ(got, want) << rows << " x " << cols;
+    }
+  }
+}
+
+TEST(ScaleTest, MatchesReference) {
+  for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{17}, int64_t{300001}}) {
+    std::vector<float> got = RandomVector(n, 3);
+    std::vector<float> want = got;
+    Scale(got.data(), n, 9.797959f);
+    reference::Scale(want.data(), n, 9.797959f);
+    EXPECT_EQ(got, want) << n;
+  }
+}
+
+TEST(AddTableRowsTest, MatchesReference) {
+  const int dim = 67, table_rows = 128;
+  const std::vector<float> table = RandomVector(int64_t{table_rows} * dim, 4);
+  for (int rows : {1, 5, 200}) {
+    std::vector<int32_t> index(rows);
+    for (int r = 0; r < rows; ++r) index[r] = (r * 37 + 11) % table_rows;
+    const std::vector<float> before = RandomVector(int64_t{rows} * dim, rows);
+    std::vector<float> got = before;
+    std::vector<float> want = before;
+    AddTableRows(got.data(), table.data(), index.data(), rows, dim);
+    reference::AddTableRows(want.data(), table.data(), index.data(), rows, dim);
+    EXPECT_EQ(got, want) << rows;
+    // The last row really got table row index[rows - 1].
+    const int64_t last = int64_t{rows - 1} * dim;
+    EXPECT_EQ(got[last + 3], before[last + 3] + table[int64_t{index[rows - 1]} * dim + 3]);
   }
 }
 

@@ -7,6 +7,7 @@
 #include <immintrin.h>
 
 #include <atomic>
+#include <cstdint>
 
 // GCC 12 reports the AVX-512 intrinsics' internal _mm512_undefined_ps() as uninitialized
 // once they inline into our code (a known false positive); silence it for kernel files.
@@ -30,8 +31,10 @@ inline bool UseAvx512() {
   return HasAvx512Bf16() && !force_portable_for_testing.load(std::memory_order_relaxed);
 }
 
-// Lanes [0, n) set, for n in [0, 16].
+// Lanes [0, n) set: none for n <= 0, all 16 for n >= 16. Callers pass "keys left" counts
+// that go negative past the end of a tile, and a shift by a negative amount is undefined.
 inline __mmask16 TailMask(int n) {
+  if (n <= 0) return 0;
   return n >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << n) - 1);
 }
 
@@ -92,6 +95,27 @@ QUILL_AVX512_TARGET inline __m512 TransposeReduce16(const __m512 a[16]) {
   }
   return _mm512_add_ps(_mm512_shuffle_f32x4(f[0], f[1], _MM_SHUFFLE(2, 0, 2, 0)),
                        _mm512_shuffle_f32x4(f[0], f[1], _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
+// tanh(x) for 16 floats, within a few ulp: an odd Taylor polynomial through x^9 below
+// |x| = 0.25 (where 1 - 2 / (e^2|x| + 1) would cancel; the next term is < 1e-8 relative),
+// else 1 - 2 / (exp(2|x|) + 1), with the sign restored. Saturates to +-1; NaN stays NaN.
+QUILL_AVX512_TARGET inline __m512 Tanh512(__m512 x) {
+  const __m512 one = _mm512_set1_ps(1.0f);
+  const __m512 ax = _mm512_abs_ps(x);
+  const __m512 e = Exp512(_mm512_add_ps(ax, ax));
+  const __m512 large =
+      _mm512_sub_ps(one, _mm512_div_ps(_mm512_set1_ps(2.0f), _mm512_add_ps(e, one)));
+  const __m512 x2 = _mm512_mul_ps(ax, ax);
+  __m512 p = _mm512_set1_ps(62.0f / 2835.0f);
+  p = _mm512_fmadd_ps(p, x2, _mm512_set1_ps(-17.0f / 315.0f));
+  p = _mm512_fmadd_ps(p, x2, _mm512_set1_ps(2.0f / 15.0f));
+  p = _mm512_fmadd_ps(p, x2, _mm512_set1_ps(-1.0f / 3.0f));
+  const __m512 small = _mm512_fmadd_ps(_mm512_mul_ps(p, x2), ax, ax);
+  const __mmask16 is_small = _mm512_cmp_ps_mask(ax, _mm512_set1_ps(0.25f), _CMP_LT_OQ);
+  const __m512 magnitude = _mm512_mask_blend_ps(is_small, large, small);
+  const __m512i sign = _mm512_and_si512(_mm512_castps_si512(x), _mm512_set1_epi32(INT32_MIN));
+  return _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(magnitude), sign));
 }
 
 }  // namespace quill::engine::kernels::internal

@@ -180,6 +180,7 @@ class Engine::Impl {
 
 absl::Status Engine::Impl::Validate(const GenerationRequest& r) const {
   if (r.request_id.empty()) return absl::InvalidArgumentError("request_id must not be empty");
+  QUILL_RETURN_IF_ERROR(CheckPrintableAscii("request_id", r.request_id));
   if (r.prompt_ids.empty()) return absl::InvalidArgumentError("prompt must not be empty");
   for (size_t i = 0; i < r.prompt_ids.size(); ++i) {
     if (r.prompt_ids[i] < 0 || r.prompt_ids[i] >= vocab_size_) {
@@ -491,6 +492,7 @@ void Engine::Impl::FinishSequence(Sequence& seq, absl::Time now) {
   info.prompt_tokens = seq.prompt_tokens();
   info.completion_tokens = seq.completion_tokens();
   info.timings = seq.Timings(now);
+  info.frontend = seq.request().frontend;
   seq.sink().OnFinish(info);
   if (observer_ != nullptr) observer_->OnRequestFinished(info);
 }

@@ -59,8 +59,9 @@ class Engine {
   //                      ids out of vocab, prompt + max_tokens beyond the context, bad
   //                      max_tokens or sampling, prompt larger than the whole KV pool;
   //                      also an empty request_id, logprobs outside [0, 20], more than
-  //                      16 stop strings or one over 256 bytes or not UTF-8, and
-  //                      stop_token_ids out of vocab);
+  //                      16 stop strings or one over 256 bytes or not UTF-8,
+  //                      stop_token_ids out of vocab, and a request_id that is not
+  //                      printable ASCII);
   //   RESOURCE_EXHAUSTED the waiting queue is full (retry later);
   //   ALREADY_EXISTS     a live request has the same id;
   //   UNAVAILABLE        the engine is draining or stopped.

@@ -28,13 +28,25 @@ constexpr TokenId kBos = 1;
 constexpr TokenId kEos = 2;
 constexpr int kContext = 128;
 
-// Ids 3..28 are "A".."Z", 29..54 are "a".."z", 55..63 are "0".."8".
+// Ids 3..28 are "A".."Z", 29..54 are "a".."z", 55..63 are "0".."8". EOS ends generation,
+// and so does `end_of_turn` if set (like Llama 3's <|eot_id|> next to its EOS).
 class FakeTokenizer final : public Tokenizer {
  public:
+  explicit FakeTokenizer(TokenId end_of_turn = -1) {
+    end_of_generation_ = {kEos};
+    if (end_of_turn >= 0) end_of_generation_.push_back(end_of_turn);
+    std::sort(end_of_generation_.begin(), end_of_generation_.end());
+  }
   absl::StatusOr<std::vector<TokenId>> Encode(absl::string_view text,
                                               bool add_special) const override {
     return absl::UnimplementedError("not needed");
   }
+  absl::StatusOr<std::vector<TokenId>> EncodeWithSpecialTokens(
+      absl::string_view text, bool add_special,
+      absl::Span<const ByteRange> plain_ranges) const override {
+    return absl::UnimplementedError("not needed");
+  }
+  absl::string_view token_text(TokenId id) const override { return ""; }
   std::string TokenBytes(TokenId id) const override {
     if (id < 3 || id >= kVocab) return "";
     if (id < 29) return std::string(1, static_cast<char>('A' + id - 3));
@@ -45,9 +57,15 @@ class FakeTokenizer final : public Tokenizer {
   TokenId bos_id() const override { return kBos; }
   TokenId eos_id() const override { return kEos; }
   bool add_bos() const override { return true; }
-  bool IsEndOfGeneration(TokenId id) const override { return id == kEos; }
+  bool IsEndOfGeneration(TokenId id) const override {
+    return std::binary_search(end_of_generation_.begin(), end_of_generation_.end(), id);
+  }
+  absl::Span<const TokenId> end_of_generation_ids() const override { return end_of_generation_; }
   bool IsControl(TokenId id) const override { return id < 3; }
   std::string model_name() const override { return "fake"; }
+
+ private:
+  std::vector<TokenId> end_of_generation_;
 };
 
 TokenId Letter(char c) { return c >= 'a' ? 29 + (c - 'a') : 3 + (c - 'A'); }
@@ -70,9 +88,12 @@ class FakeStepModel final : public StepModel {
     int forwards_entered ABSL_GUARDED_BY(mu) = 0;
     std::vector<std::vector<int>> steps ABSL_GUARDED_BY(mu);  // token counts per entry
     std::string error ABSL_GUARDED_BY(mu);                    // first contract violation
+    // Read once when the model is made, before the engine thread exists.
+    TokenId end_of_turn = -1;
   };
 
-  explicit FakeStepModel(std::shared_ptr<Shared> shared) : shared_(std::move(shared)) {}
+  explicit FakeStepModel(std::shared_ptr<Shared> shared)
+      : tokenizer_(shared->end_of_turn), shared_(std::move(shared)) {}
 
   const Tokenizer& tokenizer() const override { return tokenizer_; }
   int vocab_size() const override { return kVocab; }
@@ -265,6 +286,17 @@ TEST_F(EngineFakeTest, EosEndsWithoutBeingEmitted) {
   EXPECT_EQ(sink->info().completion_tokens, 2);
 }
 
+TEST_F(EngineFakeTest, EndOfTurnEndsLikeEos) {
+  shared_->end_of_turn = Letter('d');
+  Start();
+  auto sink = std::make_shared<RecordingSink>();
+  ASSERT_TRUE(engine_->Submit(Request("r", {kBos, Letter('a')}, 10), sink).ok());
+  ASSERT_TRUE(sink->Wait());
+  EXPECT_EQ(sink->ids(), (std::vector<TokenId>{Letter('b'), Letter('c')}));
+  EXPECT_EQ(sink->info().reason, FinishReason::kEos);
+  EXPECT_EQ(sink->info().completion_tokens, 2);
+}
+
 TEST_F(EngineFakeTest, IgnoreEosKeepsGoing) {
   Start();
   auto sink = std::make_shared<RecordingSink>();
@@ -351,6 +383,7 @@ TEST_F(EngineFakeTest, ValidationErrorsNameTheFieldAndNeverCallTheSink) {
   };
   const std::vector<Case> cases = {
       {"request_id", [](GenerationRequest& r) { r.request_id.clear(); }},
+      {"request_id", [](GenerationRequest& r) { r.request_id = "a\nb"; }},
       {"prompt", [](GenerationRequest& r) { r.prompt_ids.clear(); }},
       {"prompt_token_ids[1]", [](GenerationRequest& r) { r.prompt_ids[1] = kVocab; }},
       {"prompt_token_ids[0]", [](GenerationRequest& r) { r.prompt_ids[0] = -1; }},

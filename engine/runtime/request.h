@@ -19,6 +19,11 @@ enum class FinishReason { kLength, kStop, kEos, kCancelled, kDeadline, kError, k
 // "length", "stop", "eos", "cancelled", "deadline", "error", "shutdown".
 absl::string_view FinishReasonName(FinishReason reason);
 
+// OK if every byte of `value` is printable ASCII (0x20..0x7E); otherwise INVALID_ARGUMENT
+// naming `field` and the first offending byte. Request ids (and other client-chosen names)
+// end up in log lines and responses, where a newline could forge a line.
+absl::Status CheckPrintableAscii(absl::string_view field, absl::string_view value);
+
 struct GenerationRequest {
   std::string request_id;            // unique among live requests
   std::vector<TokenId> prompt_ids;   // already tokenized (BOS included where the vocab wants it)
@@ -29,6 +34,9 @@ struct GenerationRequest {
   bool ignore_eos = false;
   int logprobs = 0;                  // top alternatives per token (0 = none)
   absl::Time deadline = absl::InfiniteFuture();
+  // Opaque to the engine: copied into FinishInfo so that its observer can tell front ends
+  // apart (the server's metrics label requests "grpc" or "http").
+  std::string frontend;
 };
 
 struct GeneratedToken {
@@ -61,6 +69,7 @@ struct FinishInfo {
   int prompt_tokens = 0;
   int completion_tokens = 0;
   RequestTimings timings;
+  std::string frontend;  // GenerationRequest::frontend
 };
 
 }  // namespace quill::engine

@@ -1,9 +1,11 @@
 #include "engine/tokenizer/bpe_tokenizer.h"
 
 #include <queue>
+#include <utility>
 
+#include "absl/strings/str_cat.h"
+#include "engine/base/status_macros.h"
 #include "engine/tokenizer/byte_unicode.h"
-#include "engine/tokenizer/gpt2_pretokenizer.h"
 #include "engine/tokenizer/utf8.h"
 
 namespace quill::engine {
@@ -13,7 +15,7 @@ struct Candidate {
   int32_t rank;
   int32_t left;
   int32_t right;
-  int32_t left_piece;   // pieces when queued; a mismatch later means stale
+  int32_t left_piece;  // pieces when queued; a mismatch later means stale
   int32_t right_piece;
   int32_t result;
 };
@@ -37,7 +39,8 @@ struct BpeTokenizer::Symbol {
   int32_t next;
 };
 
-BpeTokenizer::BpeTokenizer(const VocabData& vocab) : VocabTokenizer(vocab) {
+BpeTokenizer::BpeTokenizer(const VocabData& vocab, PreTokenizer pre, bool default_add_bos)
+    : VocabTokenizer(vocab, default_add_bos), pre_(std::move(pre)) {
   const int32_t vocab_size = static_cast<int32_t>(vocab.tokens.size());
   num_pieces_ = vocab_size;
   for (int32_t id = 0; id < vocab_size; ++id) {
@@ -64,6 +67,13 @@ BpeTokenizer::BpeTokenizer(const VocabData& vocab) : VocabTokenizer(vocab) {
     merges_.emplace(PairKey(left_piece, right_piece), Merge{static_cast<int32_t>(rank), result});
   }
   InitTokenBytes(vocab.tokens);
+  if (pre_.ignore_merges()) {
+    // Normal tokens only: user-defined ones are split out before pre-tokenization.
+    for (int32_t id = 0; id < vocab_size; ++id) {
+      if (type(id) != TokenType::kNormal && type(id) != TokenType::kUndefined) continue;
+      whole_words_.emplace(TokenBytes(id), id);  // the first of duplicates wins
+    }
+  }
 }
 
 int32_t BpeTokenizer::InternPiece(const std::string& text) {
@@ -72,15 +82,24 @@ int32_t BpeTokenizer::InternPiece(const std::string& text) {
   return it->second;
 }
 
-absl::Status BpeTokenizer::EncodeText(absl::string_view text, std::vector<TokenId>* ids) const {
+absl::Status BpeTokenizer::EncodeText(absl::string_view text, bool /*after_special*/,
+                                      std::vector<TokenId>* ids) const {
   if (text.size() > INT32_MAX) return absl::InvalidArgumentError("prompt is too long");
   std::vector<Symbol> symbols;  // reused across words
-  for (absl::string_view word : Gpt2PreTokenize(text)) EncodeWord(word, &symbols, ids);
-  return absl::OkStatus();
+  return pre_.Split(text, [&](absl::string_view word) {
+    if (!whole_words_.empty()) {
+      const auto it = whole_words_.find(word);
+      if (it != whole_words_.end()) {
+        ids->push_back(it->second);
+        return absl::OkStatus();
+      }
+    }
+    return EncodeWord(word, &symbols, ids);
+  });
 }
 
-void BpeTokenizer::EncodeWord(absl::string_view word, std::vector<Symbol>* symbols_out,
-                              std::vector<TokenId>* ids) const {
+absl::Status BpeTokenizer::EncodeWord(absl::string_view word, std::vector<Symbol>* symbols_out,
+                                      std::vector<TokenId>* ids) const {
   std::vector<Symbol>& symbols = *symbols_out;
   symbols.clear();
   for (uint32_t i = 0; i < word.size(); ++i) {
@@ -97,7 +116,8 @@ void BpeTokenizer::EncodeWord(absl::string_view word, std::vector<Symbol>* symbo
     queue.push({it->second.rank, left, right, symbols[left].piece, symbols[right].piece,
                 it->second.result});
   };
-  for (size_t i = 1; i < symbols.size(); ++i) try_add(static_cast<int32_t>(i - 1), static_cast<int32_t>(i));
+  for (size_t i = 1; i < symbols.size(); ++i)
+    try_add(static_cast<int32_t>(i - 1), static_cast<int32_t>(i));
 
   while (!queue.empty()) {
     const Candidate c = queue.top();
@@ -106,7 +126,8 @@ void BpeTokenizer::EncodeWord(absl::string_view word, std::vector<Symbol>* symbo
     Symbol& right = symbols[c.right];
     // Stale if either side changed since: a symbol's piece only changes by growing, and
     // a merged-away symbol has piece -1.
-    if (left.piece != c.left_piece || right.piece != c.right_piece || left.next != c.right) continue;
+    if (left.piece != c.left_piece || right.piece != c.right_piece || left.next != c.right)
+      continue;
     left.piece = c.result;
     left.length += right.length;
     left.next = right.next;
@@ -122,12 +143,18 @@ void BpeTokenizer::EncodeWord(absl::string_view word, std::vector<Symbol>* symbo
       ids->push_back(s.piece);
       continue;
     }
-    // Not a token (a merge result missing from the vocabulary): one token per byte;
-    // ValidateVocabData guarantees all 256 byte symbols are tokens.
+    // Not a token (a merge result missing from the vocabulary, or a byte symbol the
+    // vocabulary lacks): one token per byte.
     for (uint32_t k = 0; k < s.length; ++k) {
-      ids->push_back(byte_piece_[static_cast<uint8_t>(word[s.start + k])]);
+      const uint8_t byte = static_cast<uint8_t>(word[s.start + k]);
+      if (byte_piece_[byte] >= vocab_size()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "text byte 0x", absl::Hex(byte, absl::kZeroPad2), " has no token in this vocabulary"));
+      }
+      ids->push_back(byte_piece_[byte]);
     }
   }
+  return absl::OkStatus();
 }
 
 std::string BpeTokenizer::TokenBytesOf(const std::string& text, TokenType type) const {

@@ -47,7 +47,7 @@ struct SpmTokenizer::Symbol {
 };
 
 SpmTokenizer::SpmTokenizer(const VocabData& vocab)
-    : VocabTokenizer(vocab),
+    : VocabTokenizer(vocab, /*default_add_bos=*/true),
       unk_id_(vocab.unk_id),
       add_space_prefix_(vocab.add_space_prefix.value_or(true)) {
   scores_ = vocab.scores;
@@ -73,10 +73,12 @@ SpmTokenizer::SpmTokenizer(const VocabData& vocab)
   InitTokenBytes(vocab.tokens);
 }
 
-absl::Status SpmTokenizer::EncodeText(absl::string_view text, std::vector<TokenId>* ids) const {
+absl::Status SpmTokenizer::EncodeText(absl::string_view text, bool after_special,
+                                      std::vector<TokenId>* ids) const {
   std::string normalized;
   normalized.reserve(text.size() + text.size() / 4 + kSpaceMarker.size());
-  if (add_space_prefix_) normalized.append(kSpaceMarker.data(), kSpaceMarker.size());
+  if (add_space_prefix_ && after_special)
+    normalized.append(kSpaceMarker.data(), kSpaceMarker.size());
   for (char c : text) {
     if (c == ' ') {
       normalized.append(kSpaceMarker.data(), kSpaceMarker.size());
@@ -106,7 +108,8 @@ absl::Status SpmTokenizer::EncodeText(absl::string_view text, std::vector<TokenI
     if (it == piece_to_id_.end()) return;
     queue.push({scores_[it->second], left, right, length});
   };
-  for (size_t i = 1; i < symbols.size(); ++i) try_add(static_cast<int32_t>(i - 1), static_cast<int32_t>(i));
+  for (size_t i = 1; i < symbols.size(); ++i)
+    try_add(static_cast<int32_t>(i - 1), static_cast<int32_t>(i));
 
   while (!queue.empty()) {
     const Candidate c = queue.top();
@@ -150,9 +153,9 @@ absl::Status SpmTokenizer::EmitSymbol(absl::string_view piece, std::vector<Token
     ids->push_back(unk_id_);
     return absl::OkStatus();
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("character \"", piece,
-                   "\" has no piece, no byte-fallback pieces and the vocabulary has no unknown token"));
+  return absl::InvalidArgumentError(absl::StrCat(
+      "character \"", piece,
+      "\" has no piece, no byte-fallback pieces and the vocabulary has no unknown token"));
 }
 
 std::string SpmTokenizer::TokenBytesOf(const std::string& text, TokenType type) const {

@@ -10,11 +10,11 @@
 namespace quill::engine {
 
 // SentencePiece BPE by score ("llama"): spaces become U+2581 (and one is prepended with
-// add_space_prefix), the text is split into characters, and the adjacent pair whose
-// concatenation is a piece with the highest score is merged until none is left (ties:
-// leftmost). A leftover character that is not a piece becomes its <0xNN> byte pieces,
-// or the unknown token without them. Only normal and user-defined pieces take part, so
-// control text such as "<s>" stays plain text.
+// add_space_prefix, at the start and after every special token, as llama.cpp does), the text is
+// split into characters, and the adjacent pair whose concatenation is a piece with the highest
+// score is merged until none is left (ties: leftmost). A leftover character that is not a piece
+// becomes its <0xNN> byte pieces, or the unknown token without them. Only normal and user-defined
+// pieces take part, so control text such as "<s>" stays plain text.
 class SpmTokenizer final : public VocabTokenizer {
  public:
   // `vocab` must have passed ValidateVocabData.
@@ -23,7 +23,8 @@ class SpmTokenizer final : public VocabTokenizer {
   bool adds_space_prefix() const override { return add_space_prefix_; }
 
  protected:
-  absl::Status EncodeText(absl::string_view text, std::vector<TokenId>* ids) const override;
+  absl::Status EncodeText(absl::string_view text, bool after_special,
+                          std::vector<TokenId>* ids) const override;
   std::string TokenBytesOf(const std::string& text, TokenType type) const override;
 
  private:

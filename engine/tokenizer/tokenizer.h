@@ -1,5 +1,6 @@
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -14,27 +15,56 @@ namespace quill::engine {
 
 using TokenId = int32_t;
 
+// A half-open byte range [begin, end) of a text.
+struct ByteRange {
+  size_t begin = 0;
+  size_t end = 0;
+};
+
 // A tokenizer built from GGUF metadata (tokenizer.ggml.*): "llama" (SentencePiece BPE by
-// score with byte fallback) or "gpt2" (byte-level BPE over merges with the GPT-2
-// pre-tokenizer). Immutable; Encode/Decode are const and thread-safe.
+// score with byte fallback) or "gpt2" (byte-level BPE over merges, after the split
+// patterns of the family named by tokenizer.ggml.pre). Immutable; every method is const
+// and thread-safe.
 class Tokenizer {
  public:
-  // INVALID_ARGUMENT for a missing/unsupported tokenizer model or inconsistent arrays.
+  // INVALID_ARGUMENT for a missing/unsupported tokenizer model, an unsupported
+  // pre-tokenizer (naming the tokenizer.ggml.pre value) or inconsistent arrays.
   static absl::StatusOr<std::unique_ptr<Tokenizer>> FromGguf(const GgufFile& file);
   virtual ~Tokenizer() = default;
 
   // Text -> ids. With add_special, BOS is prepended when the vocabulary says
   // add_bos_token (and EOS appended when it says add_eos_token); an empty result becomes
   // {BOS} if the vocabulary has one, so a prompt is never empty (GPT-2: <|endoftext|>).
-  // Special/control token strings inside `text` are plain text. INVALID_ARGUMENT if
+  // Control-token text (e.g. "<|im_end|>", "<s>") inside `text` is plain text;
+  // user-defined tokens (added tokens that are not special, e.g. Qwen2's "<think>") are
+  // recognized as themselves, as Hugging Face and llama.cpp do. INVALID_ARGUMENT if
   // `text` is not valid UTF-8 ("prompt is not valid UTF-8 at byte N").
   virtual absl::StatusOr<std::vector<TokenId>> Encode(absl::string_view text,
                                                       bool add_special) const = 0;
+
+  // Like Encode, but the text of control, unknown and user-defined tokens becomes those
+  // tokens, found as llama.cpp's parse_special finds them: longer token texts first,
+  // each at its leftmost occurrences that overlap no token found before. A control or
+  // unknown token whose text overlaps one of `plain_ranges` (byte offsets into `text`,
+  // half-open, in any order; e.g. where a chat template put message content) stays
+  // plain text; user-defined tokens are found everywhere, as Encode finds them. The text
+  // between found tokens is tokenized as Encode tokenizes a whole text (SentencePiece:
+  // with the space prefix at the start and after every special token, as llama.cpp
+  // does). `add_special` adds BOS/EOS as Encode does; a template that writes its own BOS
+  // text wants false. INVALID_ARGUMENT for invalid UTF-8 or a range with begin > end or
+  // end > text.size().
+  virtual absl::StatusOr<std::vector<TokenId>> EncodeWithSpecialTokens(
+      absl::string_view text, bool add_special, absl::Span<const ByteRange> plain_ranges) const = 0;
 
   // The bytes a token stands for (byte-fallback pieces give their byte, "▁" gives a
   // space, GPT-2 byte-level symbols their bytes); control tokens give "". May be a
   // fragment of a UTF-8 character.
   virtual std::string TokenBytes(TokenId id) const = 0;
+
+  // A token's text exactly as the vocabulary stores it (tokenizer.ggml.tokens), e.g.
+  // "<|begin_of_text|>", "▁Hello" or "ĠHello"; "" for an id out of range. Lets the chat
+  // layer pass bos_token/eos_token strings to templates. Valid while the tokenizer lives.
+  virtual absl::string_view token_text(TokenId id) const = 0;
 
   // ids -> text: the concatenated TokenBytes, with the SentencePiece leading space
   // removed when `ids` starts right after BOS (`strip_leading_space`). Invalid UTF-8 is
@@ -42,11 +72,16 @@ class Tokenizer {
   std::string Decode(absl::Span<const TokenId> ids, bool strip_leading_space = false) const;
 
   virtual int vocab_size() const = 0;
-  virtual TokenId bos_id() const = 0;   // -1 if none
-  virtual TokenId eos_id() const = 0;   // -1 if none
+  virtual TokenId bos_id() const = 0;  // -1 if none
+  virtual TokenId eos_id() const = 0;  // -1 if none
   virtual bool add_bos() const = 0;
-  // True for tokens that end generation (EOS, EOT, ...).
+  // True for the ids in end_of_generation_ids().
   virtual bool IsEndOfGeneration(TokenId id) const = 0;
+  // Every id that ends a generation or a chat turn, sorted: the EOS, EOT and EOM ids and
+  // the tokens whose text is a known end-of-turn string (<|eot_id|>, <|im_end|>,
+  // <end_of_turn>, <|endoftext|>, ...), as llama.cpp derives its end-of-generation set
+  // (end_of_generation.h has the list). Valid while the tokenizer lives.
+  virtual absl::Span<const TokenId> end_of_generation_ids() const = 0;
   virtual bool IsControl(TokenId id) const = 0;
   virtual std::string model_name() const = 0;  // "llama" or "gpt2"
   // True if Encode prepends a SentencePiece space (llama add_space_prefix); only then do

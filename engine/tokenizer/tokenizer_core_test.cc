@@ -22,7 +22,7 @@ using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::Not;
 
-constexpr int32_t kNormal = 1, kUnknown = 2, kControl = 3, kByte = 6;
+constexpr int32_t kNormal = 1, kUnknown = 2, kControl = 3, kUserDefined = 4, kByte = 6;
 
 // A SentencePiece vocabulary: 0 <unk>, 1 <s>, 2 </s>, optionally the 256 byte pieces
 // (ids 3..258), then `pieces` in order.
@@ -105,7 +105,14 @@ TEST(SpmTokenizerTest, SpacesBecomeMarkersWithAPrefix) {
   const TokenId marker = b.Add("\xE2\x96\x81", -5);  // ▁
   const TokenId a = b.Add("a", -5);
   b.Add("b", -5);
-  const TokenId ma = b.Add("\xE2\x96\x81" "a", -1), mb = b.Add("\xE2\x96\x81" "b", -1);
+  const TokenId ma = b.Add(
+                    "\xE2\x96\x81"
+                    "a",
+                    -1),
+                mb = b.Add(
+                    "\xE2\x96\x81"
+                    "b",
+                    -1);
   auto t = b.Build();
   EXPECT_THAT(EncodeOrDie(*t, "a b", false), ElementsAre(ma, mb));
   EXPECT_THAT(EncodeOrDie(*t, " a", false), ElementsAre(marker, ma));
@@ -310,8 +317,8 @@ TEST(BpeTokenizerTest, RankDecidesBetweenOverlappingPairs) {
   for (bool ab_first : {true, false}) {
     BpeBuilder b;
     const TokenId ab = b.Add("ab"), bc = b.Add("bc");
-    b.vocab.merges = ab_first ? std::vector<std::string>{"a b", "b c"}
-                              : std::vector<std::string>{"b c", "a b"};
+    b.vocab.merges =
+        ab_first ? std::vector<std::string>{"a b", "b c"} : std::vector<std::string>{"b c", "a b"};
     auto t = b.Build();
     if (ab_first) {
       EXPECT_THAT(EncodeOrDie(*t, "abc", false), ElementsAre(ab, 'c'));
@@ -393,11 +400,145 @@ TEST(VocabValidationTest, RejectsInconsistentVocabularies) {
   w.merges = {"ab"};
   EXPECT_EQ(code(w), kInvalid);
   w = bpe.vocab;
+  w.pre = "no-such-pre";
+  EXPECT_EQ(code(w), kInvalid);
+  EXPECT_THAT(std::string(CreateTokenizer(w).status().message()),
+              HasSubstr("unsupported pre-tokenizer 'no-such-pre'"));
   w.pre = "llama-bpe";
-  EXPECT_EQ(code(w), kInvalid);
+  EXPECT_TRUE(CreateTokenizer(w).ok());
   w = bpe.vocab;
-  w.tokens[10] = "not-a-byte";
+  w.tokens['a'] = "not-a-byte";  // printable ASCII must have its byte symbol
   EXPECT_EQ(code(w), kInvalid);
+}
+
+std::vector<TokenId> EncodeSpecialOrDie(const Tokenizer& t, absl::string_view text,
+                                        std::vector<ByteRange> plain = {}) {
+  auto ids = t.EncodeWithSpecialTokens(text, /*add_special=*/false, plain);
+  EXPECT_TRUE(ids.ok()) << ids.status();
+  return ids.ok() ? *ids : std::vector<TokenId>{};
+}
+
+// A SentencePiece vocabulary with single letters, "▁a", and special tokens of each kind.
+struct SpecialVocab {
+  SpmBuilder b{/*with_bytes=*/false};
+  TokenId marker, a, x, y, ma, start, end, ab, bcd, tag, tag_pair, user;
+  SpecialVocab() {
+    marker = b.Add("\xE2\x96\x81", -5);
+    a = b.Add("a", -5);
+    b.Add("b", -5);
+    b.Add("c", -5);
+    b.Add("d", -5);
+    x = b.Add("x", -5);
+    y = b.Add("y", -5);
+    b.Add("<", -5);
+    b.Add(">", -5);
+    ma = b.Add(
+        "\xE2\x96\x81"
+        "a",
+        -1);
+    start = b.Add("<|start|>", 0, kControl);
+    end = b.Add("<|end|>", 0, kControl);
+    ab = b.Add("ab", 0, kControl);
+    bcd = b.Add("bcd", 0, kControl);
+    tag = b.Add("<t>", 0, kControl);
+    tag_pair = b.Add("<t><t>", 0, kControl);
+    user = b.Add("<u>", 0, kUserDefined);
+  }
+};
+
+TEST(SpecialTokensTest, ControlTextOnlyWithSpecialParsingUserDefinedAlways) {
+  SpecialVocab v;
+  v.b.vocab.add_space_prefix = false;
+  auto t = v.b.Build();
+  EXPECT_THAT(EncodeSpecialOrDie(*t, "<|start|>a<|end|>"), ElementsAre(v.start, v.a, v.end));
+  const std::vector<TokenId> plain = EncodeOrDie(*t, "<|start|>a<|end|>", false);
+  EXPECT_THAT(plain, Not(Contains(v.start)));
+  EXPECT_THAT(plain, Not(Contains(v.end)));
+  EXPECT_THAT(EncodeOrDie(*t, "x<u>y", false), ElementsAre(v.x, v.user, v.y));
+  EXPECT_THAT(EncodeSpecialOrDie(*t, "x<u>y"), ElementsAre(v.x, v.user, v.y));
+  EXPECT_THAT(EncodeSpecialOrDie(*t, "x<u>y", {ByteRange{0, 5}}), ElementsAre(v.x, v.user, v.y));
+  // The unknown token's text too, with special parsing only.
+  EXPECT_THAT(EncodeSpecialOrDie(*t, "<unk>"), ElementsAre(0));
+}
+
+TEST(SpecialTokensTest, LongerTextsFirstThenLeftmost) {
+  SpecialVocab v;
+  v.b.vocab.add_space_prefix = false;
+  auto t = v.b.Build();
+  EXPECT_THAT(EncodeSpecialOrDie(*t, "x<t><t>y<t>"), ElementsAre(v.x, v.tag_pair, v.y, v.tag));
+  EXPECT_THAT(EncodeSpecialOrDie(*t, "<t><t><t>"), ElementsAre(v.tag_pair, v.tag));
+  // llama.cpp takes "bcd" (longer) before "ab", though "ab" starts further left.
+  EXPECT_THAT(EncodeSpecialOrDie(*t, "abcd"), ElementsAre(v.a, v.bcd));
+  EXPECT_THAT(EncodeSpecialOrDie(*t, "abab"), ElementsAre(v.ab, v.ab));
+}
+
+TEST(SpecialTokensTest, PlainRangesKeepOverlappingControlTextPlain) {
+  SpecialVocab v;
+  v.b.vocab.add_space_prefix = false;
+  auto t = v.b.Build();
+  // "<|start|>" is bytes [0, 9), "a" [9, 10), "<|end|>" [10, 17).
+  const std::string text = "<|start|>a<|end|>";
+  EXPECT_THAT(EncodeSpecialOrDie(*t, text, {ByteRange{9, 10}}), ElementsAre(v.start, v.a, v.end));
+  for (const ByteRange r : {ByteRange{9, 11}, ByteRange{16, 17}, ByteRange{10, 17}}) {
+    const std::vector<TokenId> ids = EncodeSpecialOrDie(*t, text, {r});
+    EXPECT_EQ(ids.front(), v.start);
+    EXPECT_THAT(ids, Not(Contains(v.end))) << r.begin << ", " << r.end;
+  }
+  // Unsorted, overlapping and empty ranges are fine.
+  EXPECT_THAT(EncodeSpecialOrDie(
+                  *t, text, {ByteRange{12, 13}, ByteRange{3, 3}, ByteRange{0, 2}, ByteRange{1, 4}}),
+              Not(Contains(v.start)));
+  // With "<t><t>" protected only partly, "<t>" is still found where it is free.
+  EXPECT_THAT(EncodeSpecialOrDie(*t, "<t><t>", {ByteRange{0, 1}}), Contains(v.tag));
+}
+
+TEST(SpecialTokensTest, SpacePrefixAfterEverySpecialToken) {
+  SpecialVocab v;  // add_space_prefix (the llama default)
+  auto t = v.b.Build();
+  EXPECT_THAT(EncodeSpecialOrDie(*t, "<|start|>a<|end|>a"),
+              ElementsAre(v.start, v.ma, v.end, v.ma));
+  EXPECT_THAT(EncodeSpecialOrDie(*t, "a<|end|>"), ElementsAre(v.ma, v.end));
+  EXPECT_THAT(EncodeOrDie(*t, "a<u>a", false), ElementsAre(v.ma, v.user, v.ma));
+  v.b.vocab.add_space_prefix = false;
+  auto no_prefix = v.b.Build();
+  EXPECT_THAT(EncodeSpecialOrDie(*no_prefix, "<|start|>a<|end|>a"),
+              ElementsAre(v.start, v.a, v.end, v.a));
+}
+
+TEST(SpecialTokensTest, EndOfTurnTextEndsGenerationAndBecomesControl) {
+  SpmBuilder b(false);
+  b.vocab.add_space_prefix = false;
+  b.Add("a", -5);
+  const TokenId im_end = b.Add("<|im_end|>", 0, kUserDefined);  // mistyped, as some files are
+  const TokenId eom = b.Add("<|eom_id|>", 0, kControl);
+  const TokenId fim_pad = b.Add("<|fim_pad|>", 0, kControl);
+  const TokenId other = b.Add("<|other|>", 0, kControl);
+  auto t = b.Build();
+  EXPECT_THAT(t->end_of_generation_ids(), ElementsAre(2, im_end, eom, fim_pad));
+  for (TokenId id : {2, im_end, eom, fim_pad}) EXPECT_TRUE(t->IsEndOfGeneration(id)) << id;
+  EXPECT_FALSE(t->IsEndOfGeneration(other));
+  // Now a control token: plain Encode leaves its text alone, and it has no bytes.
+  EXPECT_TRUE(t->IsControl(im_end));
+  EXPECT_THAT(EncodeOrDie(*t, "<|im_end|>", false), Not(Contains(im_end)));
+  EXPECT_THAT(EncodeSpecialOrDie(*t, "<|im_end|>"), ElementsAre(im_end));
+  EXPECT_EQ(t->TokenBytes(im_end), "");
+  EXPECT_EQ(t->token_text(im_end), "<|im_end|>");
+  // An eot_token_id from the file counts whatever its text.
+  b.vocab.eot_id = other;
+  auto with_eot = b.Build();
+  EXPECT_TRUE(with_eot->IsEndOfGeneration(other));
+  EXPECT_THAT(with_eot->end_of_generation_ids(), ElementsAre(2, im_end, eom, fim_pad, other));
+}
+
+TEST(SpecialTokensTest, TokenTextIsTheStoredText) {
+  SpecialVocab v;
+  auto t = v.b.Build();
+  EXPECT_EQ(t->token_text(v.ma),
+            "\xE2\x96\x81"
+            "a");
+  EXPECT_EQ(t->token_text(1), "<s>");
+  EXPECT_EQ(t->token_text(-1), "");
+  EXPECT_EQ(t->token_text(t->vocab_size()), "");
 }
 
 TEST(IncrementalDetokenizerTest, HoldsBackPartialCharacters) {
@@ -421,7 +562,7 @@ TEST(IncrementalDetokenizerTest, ReplacesInvalidBytes) {
   EXPECT_EQ(detok.Push(kFirstByte + 0xE2), "");
   EXPECT_EQ(detok.Push(x), "\xEF\xBF\xBDx");  // E2 then 'x': the E2 was ill-formed
   EXPECT_EQ(detok.Push(kFirstByte + 0xC3), "");
-  EXPECT_EQ(detok.Flush(), "\xEF\xBF\xBD");   // truncated at the end of the stream
+  EXPECT_EQ(detok.Flush(), "\xEF\xBF\xBD");  // truncated at the end of the stream
 }
 
 TEST(IncrementalDetokenizerTest, StripsOnlyTheFirstLeadingSpace) {

@@ -1,6 +1,11 @@
 // The tokenizers read from real GGUF files: every vector in /work/shared/vocab, every
 // golden prompt in /work/shared/golden, round trips, streaming detokenization, and
 // FromGguf's validation on small written fixtures.
+#include "engine/tokenizer/tokenizer.h"
+
+#include <dirent.h>
+
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
@@ -12,11 +17,12 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "engine/gguf/gguf_file.h"
 #include "engine/gguf/gguf_writer.h"
-#include "engine/tokenizer/tokenizer.h"
+#include "engine/tokenizer/vocab_test_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -30,42 +36,12 @@ using ::testing::ElementsAreArray;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-std::string SharedDir() {
-  const char* dir = std::getenv("QUILL_SHARED_DIR");
-  return dir != nullptr ? dir : "";
-}
-
-bool ReadFile(const std::string& path, std::string* contents) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return false;
-  std::ostringstream s;
-  s << in.rdbuf();
-  *contents = s.str();
-  return true;
-}
-
-#define SKIP_IF_NO_SHARED(path)                                            \
-  do {                                                                     \
-    std::ifstream probe_(path);                                            \
-    if (SharedDir().empty() || !probe_) {                                  \
-      GTEST_SKIP() << "shared assets not found at '" << (path) << "'";     \
-    }                                                                      \
-  } while (0)
-
-std::unique_ptr<Tokenizer> LoadTokenizer(const std::string& path) {
-  auto file = GgufFile::Open(path);
-  EXPECT_TRUE(file.ok()) << file.status();
-  if (!file.ok()) return nullptr;
-  auto tokenizer = Tokenizer::FromGguf(**file);
-  EXPECT_TRUE(tokenizer.ok()) << tokenizer.status();
-  return tokenizer.ok() ? std::move(tokenizer).value() : nullptr;
-}
-
-std::vector<TokenId> EncodeOrDie(const Tokenizer& t, absl::string_view text, bool add_special) {
-  auto ids = t.Encode(text, add_special);
-  EXPECT_TRUE(ids.ok()) << ids.status();
-  return ids.ok() ? *ids : std::vector<TokenId>{};
-}
+using vocab_testing::EncodeOrDie;
+using vocab_testing::LoadTokenizer;
+using vocab_testing::ReadFile;
+using vocab_testing::ReadVectors;
+using vocab_testing::SharedDir;
+using vocab_testing::Vectors;
 
 // --- The llama.cpp tokenizer test vectors ---------------------------------------------
 
@@ -77,28 +53,27 @@ TEST_P(VocabVectorsTest, EveryVectorMatches) {
   auto tokenizer = LoadTokenizer(base);
   ASSERT_NE(tokenizer, nullptr);
 
-  std::string inp, out;
-  ASSERT_TRUE(ReadFile(base + ".inp", &inp));
-  ASSERT_TRUE(ReadFile(base + ".out", &out));
-  std::vector<std::string> texts = absl::StrSplit(inp, "\n__ggml_vocab_test__\n");
-  ASSERT_EQ(texts.back(), "");  // the file ends with the separator
-  texts.pop_back();
-  ASSERT_EQ(texts.size(), 46u);
-  std::vector<std::string> lines = absl::StrSplit(out, '\n');
-  ASSERT_GE(lines.size(), texts.size());
+  Vectors vectors;
+  ASSERT_TRUE(ReadVectors(base, &vectors));
+  ASSERT_EQ(vectors.texts.size(), 46u);
+  const std::vector<std::string>& texts = vectors.texts;
 
   for (size_t i = 0; i < texts.size(); ++i) {
-    std::vector<TokenId> expected;
-    std::istringstream ids(lines[i]);
-    for (TokenId id; ids >> id;) expected.push_back(id);
+    const std::vector<TokenId>& expected = vectors.ids[i];
     EXPECT_THAT(EncodeOrDie(*tokenizer, texts[i], /*add_special=*/false),
                 ElementsAreArray(expected))
         << "vector " << i << " text \"" << texts[i] << "\"";
+    // And back: the reference ids decode to the text.
+    EXPECT_EQ(tokenizer->Decode(expected, /*strip_leading_space=*/true), texts[i])
+        << "vector " << i;
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(Vocabs, VocabVectorsTest,
-                         ::testing::Values("ggml-vocab-llama-spm.gguf", "ggml-vocab-gpt-2.gguf"));
+                         ::testing::Values("ggml-vocab-llama-spm.gguf", "ggml-vocab-gpt-2.gguf",
+                                           "ggml-vocab-llama-bpe.gguf", "ggml-vocab-qwen2.gguf",
+                                           "ggml-vocab-deepseek-llm.gguf", "ggml-vocab-falcon.gguf",
+                                           "ggml-vocab-refact.gguf"));
 
 // --- Golden prompts --------------------------------------------------------------------
 
@@ -111,7 +86,8 @@ TEST(GoldenPromptsTest, PromptIdsMatchForEveryModel) {
     std::string text;
     ASSERT_TRUE(ReadFile(absl::StrCat(dir, "/golden/", name, ".json"), &text)) << name;
     const nlohmann::json golden = nlohmann::json::parse(text);
-    auto tokenizer = LoadTokenizer(absl::StrCat(dir, "/models/", golden.at("model").get<std::string>()));
+    auto tokenizer =
+        LoadTokenizer(absl::StrCat(dir, "/models/", golden.at("model").get<std::string>()));
     ASSERT_NE(tokenizer, nullptr) << name;
     for (const auto& c : golden.at("cases")) {
       const std::string prompt = c.at("prompt").get<std::string>();
@@ -124,6 +100,42 @@ TEST(GoldenPromptsTest, PromptIdsMatchForEveryModel) {
   EXPECT_EQ(cases, 28);
 }
 
+// Every model-family golden (../golden/families): prompt_ids come from llama.cpp's
+// tokenizer on the model's own vocabulary (read from the model file; no weights loaded).
+TEST(GoldenPromptsTest, FamilyPromptIdsMatch) {
+  const std::string dir = SharedDir() + "/golden/families";
+  SKIP_IF_NO_SHARED(dir + "/qwen2-tiny.json");
+  std::vector<std::string> files;
+  if (DIR* d = opendir(dir.c_str())) {
+    while (const dirent* e = readdir(d)) {
+      if (absl::EndsWith(e->d_name, ".json")) files.push_back(e->d_name);
+    }
+    closedir(d);
+  }
+  std::sort(files.begin(), files.end());
+  for (const char* expected : {"gemma2-tiny.json", "gpt2-tiny.json", "llama3-tiny.json",
+                               "qwen2-tiny.json", "tinyllama-256-Q4_K_M.json"}) {
+    EXPECT_THAT(files, Contains(expected));
+  }
+  int cases = 0;
+  for (const std::string& name : files) {
+    std::string text;
+    ASSERT_TRUE(ReadFile(absl::StrCat(dir, "/", name), &text)) << name;
+    const nlohmann::json golden = nlohmann::json::parse(text);
+    auto tokenizer =
+        LoadTokenizer(absl::StrCat(SharedDir(), "/models/", golden.at("model").get<std::string>()));
+    ASSERT_NE(tokenizer, nullptr) << name;
+    for (const auto& c : golden.at("cases")) {
+      const std::string prompt = c.at("prompt").get<std::string>();
+      const std::vector<TokenId> expected = c.at("prompt_ids").get<std::vector<TokenId>>();
+      EXPECT_THAT(EncodeOrDie(*tokenizer, prompt, /*add_special=*/true), ElementsAreArray(expected))
+          << name << " prompt \"" << prompt << "\"";
+      ++cases;
+    }
+  }
+  EXPECT_GE(cases, 36);
+}
+
 // --- Round trips, detokenization, special text -----------------------------------------
 
 class VocabTest : public ::testing::TestWithParam<const char*> {
@@ -131,7 +143,8 @@ class VocabTest : public ::testing::TestWithParam<const char*> {
   void SetUp() override {
     path_ = absl::StrCat(SharedDir(), "/vocab/", GetParam());
     std::ifstream probe(path_);
-    if (SharedDir().empty() || !probe) GTEST_SKIP() << "shared assets not found at '" << path_ << "'";
+    if (SharedDir().empty() || !probe)
+      GTEST_SKIP() << "shared assets not found at '" << path_ << "'";
     tokenizer_ = LoadTokenizer(path_);
     ASSERT_NE(tokenizer_, nullptr);
   }
@@ -153,15 +166,16 @@ class VocabTest : public ::testing::TestWithParam<const char*> {
 };
 
 TEST_P(VocabTest, RoundTripsVariedText) {
-  for (const std::string text : {
-           "Hello world", "  leading spaces and trailing   ", "ASCII: 0123456789 !@#$%^&*()",
-           "caf\xC3\xA9 na\xC3\xAFve J\xC3\xA9rusalem \xC3\x84pfel",
-           "\xE6\x88\x91\xE6\x83\xB3\xE5\x9C\xA8 apple \xE5\xB7\xA5\xE4\xBD\x9C",  // 我想在 apple 工作
-           "\xF0\x9F\xA6\x99\xF0\x9F\x9A\x80 emoji \xF0\x9F\x98\xB6\xE2\x80\x8D\xF0\x9F\x8C\xAB\xEF\xB8\x8F",
-           "tabs\tand\nnewlines\n\n\r\n", "\n", " ", "x",
-           "\xD0\xBD\xD0\xB5\xD1\x89\xD0\xBE \xD0\xBD\xD0\xB0",                    // нещо на
-           "\xE1\x9E\x80\xE1\x9E\xB6\xE1\x9E\x93\xE1\x9F\x8B",                    // Khmer
-           "<s> </s> <unk> <|endoftext|> <0x41>"}) {
+  for (const std::string text :
+       {"Hello world", "  leading spaces and trailing   ", "ASCII: 0123456789 !@#$%^&*()",
+        "caf\xC3\xA9 na\xC3\xAFve J\xC3\xA9rusalem \xC3\x84pfel",
+        "\xE6\x88\x91\xE6\x83\xB3\xE5\x9C\xA8 apple \xE5\xB7\xA5\xE4\xBD\x9C",  // 我想在 apple 工作
+        "\xF0\x9F\xA6\x99\xF0\x9F\x9A\x80 emoji "
+        "\xF0\x9F\x98\xB6\xE2\x80\x8D\xF0\x9F\x8C\xAB\xEF\xB8\x8F",
+        "tabs\tand\nnewlines\n\n\r\n", "\n", " ", "x",
+        "\xD0\xBD\xD0\xB5\xD1\x89\xD0\xBE \xD0\xBD\xD0\xB0",  // нещо на
+        "\xE1\x9E\x80\xE1\x9E\xB6\xE1\x9E\x93\xE1\x9F\x8B",   // Khmer
+        "<s> </s> <unk> <|endoftext|> <0x41>"}) {
     SCOPED_TRACE(text);
     ExpectRoundTrip(text);
   }
@@ -191,7 +205,7 @@ TEST_P(VocabTest, SpecialIdsAndFlags) {
     EXPECT_TRUE(tokenizer_->IsEndOfGeneration(2));
     EXPECT_TRUE(tokenizer_->IsControl(1));
     EXPECT_EQ(tokenizer_->TokenBytes(1), "");
-    EXPECT_EQ(tokenizer_->TokenBytes(3 + 0x41), "A");   // <0x41>
+    EXPECT_EQ(tokenizer_->TokenBytes(3 + 0x41), "A");    // <0x41>
     EXPECT_EQ(tokenizer_->TokenBytes(15043), " Hello");  // ▁Hello
   } else {
     EXPECT_EQ(tokenizer_->vocab_size(), 50257);
@@ -206,7 +220,8 @@ TEST_P(VocabTest, SpecialIdsAndFlags) {
 }
 
 TEST_P(VocabTest, RejectsInvalidUtf8) {
-  for (const std::string bad : {"abc\xFF", "\xC0\x80", "x\xED\xA0\x80", "\xF4\x90\x80\x80", "\xE2\x82"}) {
+  for (const std::string bad :
+       {"abc\xFF", "\xC0\x80", "x\xED\xA0\x80", "\xF4\x90\x80\x80", "\xE2\x82"}) {
     const auto ids = tokenizer_->Encode(bad, true);
     EXPECT_EQ(ids.status().code(), absl::StatusCode::kInvalidArgument) << bad;
   }
@@ -276,6 +291,118 @@ TEST_P(VocabTest, LongPromptFinishes) {
 INSTANTIATE_TEST_SUITE_P(Vocabs, VocabTest,
                          ::testing::Values("ggml-vocab-llama-spm.gguf", "ggml-vocab-gpt-2.gguf"));
 
+// Decode(Encode(x)) == x on every vocabulary, for text each can represent (Falcon has no
+// tokens for most C0 control bytes, so none are used here).
+TEST_P(VocabVectorsTest, RoundTrips) {
+  const std::string path = absl::StrCat(SharedDir(), "/vocab/", GetParam());
+  SKIP_IF_NO_SHARED(path);
+  auto tokenizer = LoadTokenizer(path);
+  ASSERT_NE(tokenizer, nullptr);
+  std::string long_text;
+  while (long_text.size() < 50 * 1024) {
+    long_text +=
+        "fn main() {\n    let x = 42; // caf\xC3\xA9 \xE6\x88\x91\xE6\x83\xB3\n}\n\n\t\t  ";
+  }
+  for (const std::string& text :
+       {std::string("Hello world"), std::string("  leading spaces and trailing   "),
+        std::string("ASCII: 0123456789 !@#$%^&*() don't I'LL"),
+        std::string("caf\xC3\xA9 na\xC3\xAFve J\xC3\xA9rusalem \xC3\x84pfel"),
+        std::string("\xE6\x88\x91\xE6\x83\xB3\xE5\x9C\xA8 apple \xE5\xB7\xA5\xE4\xBD\x9C"),
+        std::string("\xF0\x9F\xA6\x99\xF0\x9F\x9A\x80 emoji \xF0\x9F\x98\xB6\xE2\x80\x8D"
+                    "\xF0\x9F\x8C\xAB\xEF\xB8\x8F"),
+        std::string("tabs\tand\nnewlines\n\n\r\n"), std::string("\n"), std::string(" "),
+        std::string("<s> </s> <|endoftext|> <|im_end|> <|eot_id|> <0x41>"),
+        std::string("\xE1\x9E\x80\xE1\x9E\xB6\xE1\x9E\x93\xE1\x9F\x8B 3333333 \xEF\xBD\x9E"),
+        long_text}) {
+    SCOPED_TRACE(text.substr(0, 40));
+    const std::vector<TokenId> ids = EncodeOrDie(*tokenizer, text, /*add_special=*/true);
+    EXPECT_EQ(tokenizer->Decode(ids, /*strip_leading_space=*/true), text);
+  }
+}
+
+// --- SentencePiece flags on the real Llama 2 vocabulary -------------------------------
+
+// A copy of ggml-vocab-llama-spm.gguf with some tokenizer.ggml.* flags changed, checked
+// against llama.cpp's vectors for the original: with add_space_prefix false, " " + text
+// must give the vector of text (the prefix is that one space); add_bos_token and
+// add_eos_token only add ids 1 and 2 around it.
+class SpmFlagsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    base_ = absl::StrCat(SharedDir(), "/vocab/ggml-vocab-llama-spm.gguf");
+    std::ifstream probe(base_);
+    if (SharedDir().empty() || !probe)
+      GTEST_SKIP() << "shared assets not found at '" << base_ << "'";
+    Vectors vectors;
+    ASSERT_TRUE(ReadVectors(base_, &vectors));
+    texts_ = vectors.texts;
+    expected_ = vectors.ids;
+  }
+
+  // The vocabulary with `flags` (key suffix -> value) set.
+  std::unique_ptr<Tokenizer> Variant(const std::vector<std::pair<std::string, bool>>& flags) {
+    auto source = GgufFile::Open(base_);
+    EXPECT_TRUE(source.ok()) << source.status();
+    if (!source.ok()) return nullptr;
+    GgufWriter w;
+    EXPECT_TRUE(w.CopyKeys(**source, "tokenizer.").ok());
+    for (const auto& [key, value] : flags) w.SetBool("tokenizer.ggml." + key, value);
+    const std::string path =
+        absl::StrCat(::testing::TempDir(), "/spm_flags_",
+                     ::testing::UnitTest::GetInstance()->current_test_info()->name(), ".gguf");
+    EXPECT_TRUE(w.WriteFile(path).ok());
+    std::unique_ptr<Tokenizer> tokenizer = LoadTokenizer(path);
+    std::remove(path.c_str());
+    return tokenizer;
+  }
+
+  std::string base_;
+  std::vector<std::string> texts_;
+  std::vector<std::vector<TokenId>> expected_;
+};
+
+TEST_F(SpmFlagsTest, AddSpacePrefixFalse) {
+  auto t = Variant({{"add_space_prefix", false}});
+  ASSERT_NE(t, nullptr);
+  EXPECT_FALSE(t->adds_space_prefix());
+  for (size_t i = 0; i < texts_.size(); ++i) {
+    if (texts_[i].empty()) continue;  // "" has no prefix to move
+    EXPECT_THAT(EncodeOrDie(*t, " " + texts_[i], false), ElementsAreArray(expected_[i]))
+        << "vector " << i << " text \"" << texts_[i] << "\"";
+  }
+  // "Hello" is then not "▁Hello" (15043), and nothing is stripped when decoding.
+  const std::vector<TokenId> ids = EncodeOrDie(*t, "Hello world", true);
+  ASSERT_GE(ids.size(), 2u);
+  EXPECT_EQ(ids[0], 1);
+  EXPECT_NE(ids[1], 15043);
+  EXPECT_EQ(t->TokenBytes(ids[1]).front(), 'H');
+  EXPECT_EQ(t->Decode(ids, /*strip_leading_space=*/true), "Hello world");
+  EXPECT_EQ(t->Decode(EncodeOrDie(*t, " Hello", true), true), " Hello");
+}
+
+TEST_F(SpmFlagsTest, AddBosAndAddEos) {
+  struct Case {
+    bool add_bos, add_eos;
+  };
+  for (const Case c :
+       {Case{false, true}, Case{true, true}, Case{false, false}, Case{true, false}}) {
+    SCOPED_TRACE(absl::StrCat("add_bos ", c.add_bos, " add_eos ", c.add_eos));
+    auto t = Variant({{"add_bos_token", c.add_bos}, {"add_eos_token", c.add_eos}});
+    ASSERT_NE(t, nullptr);
+    EXPECT_EQ(t->add_bos(), c.add_bos);
+    EXPECT_TRUE(t->adds_space_prefix());
+    for (size_t i = 0; i < texts_.size(); ++i) {
+      std::vector<TokenId> want;
+      if (c.add_bos) want.push_back(1);
+      want.insert(want.end(), expected_[i].begin(), expected_[i].end());
+      if (c.add_eos) want.push_back(2);
+      if (want.empty()) want.push_back(1);  // a prompt is never empty
+      EXPECT_THAT(EncodeOrDie(*t, texts_[i], true), ElementsAreArray(want)) << "vector " << i;
+      EXPECT_THAT(EncodeOrDie(*t, texts_[i], false), ElementsAreArray(expected_[i]));
+    }
+  }
+}
+
 // --- FromGguf on written fixtures ------------------------------------------------------
 
 class FromGgufTest : public ::testing::Test {
@@ -284,7 +411,10 @@ class FromGgufTest : public ::testing::Test {
   GgufWriter ValidWriter() {
     GgufWriter w;
     w.SetString("tokenizer.ggml.model", "llama");
-    w.SetStringArray("tokenizer.ggml.tokens", std::vector<std::string>{"<unk>", "<s>", "</s>", "\xE2\x96\x81" "a", "a"});
+    w.SetStringArray("tokenizer.ggml.tokens", std::vector<std::string>{"<unk>", "<s>", "</s>",
+                                                                       "\xE2\x96\x81"
+                                                                       "a",
+                                                                       "a"});
     w.SetFloat32Array("tokenizer.ggml.scores", std::vector<float>{0, 0, 0, -1, -2});
     w.SetInt32Array("tokenizer.ggml.token_type", std::vector<int32_t>{2, 3, 3, 1, 1});
     w.SetUint32("tokenizer.ggml.bos_token_id", 1);
@@ -292,9 +422,9 @@ class FromGgufTest : public ::testing::Test {
     return w;
   }
   absl::StatusOr<std::unique_ptr<Tokenizer>> Load(const GgufWriter& w) {
-    const std::string path = absl::StrCat(::testing::TempDir(), "/tokenizer_fixture_",
-                                          ::testing::UnitTest::GetInstance()->current_test_info()->name(),
-                                          ".gguf");
+    const std::string path =
+        absl::StrCat(::testing::TempDir(), "/tokenizer_fixture_",
+                     ::testing::UnitTest::GetInstance()->current_test_info()->name(), ".gguf");
     const absl::Status written = w.WriteFile(path);
     if (!written.ok()) return written;
     auto file = GgufFile::Open(path);
@@ -318,6 +448,46 @@ TEST_F(FromGgufTest, ReadsTheFlags) {
   auto defaults = Load(ValidWriter());
   ASSERT_TRUE(defaults.ok()) << defaults.status();
   EXPECT_THAT(EncodeOrDie(**defaults, "a", true), ElementsAre(1, 3));  // ▁a, BOS by default
+}
+
+TEST_F(FromGgufTest, UnknownPreTokenizerIsInvalidArgumentNamingIt) {
+  // A byte-level vocabulary: token b is byte b's symbol in GPT-2's published alphabet
+  // (printable Latin-1 as itself, the other bytes U+0100, U+0101, ... in byte order), then
+  // <|endoftext|>.
+  GgufWriter w;
+  std::vector<std::string> tokens;
+  uint32_t next = 0x100;
+  for (uint32_t b = 0; b < 256; ++b) {
+    const bool printable = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
+    const uint32_t cp = printable ? b : next++;
+    std::string symbol;
+    if (cp < 0x80) {
+      symbol.push_back(static_cast<char>(cp));
+    } else {
+      symbol.push_back(static_cast<char>(0xC0 | (cp >> 6)));
+      symbol.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+    }
+    tokens.push_back(symbol);
+  }
+  tokens.push_back("<|endoftext|>");
+  w.SetString("tokenizer.ggml.model", "gpt2");
+  w.SetStringArray("tokenizer.ggml.tokens", tokens);
+  w.SetStringArray("tokenizer.ggml.merges", std::vector<std::string>{"a b"});
+  w.SetUint32("tokenizer.ggml.eos_token_id", 256);
+  for (const char* pre : {"gpt-2", "llama-bpe", "qwen2", "deepseek-coder"}) {
+    w.SetString("tokenizer.ggml.pre", pre);
+    auto t = Load(w);
+    ASSERT_TRUE(t.ok()) << pre << ": " << t.status();
+    // "ab" is a merge but not a token: its bytes' tokens.
+    EXPECT_THAT(EncodeOrDie(**t, "ab", false), ElementsAre('a', 'b'));
+  }
+  w.SetString("tokenizer.ggml.pre", "superbpe-2077");
+  auto t = Load(w);
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(t.status().message()), HasSubstr("'superbpe-2077'"));
+  EXPECT_THAT(std::string(t.status().message()), HasSubstr("tokenizer.ggml.pre"));
+  w.SetUint32("tokenizer.ggml.pre", 7);  // not a string
+  EXPECT_EQ(Load(w).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST_F(FromGgufTest, RejectsBadMetadata) {

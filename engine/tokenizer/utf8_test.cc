@@ -3,7 +3,6 @@
 #include <string>
 
 #include "engine/tokenizer/tokenizer.h"
-#include "engine/tokenizer/unicode.h"
 #include "gtest/gtest.h"
 
 namespace quill::engine {
@@ -14,28 +13,30 @@ const std::string kReplacement = "\xEF\xBF\xBD";  // U+FFFD
 TEST(Utf8Test, AcceptsWellFormedText) {
   EXPECT_TRUE(IsValidUtf8(""));
   EXPECT_TRUE(IsValidUtf8("plain ASCII\t\n"));
-  EXPECT_TRUE(IsValidUtf8("caf\xC3\xA9"));             // é
-  EXPECT_TRUE(IsValidUtf8("\xE4\xB8\xAD"));            // 中
-  EXPECT_TRUE(IsValidUtf8("\xF0\x9F\xA6\x99"));        // 🦙
-  EXPECT_TRUE(IsValidUtf8("\xED\x9F\xBF"));            // U+D7FF, just below the surrogates
-  EXPECT_TRUE(IsValidUtf8("\xEE\x80\x80"));            // U+E000, just above them
-  EXPECT_TRUE(IsValidUtf8("\xF4\x8F\xBF\xBF"));        // U+10FFFF
-  EXPECT_TRUE(IsValidUtf8(std::string("a\0b", 3)));    // NUL is a character
+  EXPECT_TRUE(IsValidUtf8("caf\xC3\xA9"));           // é
+  EXPECT_TRUE(IsValidUtf8("\xE4\xB8\xAD"));          // 中
+  EXPECT_TRUE(IsValidUtf8("\xF0\x9F\xA6\x99"));      // 🦙
+  EXPECT_TRUE(IsValidUtf8("\xED\x9F\xBF"));          // U+D7FF, just below the surrogates
+  EXPECT_TRUE(IsValidUtf8("\xEE\x80\x80"));          // U+E000, just above them
+  EXPECT_TRUE(IsValidUtf8("\xF4\x8F\xBF\xBF"));      // U+10FFFF
+  EXPECT_TRUE(IsValidUtf8(std::string("a\0b", 3)));  // NUL is a character
 }
 
 TEST(Utf8Test, RejectsIllFormedText) {
-  EXPECT_FALSE(IsValidUtf8("\x80"));                   // lone continuation
-  EXPECT_FALSE(IsValidUtf8("\xC0\x80"));               // overlong NUL
-  EXPECT_FALSE(IsValidUtf8("\xC1\xBF"));               // overlong
-  EXPECT_FALSE(IsValidUtf8("\xE0\x80\x80"));           // overlong 3-byte
-  EXPECT_FALSE(IsValidUtf8("\xF0\x80\x80\x80"));       // overlong 4-byte
-  EXPECT_FALSE(IsValidUtf8("\xED\xA0\x80"));           // U+D800 surrogate
-  EXPECT_FALSE(IsValidUtf8("\xED\xBF\xBF"));           // U+DFFF surrogate
-  EXPECT_FALSE(IsValidUtf8("\xF4\x90\x80\x80"));       // U+110000
+  EXPECT_FALSE(IsValidUtf8("\x80"));              // lone continuation
+  EXPECT_FALSE(IsValidUtf8("\xC0\x80"));          // overlong NUL
+  EXPECT_FALSE(IsValidUtf8("\xC1\xBF"));          // overlong
+  EXPECT_FALSE(IsValidUtf8("\xE0\x80\x80"));      // overlong 3-byte
+  EXPECT_FALSE(IsValidUtf8("\xF0\x80\x80\x80"));  // overlong 4-byte
+  EXPECT_FALSE(IsValidUtf8("\xED\xA0\x80"));      // U+D800 surrogate
+  EXPECT_FALSE(IsValidUtf8("\xED\xBF\xBF"));      // U+DFFF surrogate
+  EXPECT_FALSE(IsValidUtf8("\xF4\x90\x80\x80"));  // U+110000
   EXPECT_FALSE(IsValidUtf8("\xF5\x80\x80\x80"));
   EXPECT_FALSE(IsValidUtf8("\xFF"));
-  EXPECT_FALSE(IsValidUtf8("ok\xE2\x82"));             // truncated at the end
-  EXPECT_FALSE(IsValidUtf8("\xE2\x82" "a"));           // truncated inside
+  EXPECT_FALSE(IsValidUtf8("ok\xE2\x82"));  // truncated at the end
+  EXPECT_FALSE(
+      IsValidUtf8("\xE2\x82"
+                  "a"));  // truncated inside
 }
 
 TEST(Utf8Test, FindInvalidReportsTheOffset) {
@@ -72,11 +73,15 @@ TEST(Utf8Test, SanitizeReplacesMaximalSubparts) {
     AppendSanitizedUtf8(in, /*hold_back_truncated=*/false, &out);
     return out;
   };
-  EXPECT_EQ(sanitize("a\x80" "b"), "a" + kReplacement + "b");
+  EXPECT_EQ(sanitize("a\x80"
+                     "b"),
+            "a" + kReplacement + "b");
   // C0 can never start a character and 80 is a lone continuation: two replacements.
   EXPECT_EQ(sanitize("\xC0\x80"), kReplacement + kReplacement);
   // E2 82 is one maximal subpart of a 3-byte character cut short: one replacement.
-  EXPECT_EQ(sanitize("\xE2\x82" "a"), kReplacement + "a");
+  EXPECT_EQ(sanitize("\xE2\x82"
+                     "a"),
+            kReplacement + "a");
   EXPECT_EQ(sanitize("\xF0\x9F\xA6"), kReplacement);
   // ED A0 80: ED allows only 80..9F next, so ED, A0 and 80 are three subparts.
   EXPECT_EQ(sanitize("\xED\xA0\x80"), kReplacement + kReplacement + kReplacement);
@@ -91,38 +96,6 @@ TEST(Utf8Test, SanitizeCanHoldBackATruncatedTail) {
   // An invalid byte is not held back, only a valid prefix running into the end.
   EXPECT_EQ(AppendSanitizedUtf8("ab\xFF", /*hold_back_truncated=*/true, &out), 3u);
   EXPECT_EQ(out, "ab" + kReplacement);
-}
-
-TEST(UnicodeTest, ClassifiesCodePoints) {
-  EXPECT_TRUE(IsUnicodeLetter('A'));
-  EXPECT_TRUE(IsUnicodeLetter('z'));
-  EXPECT_TRUE(IsUnicodeLetter(0xE9));      // é
-  EXPECT_TRUE(IsUnicodeLetter(0x4E2D));    // 中
-  EXPECT_TRUE(IsUnicodeLetter(0x0436));    // ж
-  EXPECT_TRUE(IsUnicodeLetter(0x1780));    // Khmer KA (Lo)
-  EXPECT_FALSE(IsUnicodeLetter(0x17B6));   // Khmer vowel sign AA (Mc)
-  EXPECT_FALSE(IsUnicodeLetter('1'));
-  EXPECT_FALSE(IsUnicodeLetter(0x1F999));  // 🦙 (So)
-  EXPECT_FALSE(IsUnicodeLetter(0x10FFFF));
-
-  EXPECT_TRUE(IsUnicodeNumber('7'));
-  EXPECT_TRUE(IsUnicodeNumber(0xBD));      // ½ (No)
-  EXPECT_TRUE(IsUnicodeNumber(0x0663));    // Arabic-Indic three (Nd)
-  EXPECT_TRUE(IsUnicodeNumber(0x2163));    // Roman numeral four (Nl)
-  EXPECT_FALSE(IsUnicodeNumber('x'));
-
-  EXPECT_TRUE(IsUnicodeWhitespace(' '));
-  EXPECT_TRUE(IsUnicodeWhitespace('\t'));
-  EXPECT_TRUE(IsUnicodeWhitespace('\n'));
-  EXPECT_TRUE(IsUnicodeWhitespace('\r'));
-  EXPECT_TRUE(IsUnicodeWhitespace(0x0B));
-  EXPECT_TRUE(IsUnicodeWhitespace(0x85));
-  EXPECT_TRUE(IsUnicodeWhitespace(0xA0));
-  EXPECT_TRUE(IsUnicodeWhitespace(0x2009));
-  EXPECT_TRUE(IsUnicodeWhitespace(0x3000));
-  EXPECT_FALSE(IsUnicodeWhitespace(0x1C));   // information separator, not White_Space
-  EXPECT_FALSE(IsUnicodeWhitespace(0x200B)); // zero width space is Cf, not White_Space
-  EXPECT_FALSE(IsUnicodeWhitespace('_'));
 }
 
 }  // namespace

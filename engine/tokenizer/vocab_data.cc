@@ -5,6 +5,8 @@
 #include "engine/base/status_macros.h"
 #include "engine/tokenizer/bpe_tokenizer.h"
 #include "engine/tokenizer/byte_unicode.h"
+#include "engine/tokenizer/pretokenizer.h"
+#include "engine/tokenizer/pretokenizer_families.h"
 #include "engine/tokenizer/spm_tokenizer.h"
 #include "engine/tokenizer/utf8.h"
 
@@ -26,10 +28,7 @@ absl::Status CheckSpecialId(absl::string_view name, TokenId id, size_t vocab_siz
 }
 
 absl::Status ValidateGpt2(const VocabData& vocab) {
-  if (!vocab.pre.empty() && vocab.pre != "default" && vocab.pre != "gpt-2") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("unsupported gpt2 pre-tokenizer '", vocab.pre, "' (supported: gpt-2)"));
-  }
+  QUILL_RETURN_IF_ERROR(FindPreTokenizerSpec(vocab.pre).status());
   for (size_t i = 0; i < vocab.merges.size(); ++i) {
     const size_t space = vocab.merges[i].find(' ', 1);
     if (space == std::string::npos || space + 1 == vocab.merges[i].size()) {
@@ -37,14 +36,16 @@ absl::Status ValidateGpt2(const VocabData& vocab) {
           absl::StrCat("tokenizer merge ", i, " '", vocab.merges[i], "' is not \"left right\""));
     }
   }
-  // Every byte must have its own non-control token, the fallback for unmerged symbols.
+  // Byte symbols are the fallback for unmerged text. Real vocabularies lack some that
+  // text rarely or never needs (Falcon: most C0 controls; Refact: 0xC0, 0xC1, 0xF5..);
+  // those fail at Encode. Printable ASCII and the space must be there.
   absl::flat_hash_map<absl::string_view, size_t> ids;
   for (size_t i = 0; i < vocab.tokens.size(); ++i) {
-    const bool control = !vocab.types.empty() &&
-                         vocab.types[i] == static_cast<int32_t>(TokenType::kControl);
+    const bool control =
+        !vocab.types.empty() && vocab.types[i] == static_cast<int32_t>(TokenType::kControl);
     if (!control) ids.emplace(vocab.tokens[i], i);
   }
-  for (int b = 0; b < 256; ++b) {
+  for (int b = 0x20; b <= 0x7E; ++b) {
     std::string symbol;
     AppendUtf8(ByteToUnicode()[b], &symbol);
     if (!ids.contains(symbol)) {
@@ -67,8 +68,8 @@ int ParseBytePiece(absl::string_view text) {
 
 absl::Status ValidateVocabData(const VocabData& vocab) {
   if (vocab.model != "llama" && vocab.model != "gpt2") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "unsupported tokenizer model '", vocab.model, "' (supported: llama, gpt2)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("unsupported tokenizer model '", vocab.model, "' (supported: llama, gpt2)"));
   }
   const size_t n = vocab.tokens.size();
   if (n == 0) return absl::InvalidArgumentError("tokenizer vocabulary is empty");
@@ -76,12 +77,12 @@ absl::Status ValidateVocabData(const VocabData& vocab) {
     return absl::InvalidArgumentError("tokenizer vocabulary is too large");
   }
   if (!vocab.scores.empty() && vocab.scores.size() != n) {
-    return absl::InvalidArgumentError(absl::StrCat("tokenizer has ", n, " tokens but ",
-                                                   vocab.scores.size(), " scores"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("tokenizer has ", n, " tokens but ", vocab.scores.size(), " scores"));
   }
   if (!vocab.types.empty() && vocab.types.size() != n) {
-    return absl::InvalidArgumentError(absl::StrCat("tokenizer has ", n, " tokens but ",
-                                                   vocab.types.size(), " token types"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("tokenizer has ", n, " tokens but ", vocab.types.size(), " token types"));
   }
   for (size_t i = 0; i < vocab.types.size(); ++i) {
     const int32_t t = vocab.types[i];
@@ -105,7 +106,9 @@ absl::Status ValidateVocabData(const VocabData& vocab) {
 absl::StatusOr<std::unique_ptr<Tokenizer>> CreateTokenizer(VocabData vocab) {
   QUILL_RETURN_IF_ERROR(ValidateVocabData(vocab));
   if (vocab.model == "llama") return std::unique_ptr<Tokenizer>(new SpmTokenizer(vocab));
-  return std::unique_ptr<Tokenizer>(new BpeTokenizer(vocab));
+  QUILL_ASSIGN_OR_RETURN(const PreTokenizerSpec spec, FindPreTokenizerSpec(vocab.pre));
+  QUILL_ASSIGN_OR_RETURN(PreTokenizer pre, PreTokenizer::Create(spec));
+  return std::unique_ptr<Tokenizer>(new BpeTokenizer(vocab, std::move(pre), spec.add_bos));
 }
 
 }  // namespace quill::engine

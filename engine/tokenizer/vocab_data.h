@@ -27,8 +27,8 @@ enum class TokenType : int32_t {
 // Everything a tokenizer is built from: the tokenizer.ggml.* metadata as plain values,
 // so the algorithms can be built and tested without a GGUF file.
 struct VocabData {
-  std::string model;                // "llama" (SentencePiece BPE) or "gpt2" (byte-level BPE)
-  std::string pre;                  // pre-tokenizer; "", "default" or "gpt-2" for gpt2
+  std::string model;  // "llama" (SentencePiece BPE) or "gpt2" (byte-level BPE)
+  std::string pre;    // gpt2: tokenizer.ggml.pre ("" if absent); see pretokenizer_families.h
   std::vector<std::string> tokens;  // id -> piece text
   std::vector<float> scores;        // empty: all 0 (llama merge priority, higher first)
   std::vector<int32_t> types;       // empty: all normal (TokenType values)
@@ -38,8 +38,8 @@ struct VocabData {
   TokenId unk_id = -1;
   TokenId eot_id = -1;  // end of turn: also ends generation
   TokenId eom_id = -1;  // end of message: also ends generation
-  // nullopt: the model's default (add_bos: true for llama, false for gpt2; add_eos:
-  // false; add_space_prefix: true, llama only).
+  // nullopt: the model's default (add_bos: true for llama and for gpt2 with the Llama 3
+  // pre-tokenizer, else false; add_eos: false; add_space_prefix: true, llama only).
   std::optional<bool> add_bos;
   std::optional<bool> add_eos;
   std::optional<bool> add_space_prefix;
@@ -50,8 +50,8 @@ int ParseBytePiece(absl::string_view text);
 
 // INVALID_ARGUMENT (naming the problem) for an unsupported model or pre-tokenizer,
 // arrays of different lengths, unknown token types, special ids out of range, a byte
-// token that is not "<0xNN>", a merge without a space, or a gpt2 vocabulary missing one
-// of the 256 byte symbols.
+// token that is not "<0xNN>", a merge without a space, or a gpt2 vocabulary missing the
+// byte symbol of the space or of a printable ASCII character.
 absl::Status ValidateVocabData(const VocabData& vocab);
 
 // Validates `vocab` and builds the tokenizer for vocab.model.

@@ -1,8 +1,10 @@
 // quill-run: generate text from a GGUF model on the command line.
 //
 //   quill-run -m MODEL.gguf -p "PROMPT" -n 64 --temp 0
+//   quill-run -m MODEL.gguf --render-chat MESSAGES.json      # prints the chat prompt
 //
-// Exit codes: 0 ok, 1 internal error, 2 usage, 3 model load error, 4 bad prompt.
+// Exit codes: 0 ok, 1 internal error, 2 usage, 3 model load error, 4 bad prompt,
+// 5 chat template error.
 
 #include <omp.h>
 #include <unistd.h>
@@ -13,6 +15,7 @@
 #include <iostream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -23,6 +26,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/civil_time.h"
+#include "engine/base/status_macros.h"
+#include "engine/chat/chat_template.h"
 #include "engine/gguf/gguf_file.h"
 #include "engine/kv_cache/kv_cache.h"
 #include "engine/model/model.h"
@@ -60,11 +66,30 @@ ABSL_FLAG(bool, info, false,
           "token, and exit.");
 ABSL_FLAG(int64_t, info_context, 0, "Context assumed by --info's FLOPs figure (0 = the model's).");
 ABSL_FLAG(bool, stats, true, "Print timing statistics to stderr after generating.");
+ABSL_FLAG(std::string, render_chat, "",
+          "Render MESSAGES.json (an OpenAI-style [{\"role\": ..., \"content\": ...}] array; - "
+          "for stdin) with the chat template, print the prompt exactly (nothing added) and "
+          "exit. Needs -m (the GGUF's tokenizer.chat_template and BOS/EOS text; no weights are "
+          "loaded, so vocabulary-only files work) or --chat-template.");
+ABSL_FLAG(std::string, chat_template, "",
+          "Jinja chat template file for --render-chat, instead of the model's. Without -m, "
+          "bos_token is <s> and eos_token is </s>.");
+ABSL_FLAG(bool, generation_prompt, true,
+          "--render-chat: set add_generation_prompt (--no-generation-prompt clears it).");
+ABSL_FLAG(std::string, template_date, "",
+          "--render-chat: the date strftime_now() sees, YYYY-MM-DD (default: today).");
 
 namespace quill::engine {
 namespace {
 
-enum ExitCode { kOk = 0, kInternal = 1, kUsage = 2, kLoadError = 3, kBadPrompt = 4 };
+enum ExitCode {
+  kOk = 0,
+  kInternal = 1,
+  kUsage = 2,
+  kLoadError = 3,
+  kBadPrompt = 4,
+  kTemplateError = 5,
+};
 
 int Fail(int code, absl::string_view message) {
   std::fflush(stdout);
@@ -76,6 +101,97 @@ std::string Commas(int64_t v) {
   std::string s = absl::StrCat(v < 0 ? -v : v);
   for (int i = static_cast<int>(s.size()) - 3; i > 0; i -= 3) s.insert(i, ",");
   return v < 0 ? "-" + s : s;
+}
+
+absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
+  std::FILE* f = path == "-" ? stdin : std::fopen(path.c_str(), "rb");
+  if (f == nullptr) return absl::NotFoundError(absl::StrCat("cannot open ", path));
+  std::string data;
+  char buf[65536];
+  size_t n = 0;
+  while ((n = std::fread(buf, 1, sizeof(buf), f)) > 0) data.append(buf, n);
+  const bool failed = std::ferror(f) != 0;
+  if (f != stdin) std::fclose(f);
+  if (failed) return absl::DataLossError(absl::StrCat("error reading ", path));
+  return data;
+}
+
+// The text of token `key` (tokenizer.ggml.bos_token_id / eos_token_id), or nullopt when
+// the vocabulary has no such token (the template then sees it undefined).
+absl::StatusOr<std::optional<std::string>> SpecialTokenText(const GgufFile& file,
+                                                            const std::vector<std::string>& tokens,
+                                                            const std::string& key) {
+  if (!file.HasKey(key)) return std::optional<std::string>();
+  QUILL_ASSIGN_OR_RETURN(const int64_t id, file.GetInt(key));
+  if (id < 0 || id >= static_cast<int64_t>(tokens.size())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(key, " = ", id, " is outside the vocabulary of ", tokens.size()));
+  }
+  return std::optional<std::string>(tokens[id]);
+}
+
+// --render-chat: the template from --chat-template or the GGUF, BOS/EOS text from the
+// GGUF (or <s> and </s> without a model), the rendered prompt on stdout and nothing else.
+int RunRenderChat(const std::string& model_path) {
+  const std::string template_path = absl::GetFlag(FLAGS_chat_template);
+  if (model_path.empty() && template_path.empty()) {
+    return Fail(kUsage, "--render-chat needs -m MODEL.gguf or --chat-template FILE");
+  }
+  chat::ChatRenderOptions options;
+  options.add_generation_prompt = absl::GetFlag(FLAGS_generation_prompt);
+  if (const std::string date = absl::GetFlag(FLAGS_template_date); !date.empty()) {
+    absl::CivilDay day;
+    if (!absl::ParseCivilTime(date, &day)) {
+      return Fail(kUsage, absl::StrCat("--template-date must be YYYY-MM-DD, got '", date, "'"));
+    }
+    options.date = day;
+  }
+  std::string source;
+  if (!model_path.empty()) {
+    auto file = GgufFile::Open(model_path);
+    if (!file.ok()) return Fail(kLoadError, file.status().ToString());
+    if ((*file)->HasKey("tokenizer.ggml.tokens")) {
+      auto tokens = (*file)->GetStringArray("tokenizer.ggml.tokens");
+      if (!tokens.ok()) return Fail(kLoadError, tokens.status().ToString());
+      auto bos = SpecialTokenText(**file, *tokens, "tokenizer.ggml.bos_token_id");
+      auto eos = SpecialTokenText(**file, *tokens, "tokenizer.ggml.eos_token_id");
+      if (!bos.ok()) return Fail(kLoadError, bos.status().ToString());
+      if (!eos.ok()) return Fail(kLoadError, eos.status().ToString());
+      options.bos_token = *bos;
+      options.eos_token = *eos;
+    } else {
+      options.bos_token.reset();
+      options.eos_token.reset();
+    }
+    if (template_path.empty()) {
+      if (!(*file)->HasKey("tokenizer.chat_template")) {
+        return Fail(kTemplateError,
+                    absl::StrCat("FAILED_PRECONDITION: ", model_path,
+                                 " has no tokenizer.chat_template; pass --chat-template FILE"));
+      }
+      auto text = (*file)->GetString("tokenizer.chat_template");
+      if (!text.ok()) return Fail(kLoadError, text.status().ToString());
+      source = *std::move(text);
+    }
+  }
+  if (!template_path.empty()) {
+    auto text = ReadWholeFile(template_path);
+    if (!text.ok()) return Fail(kTemplateError, text.status().ToString());
+    source = *std::move(text);
+  }
+  auto tmpl = chat::ChatTemplate::Parse(source);
+  if (!tmpl.ok()) {
+    return Fail(kTemplateError, absl::StrCat("chat template: ", tmpl.status().message()));
+  }
+  auto messages_text = ReadWholeFile(absl::GetFlag(FLAGS_render_chat));
+  if (!messages_text.ok()) return Fail(kBadPrompt, messages_text.status().ToString());
+  auto messages = chat::ParseMessagesJson(*messages_text);
+  if (!messages.ok()) return Fail(kBadPrompt, messages.status().message());
+  auto rendered = tmpl->Render(*messages, options);
+  if (!rendered.ok()) return Fail(kTemplateError, rendered.status().message());
+  std::fwrite(rendered->text.data(), 1, rendered->text.size(), stdout);
+  std::fflush(stdout);
+  return kOk;
 }
 
 int RunInfo(const std::string& path) {
@@ -300,10 +416,16 @@ int Main(int argc, char** argv) {
       "  quill-run -m MODEL.gguf --prompt-ids 1,2,3 -n 16 --ids\n"
       "  quill-run -m VOCAB_OR_MODEL.gguf -p \"TEXT\" --tokenize\n"
       "  quill-run -m MODEL.gguf --info [--info-context 4096]\n"
+      "  quill-run --render-chat MESSAGES.json [-m MODEL.gguf] [--chat-template FILE]\n"
+      "            [--no-generation-prompt] [--template-date YYYY-MM-DD]\n"
       "\n"
       "Short aliases: -m --model, -p --prompt, -n --n_predict, -t --threads, -s --seed,\n"
       "-c --ctx, -h --help. Dashes and underscores in long flag names are equivalent.\n"
-      "Exit codes: 0 ok, 1 internal error, 2 usage, 3 model load error, 4 bad prompt.");
+      "--render-chat prints the chat prompt the model's tokenizer.chat_template (or\n"
+      "--chat-template FILE) makes of an OpenAI-style messages array, exactly, and exits;\n"
+      "it reads only the GGUF's metadata, so vocabulary-only files work.\n"
+      "Exit codes: 0 ok, 1 internal error, 2 usage, 3 model load error, 4 bad prompt\n"
+      "or messages, 5 chat template error (missing, bad syntax, or failed to render).");
   tools::ShowToolFlagsInHelp();
   std::vector<std::string> args =
       tools::NormalizeArgs(argc, argv,
@@ -328,6 +450,7 @@ int Main(int argc, char** argv) {
   }
 
   const std::string path = absl::GetFlag(FLAGS_model);
+  if (!absl::GetFlag(FLAGS_render_chat).empty()) return RunRenderChat(path);
   if (path.empty()) return Fail(kUsage, "no model given (use -m MODEL.gguf; see --help)");
   if (absl::GetFlag(FLAGS_info)) return RunInfo(path);
   if (absl::GetFlag(FLAGS_tokenize)) return RunTokenize(path, absl::GetFlag(FLAGS_prompt));

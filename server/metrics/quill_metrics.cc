@@ -51,6 +51,8 @@ const Histogram::BucketBoundaries& BatchTokenBuckets() {
 
 }  // namespace
 
+absl::string_view ApiName(Api api) { return api == Api::kHttp ? "http" : "grpc"; }
+
 class QuillMetrics::ScrapeCollectable final : public prometheus::Collectable {
  public:
   explicit ScrapeCollectable(const QuillMetrics* metrics) : metrics_(metrics) {}
@@ -120,23 +122,28 @@ QuillMetrics::QuillMetrics() : registry_(std::make_shared<prometheus::Registry>(
   requests_family_ =
       &prometheus::BuildCounter()
            .Name("quill_requests_total")
-           .Help("Generate requests by outcome: length, stop, eos (finished normally), "
-                 "cancelled (client cancel or disconnect), deadline (deadline exceeded), "
-                 "shutdown (ended by the server's drain timeout), error (internal failure), "
-                 "rejected (refused before reaching the engine: invalid, queue full, "
-                 "draining or loading).")
+           .Help(
+               "Generation requests by front end (api: grpc or http) and outcome: length, "
+               "stop, eos (finished normally), cancelled (client cancel or disconnect), "
+               "deadline (deadline exceeded), shutdown (ended by the server's drain "
+               "timeout), error (internal failure), rejected (refused before reaching the "
+               "engine: invalid, queue full, draining or loading).")
            .Register(r);
-  auto outcome = [this](const std::string& value) {
-    return &requests_family_->Add({{"outcome", value}});
-  };
-  requests_length_ = outcome("length");
-  requests_stop_ = outcome("stop");
-  requests_eos_ = outcome("eos");
-  requests_cancelled_ = outcome("cancelled");
-  requests_deadline_ = outcome("deadline");
-  requests_rejected_ = outcome("rejected");
-  requests_error_ = outcome("error");
-  requests_shutdown_ = outcome("shutdown");
+  for (int a = 0; a < kNumApis; ++a) {
+    const std::string api(ApiName(static_cast<Api>(a)));
+    auto outcome = [this, &api](const std::string& value) {
+      return &requests_family_->Add({{"api", api}, {"outcome", value}});
+    };
+    OutcomeCounters& c = requests_[a];
+    c.length = outcome("length");
+    c.stop = outcome("stop");
+    c.eos = outcome("eos");
+    c.cancelled = outcome("cancelled");
+    c.deadline = outcome("deadline");
+    c.rejected = outcome("rejected");
+    c.error = outcome("error");
+    c.shutdown = outcome("shutdown");
+  }
   prompt_tokens_ = counter("quill_prompt_tokens_total",
                            "Prompt tokens of requests the engine finished (any outcome).");
   generated_tokens_ = counter("quill_generated_tokens_total",
@@ -146,12 +153,17 @@ QuillMetrics::QuillMetrics() : registry_(std::make_shared<prometheus::Registry>(
                             "Requests in the running set (prefilling or decoding).");
   requests_waiting_ =
       gauge("quill_requests_waiting", "Requests accepted and waiting for admission.");
-  kv_blocks_total_ = gauge("quill_kv_cache_blocks_total", "Blocks in the paged KV cache pool.");
+  kv_capacity_blocks_ = gauge("quill_kv_cache_capacity_blocks",
+                              "Blocks in the paged KV cache pool (fixed at startup).");
   kv_blocks_used_ =
       gauge("quill_kv_cache_blocks_used", "KV cache blocks currently held by requests.");
   kv_bytes_used_ =
       gauge("quill_kv_cache_bytes_used", "Bytes of the KV cache pool currently held by requests.");
-  kv_bytes_total_ = gauge("quill_kv_cache_bytes_capacity", "Bytes of the whole KV cache pool (allocated at startup).");
+  kv_bytes_total_ = gauge("quill_kv_cache_bytes_capacity",
+                          "Bytes of the whole KV cache pool (allocated at startup).");
+  kv_usage_ratio_ = gauge("quill_kv_cache_usage_ratio",
+                          "Fraction of the KV cache pool's blocks held by requests (0-1): what "
+                          "load-aware gateways route on.");
   model_weights_bytes_ =
       gauge("quill_model_weights_bytes", "Bytes of model weights held in memory (as packed).");
   resident_memory_bytes_ = gauge("quill_process_resident_memory_bytes",
@@ -177,14 +189,30 @@ void QuillMetrics::OnStep(const engine::StepStats& stats, const engine::EngineGa
 }
 
 void QuillMetrics::OnRequestFinished(const engine::FinishInfo& info) {
+  const OutcomeCounters& c =
+      requests_[static_cast<int>(info.frontend == ApiName(Api::kHttp) ? Api::kHttp : Api::kGrpc)];
   switch (info.reason) {
-    case engine::FinishReason::kLength: requests_length_->Increment(); break;
-    case engine::FinishReason::kStop: requests_stop_->Increment(); break;
-    case engine::FinishReason::kEos: requests_eos_->Increment(); break;
-    case engine::FinishReason::kCancelled: requests_cancelled_->Increment(); break;
-    case engine::FinishReason::kDeadline: requests_deadline_->Increment(); break;
-    case engine::FinishReason::kError: requests_error_->Increment(); break;
-    case engine::FinishReason::kShutdown: requests_shutdown_->Increment(); break;
+    case engine::FinishReason::kLength:
+      c.length->Increment();
+      break;
+    case engine::FinishReason::kStop:
+      c.stop->Increment();
+      break;
+    case engine::FinishReason::kEos:
+      c.eos->Increment();
+      break;
+    case engine::FinishReason::kCancelled:
+      c.cancelled->Increment();
+      break;
+    case engine::FinishReason::kDeadline:
+      c.deadline->Increment();
+      break;
+    case engine::FinishReason::kError:
+      c.error->Increment();
+      break;
+    case engine::FinishReason::kShutdown:
+      c.shutdown->Increment();
+      break;
   }
   prompt_tokens_->Increment(info.prompt_tokens);
   generated_tokens_->Increment(info.completion_tokens);
@@ -207,7 +235,9 @@ void QuillMetrics::OnPreemption() {}
 
 void QuillMetrics::OnGauges(const engine::EngineGauges& gauges) { SetEngineGauges(gauges); }
 
-void QuillMetrics::RecordRejected() { requests_rejected_->Increment(); }
+void QuillMetrics::RecordRejected(Api api) {
+  requests_[static_cast<int>(api)].rejected->Increment();
+}
 
 void QuillMetrics::SetModelWeightsBytes(int64_t bytes) {
   model_weights_bytes_->Set(static_cast<double>(bytes));
@@ -221,10 +251,13 @@ void QuillMetrics::SetGaugeSource(std::function<engine::EngineGauges()> source) 
 void QuillMetrics::SetEngineGauges(const engine::EngineGauges& gauges) const {
   requests_running_->Set(gauges.requests_running);
   requests_waiting_->Set(gauges.requests_waiting);
-  kv_blocks_total_->Set(gauges.kv_blocks_total);
+  kv_capacity_blocks_->Set(gauges.kv_blocks_total);
   kv_blocks_used_->Set(gauges.kv_blocks_used);
   kv_bytes_used_->Set(static_cast<double>(gauges.kv_bytes_used));
   kv_bytes_total_->Set(static_cast<double>(gauges.kv_bytes_total));
+  kv_usage_ratio_->Set(gauges.kv_blocks_total > 0
+                           ? static_cast<double>(gauges.kv_blocks_used) / gauges.kv_blocks_total
+                           : 0.0);
 }
 
 void QuillMetrics::RefreshScrapeGauges() const {

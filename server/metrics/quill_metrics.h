@@ -6,6 +6,7 @@
 #include <string>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "engine/runtime/engine_observer.h"
 #include "prometheus/collectable.h"
@@ -16,6 +17,12 @@
 #include "prometheus/registry.h"
 
 namespace quill::server {
+
+// The front end a request came through: the `api` label of quill_requests_total.
+enum class Api { kGrpc = 0, kHttp = 1 };
+inline constexpr int kNumApis = 2;
+// "grpc", "http" (also the engine::GenerationRequest::frontend value).
+absl::string_view ApiName(Api api);
 
 // Every Quill metric (names `quill_*`, base units, `_total` counters), defined in the
 // constructor. The engine reports through EngineObserver on its thread (only atomic
@@ -35,9 +42,9 @@ class QuillMetrics final : public engine::EngineObserver {
   void OnPreemption() override;
   void OnGauges(const engine::EngineGauges& gauges) override;
 
-  // A Generate call refused before the engine accepted it (validation, full queue,
-  // draining, loading): quill_requests_total{outcome="rejected"}.
-  void RecordRejected();
+  // A generation request refused before the engine accepted it (validation, full queue,
+  // draining, loading): quill_requests_total{outcome="rejected",api=...}.
+  void RecordRejected(Api api = Api::kGrpc);
 
   void SetModelWeightsBytes(int64_t bytes);
   // Polled at each scrape for running/waiting/KV gauges. Must stay callable until the
@@ -70,25 +77,29 @@ class QuillMetrics final : public engine::EngineObserver {
   prometheus::Histogram* step_decode_;
   prometheus::Histogram* step_mixed_;
   prometheus::Histogram* batch_tokens_;
-  // Counters.
+  // Counters. quill_requests_total by api, then by outcome.
+  struct OutcomeCounters {
+    prometheus::Counter* length;
+    prometheus::Counter* stop;
+    prometheus::Counter* eos;
+    prometheus::Counter* cancelled;
+    prometheus::Counter* deadline;
+    prometheus::Counter* rejected;
+    prometheus::Counter* error;
+    prometheus::Counter* shutdown;
+  };
   prometheus::Family<prometheus::Counter>* requests_family_;
-  prometheus::Counter* requests_length_;
-  prometheus::Counter* requests_stop_;
-  prometheus::Counter* requests_eos_;
-  prometheus::Counter* requests_cancelled_;
-  prometheus::Counter* requests_deadline_;
-  prometheus::Counter* requests_rejected_;
-  prometheus::Counter* requests_error_;
-  prometheus::Counter* requests_shutdown_;
+  OutcomeCounters requests_[kNumApis];
   prometheus::Counter* prompt_tokens_;
   prometheus::Counter* generated_tokens_;
   // Gauges.
   prometheus::Gauge* requests_running_;
   prometheus::Gauge* requests_waiting_;
-  prometheus::Gauge* kv_blocks_total_;
+  prometheus::Gauge* kv_capacity_blocks_;
   prometheus::Gauge* kv_blocks_used_;
   prometheus::Gauge* kv_bytes_used_;
   prometheus::Gauge* kv_bytes_total_;
+  prometheus::Gauge* kv_usage_ratio_;
   prometheus::Gauge* model_weights_bytes_;
   prometheus::Gauge* resident_memory_bytes_;
 

@@ -38,9 +38,10 @@ TEST(QuillMetricsTest, ExportsEveryFamilyWithTypeAndHelp) {
       {"quill_generated_tokens_total", "counter"},
       {"quill_requests_running", "gauge"},
       {"quill_requests_waiting", "gauge"},
-      {"quill_kv_cache_blocks_total", "gauge"},
+      {"quill_kv_cache_capacity_blocks", "gauge"},
       {"quill_kv_cache_blocks_used", "gauge"},
       {"quill_kv_cache_bytes_used", "gauge"},
+      {"quill_kv_cache_usage_ratio", "gauge"},
       {"quill_model_weights_bytes", "gauge"},
       {"quill_process_resident_memory_bytes", "gauge"},
   };
@@ -50,11 +51,16 @@ TEST(QuillMetricsTest, ExportsEveryFamilyWithTypeAndHelp) {
     EXPECT_EQ(family->type, type) << name;
     EXPECT_GT(family->help.size(), 20u) << name;
   }
-  // Every outcome exists from the start (at 0), so rates work before the first event.
-  for (const char* outcome :
-       {"length", "stop", "eos", "cancelled", "deadline", "rejected", "error", "shutdown"}) {
-    EXPECT_EQ(text.Value("quill_requests_total", {{"outcome", outcome}}), 0.0) << outcome;
+  // Every outcome of both front ends exists from the start (at 0), so rates work before
+  // the first event.
+  for (const char* api : {"grpc", "http"}) {
+    for (const char* outcome :
+         {"length", "stop", "eos", "cancelled", "deadline", "rejected", "error", "shutdown"}) {
+      EXPECT_EQ(text.Value("quill_requests_total", {{"api", api}, {"outcome", outcome}}), 0.0)
+          << api << " " << outcome;
+    }
   }
+  EXPECT_EQ(text.Family("quill_requests_total")->samples.size(), 16u);
   for (const char* phase : {"prefill", "decode", "mixed"}) {
     EXPECT_EQ(text.HistogramCount("quill_engine_step_duration_seconds", {{"phase", phase}}), 0.0);
   }
@@ -85,25 +91,39 @@ TEST(QuillMetricsTest, RequestsCountByOutcomeWithTokensAndLatencies) {
   metrics.OnRequestFinished(queued);
   metrics.RecordRejected();
   metrics.RecordRejected();
+  // One over HTTP: the engine hands back the request's frontend label.
+  done.reason = engine::FinishReason::kStop;
+  done.frontend = "http";
+  metrics.OnRequestFinished(done);
+  metrics.RecordRejected(Api::kHttp);
 
   const PromText text = Parse(metrics);
-  EXPECT_EQ(text.Value("quill_requests_total", {{"outcome", "length"}}), 1.0);
-  EXPECT_EQ(text.Value("quill_requests_total", {{"outcome", "eos"}}), 1.0);
-  EXPECT_EQ(text.Value("quill_requests_total", {{"outcome", "cancelled"}}), 1.0);
-  EXPECT_EQ(text.Value("quill_requests_total", {{"outcome", "rejected"}}), 2.0);
-  EXPECT_EQ(text.Value("quill_requests_total", {{"outcome", "stop"}}), 0.0);
-  EXPECT_EQ(text.Value("quill_prompt_tokens_total"), 18.0);
-  EXPECT_EQ(text.Value("quill_generated_tokens_total"), 10.0);
-  EXPECT_EQ(text.HistogramCount("quill_request_duration_seconds"), 3.0);
-  EXPECT_EQ(text.HistogramCount("quill_time_to_first_token_seconds"), 2.0);
-  EXPECT_EQ(text.HistogramCount("quill_queue_wait_seconds"), 2.0);
-  EXPECT_EQ(text.HistogramCount("quill_prefill_duration_seconds"), 2.0);
-  EXPECT_EQ(text.HistogramCount("quill_decode_duration_seconds"), 2.0);
-  EXPECT_NEAR(*text.HistogramSum("quill_time_to_first_token_seconds"), 0.012, 1e-9);
-  EXPECT_NEAR(*text.HistogramSum("quill_request_duration_seconds"), 0.101, 1e-9);
+  const auto grpc = [](const char* outcome) {
+    return quill::testing::Labels{{"api", "grpc"}, {"outcome", outcome}};
+  };
+  const auto http = [](const char* outcome) {
+    return quill::testing::Labels{{"api", "http"}, {"outcome", outcome}};
+  };
+  EXPECT_EQ(text.Value("quill_requests_total", grpc("length")), 1.0);
+  EXPECT_EQ(text.Value("quill_requests_total", grpc("eos")), 1.0);
+  EXPECT_EQ(text.Value("quill_requests_total", grpc("cancelled")), 1.0);
+  EXPECT_EQ(text.Value("quill_requests_total", grpc("rejected")), 2.0);
+  EXPECT_EQ(text.Value("quill_requests_total", grpc("stop")), 0.0);
+  EXPECT_EQ(text.Value("quill_requests_total", http("stop")), 1.0);
+  EXPECT_EQ(text.Value("quill_requests_total", http("rejected")), 1.0);
+  EXPECT_EQ(text.Value("quill_requests_total", http("length")), 0.0);
+  EXPECT_EQ(text.Value("quill_prompt_tokens_total"), 25.0);
+  EXPECT_EQ(text.Value("quill_generated_tokens_total"), 15.0);
+  EXPECT_EQ(text.HistogramCount("quill_request_duration_seconds"), 4.0);
+  EXPECT_EQ(text.HistogramCount("quill_time_to_first_token_seconds"), 3.0);
+  EXPECT_EQ(text.HistogramCount("quill_queue_wait_seconds"), 3.0);
+  EXPECT_EQ(text.HistogramCount("quill_prefill_duration_seconds"), 3.0);
+  EXPECT_EQ(text.HistogramCount("quill_decode_duration_seconds"), 3.0);
+  EXPECT_NEAR(*text.HistogramSum("quill_time_to_first_token_seconds"), 0.018, 1e-9);
+  EXPECT_NEAR(*text.HistogramSum("quill_request_duration_seconds"), 0.147, 1e-9);
   // 6 ms falls in the (5 ms, 10 ms] TTFT bucket.
   EXPECT_EQ(text.Value("quill_time_to_first_token_seconds_bucket", {{"le", "0.005"}}), 0.0);
-  EXPECT_EQ(text.Value("quill_time_to_first_token_seconds_bucket", {{"le", "0.01"}}), 2.0);
+  EXPECT_EQ(text.Value("quill_time_to_first_token_seconds_bucket", {{"le", "0.01"}}), 3.0);
 }
 
 TEST(QuillMetricsTest, StepsFeedPhaseHistogramsBatchTokensItlAndGauges) {
@@ -139,9 +159,10 @@ TEST(QuillMetricsTest, StepsFeedPhaseHistogramsBatchTokensItlAndGauges) {
   EXPECT_EQ(text.HistogramCount("quill_inter_token_latency_seconds"), 2.0);
   EXPECT_EQ(text.Value("quill_requests_running"), 3.0);
   EXPECT_EQ(text.Value("quill_requests_waiting"), 1.0);
-  EXPECT_EQ(text.Value("quill_kv_cache_blocks_total"), 100.0);
+  EXPECT_EQ(text.Value("quill_kv_cache_capacity_blocks"), 100.0);
   EXPECT_EQ(text.Value("quill_kv_cache_blocks_used"), 12.0);
   EXPECT_EQ(text.Value("quill_kv_cache_bytes_used"), 12.0 * 32768);
+  EXPECT_DOUBLE_EQ(*text.Value("quill_kv_cache_usage_ratio"), 0.12);
   EXPECT_EQ(text.Value("quill_model_weights_bytes"), 4198912.0);
   EXPECT_GT(*text.Value("quill_process_resident_memory_bytes"), 1e6);
 
@@ -163,7 +184,8 @@ TEST(QuillMetricsTest, StepsFeedPhaseHistogramsBatchTokensItlAndGauges) {
   text = Parse(metrics);
   EXPECT_EQ(text.Value("quill_requests_running"), 0.0);
   EXPECT_EQ(text.Value("quill_kv_cache_blocks_used"), 0.0);
-  EXPECT_EQ(text.Value("quill_kv_cache_blocks_total"), 100.0);
+  EXPECT_EQ(text.Value("quill_kv_cache_usage_ratio"), 0.0);
+  EXPECT_EQ(text.Value("quill_kv_cache_capacity_blocks"), 100.0);
 }
 
 TEST(QuillMetricsTest, ServedOverHttpOnAFreePort) {
@@ -180,7 +202,7 @@ TEST(QuillMetricsTest, ServedOverHttpOnAFreePort) {
   EXPECT_EQ(response->status, 200);
   absl::StatusOr<PromText> text = PromText::Parse(response->body);
   ASSERT_TRUE(text.ok()) << text.status();
-  EXPECT_EQ(text->Value("quill_requests_total", {{"outcome", "rejected"}}), 1.0);
+  EXPECT_EQ(text->Value("quill_requests_total", {{"api", "grpc"}, {"outcome", "rejected"}}), 1.0);
 }
 
 TEST(ProcessMetricsTest, ParsesStatm) {

@@ -120,7 +120,7 @@ class LogReader:
 
 
 class QuillServer:
-    """A real quill-server on 127.0.0.1 with --port 0 --metrics-port 0.
+    """A real quill-server on 127.0.0.1 with --port 0 --metrics-port 0 --http-port 0.
 
     Use as a context manager: waits (<= 60 s) for the two log lines with the ports and for
     health SERVING; always stops the process on exit.
@@ -135,10 +135,15 @@ class QuillServer:
         self.log = None
         self.port = None
         self.metrics_port = None
+        self.http_port = None
 
     @property
     def addr(self):
         return "127.0.0.1:%d" % self.port
+
+    @property
+    def http_url(self):
+        return "http://127.0.0.1:%d" % self.http_port
 
     @property
     def metrics_url(self):
@@ -146,7 +151,7 @@ class QuillServer:
 
     def __enter__(self):
         args = [SERVER, "--model", self.model, "--host", "127.0.0.1", "--port", "0",
-                "--metrics-port", "0", "--drain-timeout", "5s"] + self.extra_args
+                "--metrics-port", "0", "--http-port", "0", "--drain-timeout", "5s"] + self.extra_args
         env = dict(os.environ)
         env.pop("QUILL_ADDR", None)
         self.process = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -167,9 +172,11 @@ class QuillServer:
                                    % (self.process.returncode, self.log.text()))
             listening = self.log.search(r"listening on 127\.0\.0\.1:(\d+)")
             metrics = self.log.search(r"metrics on http://127\.0\.0\.1:(\d+)/metrics")
-            if listening and metrics:
+            http = self.log.search(r"http on http://127\.0\.0\.1:(\d+)")
+            if listening and metrics and http:
                 self.port = int(listening.group(1))
                 self.metrics_port = int(metrics.group(1))
+                self.http_port = int(http.group(1))
                 if run([CLI, "health", "--addr", self.addr, "--timeout", "2s"], timeout=10).returncode == 0:
                     return
             time.sleep(0.1)

@@ -72,6 +72,24 @@ class BenchTest(unittest.TestCase):
         self.assertIn("Successful requests:", human.stdout)
         self.assertRegex(human.stdout, r"Time to first token\s+[0-9.]+")
 
+    def test_same_load_over_http(self):
+        """--api http: the OpenAI-compatible stream, with exact token counts per event."""
+        r = self.server.cli("bench", "--api", "http", "--http-addr",
+                            "127.0.0.1:%d" % self.server.http_port, "--concurrency", "4",
+                            "--requests", "40", "--prompt-tokens", "16", "--max-tokens", "16",
+                            "--json", "--quiet", timeout=120)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        report = json.loads(r.stdout)
+        self.check_report(report, 16, 16)
+        self.assertEqual(report["completed"], 40)
+        self.assertEqual(report["config"]["api"], "http")
+        # Pointed at a port with no HTTP API, every request fails and the exit code says so.
+        bad = self.server.cli("bench", "--api", "http", "--http-addr",
+                              "127.0.0.1:%d" % e2e_util.free_port(), "--requests", "2",
+                              "--prompt-tokens", "4", "--max-tokens", "2", "--json", "--quiet")
+        self.assertEqual(bad.returncode, 1, bad.stdout)
+        self.assertEqual(json.loads(bad.stdout)["failed"], 2)
+
     def test_rejects_requests_longer_than_the_context(self):
         r = self.server.cli("bench", "--requests", "1", "--prompt-tokens", "250", "--max-tokens", "10")
         self.assertEqual(r.returncode, 2)

@@ -41,6 +41,7 @@ server::ServerOptions TestOptions() {
   options.host = "127.0.0.1";
   options.port = 0;
   options.metrics_port = 0;
+  options.http_port = 0;
   options.drain_timeout = absl::Seconds(5);
   options.engine.kv_cache_bytes = 32 << 20;  // 1024 blocks: plenty, and quick to allocate
   options.engine.max_queue = 100;
@@ -230,7 +231,7 @@ TEST_F(ServerTest, CancellingStreamsReleasesTheirKvBlocksAndOthersFinish) {
   const PromText before = Scrape();
   const double idle_blocks = Metric(before, "quill_kv_cache_blocks_used");
   const double cancelled_before =
-      Metric(before, "quill_requests_total", {{"outcome", "cancelled"}});
+      Metric(before, "quill_requests_total", {{"api", "grpc"}, {"outcome", "cancelled"}});
   constexpr int kStreams = 30, kCancel = 20, kTokens = 200;
   std::vector<Stream> streams(kStreams);
   std::vector<std::unique_ptr<client::GenerateCall>> calls;
@@ -261,14 +262,14 @@ TEST_F(ServerTest, CancellingStreamsReleasesTheirKvBlocksAndOthersFinish) {
   // The engine learns of each cancel within a step and releases the blocks.
   absl::StatusOr<PromText> after = ScrapeUntil(server_->metrics_port(), [&](const PromText& t) {
     return t.Value("quill_kv_cache_blocks_used") == idle_blocks &&
-           t.Value("quill_requests_total", {{"outcome", "cancelled"}}) ==
+           t.Value("quill_requests_total", {{"api", "grpc"}, {"outcome", "cancelled"}}) ==
                cancelled_before + kCancel;
   });
   ASSERT_TRUE(after.ok()) << after.status();
   EXPECT_EQ(Metric(*after, "quill_kv_cache_blocks_used"), idle_blocks);
   EXPECT_EQ(Metric(*after, "quill_kv_cache_bytes_used"), 0.0);
   EXPECT_EQ(Metric(*after, "quill_requests_running"), 0.0);
-  EXPECT_EQ(Metric(*after, "quill_requests_total", {{"outcome", "cancelled"}}),
+  EXPECT_EQ(Metric(*after, "quill_requests_total", {{"api", "grpc"}, {"outcome", "cancelled"}}),
             cancelled_before + kCancel);
   EXPECT_EQ(server_->engine().gauges().kv_blocks_used, 0);
 }
@@ -300,8 +301,8 @@ TEST_F(ServerTest, DeadlineExceeded) {
            before.HistogramCount("quill_request_duration_seconds").value_or(0);
   };
   auto outcome = [&](const PromText& t, const char* name) {
-    return Metric(t, "quill_requests_total", {{"outcome", name}}) -
-           Metric(before, "quill_requests_total", {{"outcome", name}});
+    return Metric(t, "quill_requests_total", {{"api", "grpc"}, {"outcome", name}}) -
+           Metric(before, "quill_requests_total", {{"api", "grpc"}, {"outcome", name}});
   };
   absl::StatusOr<PromText> after = ScrapeUntil(server_->metrics_port(), [&](const PromText& t) {
     return t.Value("quill_requests_running") == 0.0 && t.Value("quill_requests_waiting") == 0.0 &&
@@ -357,7 +358,7 @@ TEST(ServerQueueTest, FullQueueIsResourceExhaustedAtOnce) {
   for (std::thread& t : threads) t.join();
   absl::StatusOr<PromText> text = ScrapeMetrics((*server)->metrics_port());
   ASSERT_TRUE(text.ok());
-  EXPECT_EQ(Metric(*text, "quill_requests_total", {{"outcome", "rejected"}}), 1.0);
+  EXPECT_EQ(Metric(*text, "quill_requests_total", {{"api", "grpc"}, {"outcome", "rejected"}}), 1.0);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -428,8 +429,12 @@ TEST_F(ServerTest, InvalidRequestsAreInvalidArgumentNamingTheField) {
       {"stop of 257 bytes", [](auto* r) { r->add_stop(std::string(257, 'x')); }, "stop[0]"},
       {"stop_token_id out of vocab", [](auto* r) { r->add_stop_token_ids(99999); },
        "stop_token_ids[0]"},
+      {"request_id forging a log line",
+       [](auto* r) { r->set_request_id("x\nfinished request_id=forged reason=stop"); },
+       "request_id"},
   };
-  const double rejected_before = Metric(Scrape(), "quill_requests_total", {{"outcome", "rejected"}});
+  const double rejected_before =
+      Metric(Scrape(), "quill_requests_total", {{"api", "grpc"}, {"outcome", "rejected"}});
   for (const BadRequest& c : cases) {
     v1::GenerateRequest request = TextRequest("In the beginning", 8);
     c.mutate(&request);
@@ -439,7 +444,7 @@ TEST_F(ServerTest, InvalidRequestsAreInvalidArgumentNamingTheField) {
     EXPECT_EQ(s.messages, 0) << c.name;
   }
   const PromText after = Scrape();
-  EXPECT_EQ(Metric(after, "quill_requests_total", {{"outcome", "rejected"}}),
+  EXPECT_EQ(Metric(after, "quill_requests_total", {{"api", "grpc"}, {"outcome", "rejected"}}),
             rejected_before + cases.size());
   EXPECT_EQ(Metric(after, "quill_kv_cache_blocks_used"), 0.0);
 }
@@ -490,15 +495,17 @@ TEST_F(ServerTest, MetricsAgreeWithTheTrafficSent) {
   EXPECT_EQ(streamed, completion_tokens);
 
   absl::StatusOr<PromText> after = ScrapeUntil(server_->metrics_port(), [&](const PromText& t) {
-    return t.Value("quill_requests_total", {{"outcome", "stop"}}).value_or(0) >=
-           before.Value("quill_requests_total", {{"outcome", "stop"}}).value_or(0) + 1;
+    return t.Value("quill_requests_total", {{"api", "grpc"}, {"outcome", "stop"}}).value_or(0) >=
+           before.Value("quill_requests_total", {{"api", "grpc"}, {"outcome", "stop"}})
+                   .value_or(0) +
+               1;
   });
   ASSERT_TRUE(after.ok());
-  EXPECT_EQ(delta(*after, "quill_requests_total", {{"outcome", "length"}}), 3);
-  EXPECT_EQ(delta(*after, "quill_requests_total", {{"outcome", "stop"}}), 1);
-  EXPECT_EQ(delta(*after, "quill_requests_total", {{"outcome", "rejected"}}), 1);
-  EXPECT_EQ(delta(*after, "quill_requests_total", {{"outcome", "eos"}}), 0);
-  EXPECT_EQ(delta(*after, "quill_requests_total", {{"outcome", "error"}}), 0);
+  EXPECT_EQ(delta(*after, "quill_requests_total", {{"api", "grpc"}, {"outcome", "length"}}), 3);
+  EXPECT_EQ(delta(*after, "quill_requests_total", {{"api", "grpc"}, {"outcome", "stop"}}), 1);
+  EXPECT_EQ(delta(*after, "quill_requests_total", {{"api", "grpc"}, {"outcome", "rejected"}}), 1);
+  EXPECT_EQ(delta(*after, "quill_requests_total", {{"api", "grpc"}, {"outcome", "eos"}}), 0);
+  EXPECT_EQ(delta(*after, "quill_requests_total", {{"api", "grpc"}, {"outcome", "error"}}), 0);
   EXPECT_EQ(delta(*after, "quill_prompt_tokens_total"), prompt_tokens);
   EXPECT_EQ(delta(*after, "quill_generated_tokens_total"), completion_tokens);
   EXPECT_EQ(hist_delta(*after, "quill_request_duration_seconds"), 4);
@@ -520,7 +527,7 @@ TEST_F(ServerTest, MetricsAgreeWithTheTrafficSent) {
   EXPECT_EQ(Metric(*after, "quill_requests_running"), 0);
   EXPECT_EQ(Metric(*after, "quill_requests_waiting"), 0);
   EXPECT_EQ(Metric(*after, "quill_kv_cache_blocks_used"), 0);
-  EXPECT_EQ(Metric(*after, "quill_kv_cache_blocks_total"), server_->engine().gauges().kv_blocks_total);
+  EXPECT_EQ(Metric(*after, "quill_kv_cache_capacity_blocks"), server_->engine().gauges().kv_blocks_total);
   EXPECT_GT(Metric(*after, "quill_process_resident_memory_bytes"), 1e6);
   absl::StatusOr<v1::ModelInfo> info = client_->GetModelInfo();
   ASSERT_TRUE(info.ok());
@@ -558,7 +565,7 @@ TEST_F(ServerTest, ModelInfoDescribesKjv) {
   EXPECT_EQ(info->precision(), "exact");
   EXPECT_EQ(info->bos_token_id(), 1);
   EXPECT_EQ(info->eos_token_id(), 2);
-  EXPECT_EQ(info->path(), ModelPath());
+  EXPECT_EQ(info->path(), "kjv-1m.gguf");  // the file name, not where the server keeps it
   // Packed weights: at most 4 bytes per parameter (F32), and most of the model.
   EXPECT_GT(info->weights_bytes(), 2 * 1049728);
   EXPECT_LE(info->weights_bytes(), 4 * 1049728);

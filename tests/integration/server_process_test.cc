@@ -54,8 +54,10 @@ TEST_F(ServerProcessTest, SigtermDrainsRunningStreamsThenExitsZero) {
   // Flags and environment together: QUILL_PORT is overridden by --port (flags win).
   absl::StatusOr<std::unique_ptr<Subprocess>> process = Subprocess::Start(
       {binary_, "--model", model_, "--host", "127.0.0.1", "--port", "0", "--metrics-port=0",
-       "--drain-timeout", "30s", "--max-running", "1", "--kv_cache_bytes", "2MiB"},
-      {{"QUILL_PORT", "1"}, {"QUILL_PRECISION", "exact"}, {"QUILL_MAX_QUEUE", "64"},
+       "--http-port=0", "--drain-timeout", "30s", "--max-running", "1", "--kv_cache_bytes", "2MiB"},
+      {{"QUILL_PORT", "1"},
+       {"QUILL_PRECISION", "exact"},
+       {"QUILL_MAX_QUEUE", "64"},
        {"QUILL_LOG_LEVEL", "info"}});
   ASSERT_TRUE(process.ok()) << process.status();
   Subprocess& server = **process;
@@ -138,8 +140,8 @@ TEST_F(ServerProcessTest, SigtermDrainsRunningStreamsThenExitsZero) {
 
 TEST_F(ServerProcessTest, SecondSignalDuringTheDrainExitsAtOnce) {
   absl::StatusOr<std::unique_ptr<Subprocess>> process = Subprocess::Start(
-      {binary_, "--model", model_, "--port", "0", "--metrics-port", "-1", "--max-running", "1",
-       "--drain-timeout", "60s", "--precision", "exact"});
+      {binary_, "--model", model_, "--port", "0", "--metrics-port", "-1", "--http-port", "-1",
+       "--max-running", "1", "--drain-timeout", "60s", "--precision", "exact"});
   ASSERT_TRUE(process.ok());
   Subprocess& server = **process;
   const int port = PortFrom(server, "listening on 127\\.0\\.0\\.1:([0-9]+)");
@@ -177,9 +179,10 @@ TEST_F(ServerProcessTest, SecondSignalDuringTheDrainExitsAtOnce) {
 
 TEST_F(ServerProcessTest, MissingModelExitsNonZeroWithTheLoadersMessage) {
   int code = 0;
-  absl::StatusOr<std::string> out = RunAndCapture(
-      {binary_, "--model", "/nonexistent/model.gguf", "--port", "0", "--metrics-port", "0"},
-      &code);
+  absl::StatusOr<std::string> out =
+      RunAndCapture({binary_, "--model", "/nonexistent/model.gguf", "--port", "0", "--metrics-port",
+                     "0", "--http-port", "-1"},
+                    &code);
   ASSERT_TRUE(out.ok()) << out.status();
   EXPECT_NE(code, 0);
   EXPECT_THAT(*out, HasSubstr("/nonexistent/model.gguf"));
@@ -194,8 +197,8 @@ TEST_F(ServerProcessTest, MalformedModelExitsNonZeroWithTheLoadersMessage) {
   ASSERT_EQ(write(fd, garbage.data(), garbage.size()), static_cast<ssize_t>(garbage.size()));
   close(fd);
   int code = 0;
-  absl::StatusOr<std::string> out =
-      RunAndCapture({binary_, "--model", path, "--port", "0", "--metrics-port", "0"}, &code);
+  absl::StatusOr<std::string> out = RunAndCapture(
+      {binary_, "--model", path, "--port", "0", "--metrics-port", "0", "--http-port", "-1"}, &code);
   unlink(path);
   ASSERT_TRUE(out.ok()) << out.status();
   EXPECT_NE(code, 0);

@@ -5,6 +5,7 @@
 #include "absl/types/span.h"
 #include "engine/kernels/attention.h"
 #include "engine/kernels/linear.h"
+#include "engine/kernels/ops.h"
 
 // Implemented in reference/linear_reference.cc (Linear) and reference/ops_reference.cc (the rest).
 // Plain scalar ground truth for every optimized kernel. Written for clarity, not speed;
@@ -20,12 +21,20 @@ void Linear(const WeightView& w, const float* x, int m, float* y);
 // fast kernel must match it bit for bit.
 void QBlockLinear(const WeightView& w, const float* x, int m, float* y);
 void RmsNorm(const float* x, const float* weight, int rows, int dim, float eps, float* out);
+void LayerNorm(const float* x, const float* weight, const float* bias, int rows, int dim, float eps,
+               float* out);
 void Rope(float* x, const int32_t* positions, int rows, int n_heads, int head_dim,
-          int rope_dim, float freq_base);
+          const RopeSpec& spec);
 void SwiGlu(const float* gate_up, int rows, int ffn, float* out);
+void GeGlu(const float* gate_up, int rows, int ffn, float* out);
+void Gelu(const float* x, int64_t n, float* out);  // the tanh form, as written
+void SoftCap(float* x, int64_t n, float cap);
+void AddBias(float* x, const float* bias, int rows, int cols);
+void Scale(float* x, int64_t n, float s);
+void AddTableRows(float* out, const float* table, const int32_t* index, int rows, int dim);
 // Causal GQA attention by materializing scores per query (what the tiled kernel must match).
 void PagedAttention(const float* q, const float* k_cache, const float* v_cache,
                     const KvLayout& layout, absl::Span<const AttentionSequence> sequences,
-                    int n_heads, float scale, float* out);
+                    int n_heads, const AttentionParams& params, float* out);
 
 }  // namespace quill::engine::kernels::reference

@@ -1,0 +1,114 @@
+// libFuzzer target: the chat template engine (engine/chat) on untrusted input, both ways
+// it meets it. Byte 0 picks the mode:
+//   even: the rest is a template's source (a model file's tokenizer.chat_template): parsed,
+//         then rendered over a fixed conversation;
+//   odd:  byte 1 picks one of the real templates in ../shared/chat_templates (or a small
+//         built-in one without it), and the rest is a request's messages JSON.
+// Renders run under small RenderLimits so that every input finishes quickly. Checked:
+// errors are INVALID_ARGUMENT; the output is valid UTF-8 when the inputs are; the content
+// ranges are sorted, disjoint and inside the text.
+
+#include <dirent.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/string_view.h"
+#include "engine/base/check.h"
+#include "engine/chat/chat_template.h"
+#include "engine/tokenizer/tokenizer.h"
+#include "fuzz/fuzz_assets.h"
+
+namespace {
+
+namespace chat = quill::engine::chat;
+
+constexpr char kBuiltinTemplate[] =
+    "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] | trim }}\n{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>{% endif %}";
+
+const std::vector<chat::ChatTemplate>& Templates() {
+  static const auto* templates = [] {
+    auto* list = new std::vector<chat::ChatTemplate>();
+    const std::string dir = quill::fuzz::AssetPath("QUILL_SHARED_DIR", QUILL_FUZZ_SHARED_DIR,
+                                                   "chat_templates");
+    std::vector<std::string> names;
+    if (DIR* d = opendir(dir.c_str()); d != nullptr) {
+      while (dirent* e = readdir(d)) {
+        if (absl::EndsWith(e->d_name, ".jinja")) names.push_back(e->d_name);
+      }
+      closedir(d);
+    }
+    std::sort(names.begin(), names.end());
+    for (const std::string& name : names) {
+      std::ifstream in(dir + "/" + name);
+      std::stringstream source;
+      source << in.rdbuf();
+      auto parsed = chat::ChatTemplate::Parse(source.str());
+      if (parsed.ok()) list->push_back(*std::move(parsed));
+    }
+    list->push_back(*chat::ChatTemplate::Parse(kBuiltinTemplate));
+    return list;
+  }();
+  return *templates;
+}
+
+chat::ChatRenderOptions Options() {
+  chat::ChatRenderOptions options;
+  options.date = absl::CivilDay(2025, 1, 2);
+  options.limits.max_output_bytes = 1 << 20;
+  options.limits.max_allocated_bytes = 16 << 20;
+  options.limits.max_operations = 200'000;
+  options.limits.max_depth = 100;
+  return options;
+}
+
+void Check(const absl::StatusOr<chat::RenderedChat>& rendered, bool inputs_utf8) {
+  if (!rendered.ok()) {
+    QUILL_CHECK(rendered.status().code() == absl::StatusCode::kInvalidArgument);
+    return;
+  }
+  const size_t size = rendered->text.size();
+  size_t previous_end = 0;
+  for (const chat::ByteRange& r : rendered->content_ranges) {
+    QUILL_CHECK(r.begin < r.end && r.end <= size);
+    QUILL_CHECK(r.begin >= previous_end);
+    previous_end = r.end;
+  }
+  if (inputs_utf8) QUILL_CHECK(quill::engine::IsValidUtf8(rendered->text));
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  if (size < 2) return 0;
+  const chat::ChatRenderOptions options = Options();
+  if ((data[0] & 1) == 0) {
+    const absl::string_view source(reinterpret_cast<const char*>(data + 1), size - 1);
+    auto parsed = chat::ChatTemplate::Parse(source);
+    if (!parsed.ok()) {
+      QUILL_CHECK(parsed.status().code() == absl::StatusCode::kInvalidArgument);
+      return 0;
+    }
+    static const nlohmann::ordered_json* conversation = new nlohmann::ordered_json(
+        nlohmann::ordered_json::parse(R"([{"role": "system", "content": "Be brief."},
+                                          {"role": "user", "content": "Hi <|im_start|> \u00e9"},
+                                          {"role": "assistant", "content": "Hello."},
+                                          {"role": "user", "content": "Bye"}])"));
+    Check(parsed->Render(*conversation, options), quill::engine::IsValidUtf8(source));
+    return 0;
+  }
+  const auto& templates = Templates();
+  const chat::ChatTemplate& tmpl = templates[data[1] % templates.size()];
+  const absl::string_view json(reinterpret_cast<const char*>(data + 2), size - 2);
+  auto messages = chat::ParseMessagesJson(json);
+  if (!messages.ok()) return 0;
+  Check(tmpl.Render(*messages, options), quill::engine::IsValidUtf8(json));
+  return 0;
+}

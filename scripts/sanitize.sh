@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# ASan + UBSan stage: a clang-14 build with -fsanitize=address,undefined, -Wthread-safety
+# -Werror (so it also proves the server's lock annotations) and the libFuzzer targets
+# (-fsanitize=fuzzer-no-link on every library), into ./build-asan (or $QUILL_ASAN_BUILD_DIR).
+# Then the unit and integration tests and the fuzzers' seed corpora, each aborting on the
+# first sanitizer finding.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build_dir="${QUILL_ASAN_BUILD_DIR:-build-asan}"
+jobs="${QUILL_BUILD_JOBS:-$(nproc)}"
+cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 \
+  -DQUILL_SANITIZE=address,undefined -DQUILL_FUZZ=ON -DQUILL_WERROR=ON
+cmake --build "$build_dir" -j "$jobs"
+
+export ASAN_OPTIONS="halt_on_error=1:abort_on_error=1:detect_leaks=1:strict_init_order=1:suppressions=$PWD/tests/sanitizers/asan.supp"
+export LSAN_OPTIONS="suppressions=$PWD/tests/sanitizers/lsan.supp:print_suppressions=0"
+symbolizer=/usr/lib/llvm-14/bin/llvm-symbolizer
+[ -x "$symbolizer" ] && export ASAN_SYMBOLIZER_PATH="$symbolizer" TSAN_SYMBOLIZER_PATH="$symbolizer"
+export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
+ctest --test-dir "$build_dir" --output-on-failure --timeout 900 -j "${QUILL_TEST_JOBS:-2}" \
+  -L 'unit|integration|fuzz' "$@"

@@ -1,0 +1,222 @@
+#include "server/http/generation_stream.h"
+
+#include <atomic>
+#include <memory>
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+
+namespace quill::server::http {
+namespace {
+
+using ::testing::HasSubstr;
+using json = nlohmann::json;
+
+// Counts wakes; the test pulls by hand, as the connection would.
+class FakeChannel final : public ResponseChannel {
+ public:
+  void Start(std::shared_ptr<ResponseSource> source) override { source_ = std::move(source); }
+  void Wake() override { ++wakes; }
+  std::shared_ptr<ResponseSource> source_;
+  int wakes = 0;
+};
+
+engine::TokenChunk Chunk(std::string text, int tokens) {
+  engine::TokenChunk chunk;
+  chunk.text = std::move(text);
+  for (int i = 0; i < tokens; ++i) chunk.tokens.push_back({/*id=*/7 + i, -0.5f, {}});
+  return chunk;
+}
+
+engine::FinishInfo Finished(engine::FinishReason reason, int prompt, int completion) {
+  engine::FinishInfo info;
+  info.reason = reason;
+  info.prompt_tokens = prompt;
+  info.completion_tokens = completion;
+  return info;
+}
+
+ResponseFormat Format(Endpoint endpoint) {
+  ResponseFormat f;
+  f.endpoint = endpoint;
+  f.id = "cmpl-1";
+  f.model = "m";
+  f.created = 100;
+  f.prompt_tokens = 4;
+  return f;
+}
+
+// The data payloads of the SSE events in `body`.
+std::vector<json> Events(const std::string& body, bool* done) {
+  std::vector<json> out;
+  size_t at = 0;
+  *done = false;
+  while (at < body.size()) {
+    const size_t end = body.find("\n\n", at);
+    EXPECT_NE(end, std::string::npos);
+    const std::string event = body.substr(at, end - at);
+    EXPECT_EQ(event.rfind("data: ", 0), 0u) << event;
+    const std::string data = event.substr(6);
+    if (data == "[DONE]") {
+      *done = true;
+    } else {
+      out.push_back(json::parse(data));
+    }
+    at = end + 2;
+  }
+  return out;
+}
+
+TEST(GenerationStreamTest, OutputCoalescesUntilPulledAndTheStreamEndsWithDone) {
+  auto channel = std::make_shared<FakeChannel>();
+  ResponseFormat format = Format(Endpoint::kCompletions);
+  format.include_usage = true;
+  int cancels = 0;
+  GenerationStream stream(format, /*stream=*/true, channel, [&] { ++cancels; });
+  EXPECT_TRUE(stream.Next().empty());  // nothing yet: no head either
+  EXPECT_TRUE(stream.OnChunk(Chunk(" And", 1)));
+  EXPECT_TRUE(stream.OnChunk(Chunk(" God", 1)));
+  EXPECT_EQ(channel->wakes, 2);
+  HttpOutput first = stream.Next();
+  ASSERT_NE(first.head, nullptr);
+  EXPECT_EQ(first.head->status, 200);
+  EXPECT_EQ(first.head->content_type, "text/event-stream");
+  EXPECT_FALSE(first.last);
+  bool done = false;
+  std::vector<json> events = Events(first.body, &done);
+  ASSERT_EQ(events.size(), 1u);  // two chunks, one event
+  EXPECT_EQ(events[0]["choices"][0]["text"], " And God");
+  EXPECT_TRUE(events[0]["usage"].is_null());
+  EXPECT_TRUE(stream.Next().empty());
+
+  EXPECT_TRUE(stream.OnChunk(Chunk(" said", 1)));
+  stream.OnFinish(Finished(engine::FinishReason::kLength, 4, 3));
+  HttpOutput last = stream.Next();
+  EXPECT_EQ(last.head, nullptr);
+  EXPECT_TRUE(last.last);
+  events = Events(last.body, &done);
+  EXPECT_TRUE(done);
+  ASSERT_EQ(events.size(), 3u);  // " said", the finish chunk, the usage chunk
+  EXPECT_EQ(events[0]["choices"][0]["text"], " said");
+  EXPECT_EQ(events[1]["choices"][0]["finish_reason"], "length");
+  EXPECT_TRUE(events[2]["choices"].empty());
+  EXPECT_EQ(events[2]["usage"]["total_tokens"], 7);
+  EXPECT_TRUE(stream.Next().empty());
+  EXPECT_EQ(cancels, 0);
+}
+
+TEST(GenerationStreamTest, AStreamReadyAllAtOnceIsStillAStream) {
+  auto channel = std::make_shared<FakeChannel>();
+  GenerationStream stream(Format(Endpoint::kCompletions), true, channel, [] {});
+  stream.OnChunk(Chunk("x", 1));
+  stream.OnFinish(Finished(engine::FinishReason::kLength, 4, 1));
+  HttpOutput out = stream.Next();
+  ASSERT_NE(out.head, nullptr);
+  EXPECT_TRUE(out.head->stream);  // chunked, not one Content-Length body
+  EXPECT_TRUE(out.last);
+  bool done = false;
+  EXPECT_EQ(Events(out.body, &done).size(), 2u);
+  EXPECT_TRUE(done);
+}
+
+TEST(GenerationStreamTest, ChatStreamStartsWithTheRoleAndEndsWithAnEmptyDelta) {
+  auto channel = std::make_shared<FakeChannel>();
+  ResponseFormat format = Format(Endpoint::kChatCompletions);
+  format.continuous_usage = true;
+  GenerationStream stream(format, true, channel, [] {});
+  stream.OnChunk(Chunk("Hi", 1));
+  stream.OnFinish(Finished(engine::FinishReason::kEos, 4, 1));
+  HttpOutput out = stream.Next();
+  bool done = false;
+  std::vector<json> events = Events(out.body, &done);
+  EXPECT_TRUE(done);
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[0]["object"], "chat.completion.chunk");
+  EXPECT_EQ(events[0]["choices"][0]["delta"]["role"], "assistant");
+  EXPECT_EQ(events[0]["choices"][0]["delta"]["content"], "Hi");
+  EXPECT_EQ(events[0]["usage"]["completion_tokens"], 1);  // continuous usage
+  EXPECT_EQ(events[1]["choices"][0]["delta"], json::object());
+  EXPECT_EQ(events[1]["choices"][0]["finish_reason"], "stop");  // EOS reads as stop
+}
+
+TEST(GenerationStreamTest, BodyWaitsForTheEnd) {
+  auto channel = std::make_shared<FakeChannel>();
+  GenerationStream stream(Format(Endpoint::kChatCompletions), false, channel, [] {});
+  stream.OnChunk(Chunk("Hello", 1));
+  EXPECT_TRUE(stream.Next().empty());
+  stream.OnChunk(Chunk(" world", 1));
+  stream.OnFinish(Finished(engine::FinishReason::kStop, 4, 2));
+  HttpOutput out = stream.Next();
+  ASSERT_NE(out.head, nullptr);
+  EXPECT_EQ(out.head->content_type, "application/json");
+  EXPECT_TRUE(out.last);
+  const json body = json::parse(out.body);
+  EXPECT_EQ(body["object"], "chat.completion");
+  EXPECT_EQ(body["choices"][0]["message"]["content"], "Hello world");
+  EXPECT_EQ(body["choices"][0]["message"]["role"], "assistant");
+  EXPECT_EQ(body["choices"][0]["finish_reason"], "stop");
+  EXPECT_EQ(body["usage"]["completion_tokens"], 2);
+}
+
+TEST(GenerationStreamTest, FailureBeforeOutputIsAPlainHttpErrorAfterItAnEvent) {
+  auto channel = std::make_shared<FakeChannel>();
+  GenerationStream early(Format(Endpoint::kCompletions), true, channel, [] {});
+  engine::FinishInfo info = Finished(engine::FinishReason::kShutdown, 4, 0);
+  info.status = absl::UnavailableError("server shutting down");
+  early.OnFinish(info);
+  HttpOutput out = early.Next();
+  ASSERT_NE(out.head, nullptr);
+  EXPECT_EQ(out.head->status, 503);
+  EXPECT_TRUE(out.last);
+  EXPECT_THAT(out.body, HasSubstr("server shutting down"));
+
+  GenerationStream late(Format(Endpoint::kCompletions), true, channel, [] {});
+  late.OnChunk(Chunk("x", 1));
+  EXPECT_EQ(late.Next().head->status, 200);
+  late.OnFinish(info);
+  out = late.Next();
+  EXPECT_TRUE(out.last);
+  bool done = false;
+  std::vector<json> events = Events(out.body, &done);
+  EXPECT_TRUE(done);
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0]["error"]["code"], "server_unavailable");
+}
+
+TEST(GenerationStreamTest, ClientGoneCancelsOnceAndRefusesMoreOutput) {
+  auto channel = std::make_shared<FakeChannel>();
+  int cancels = 0;
+  GenerationStream stream(Format(Endpoint::kCompletions), true, channel, [&] { ++cancels; });
+  EXPECT_TRUE(stream.OnChunk(Chunk("a", 1)));
+  stream.OnClientGone();
+  stream.OnClientGone();
+  EXPECT_EQ(cancels, 1);
+  EXPECT_FALSE(stream.OnChunk(Chunk("b", 1)));
+  // After the end, a vanished client needs no cancel.
+  GenerationStream finished(Format(Endpoint::kCompletions), true, channel, [&] { ++cancels; });
+  finished.OnFinish(Finished(engine::FinishReason::kLength, 1, 0));
+  finished.OnClientGone();
+  EXPECT_EQ(cancels, 1);
+}
+
+TEST(GenerationStreamTest, AClientThatFallsTooFarBehindIsDropped) {
+  auto channel = std::make_shared<FakeChannel>();
+  GenerationStream stream(
+      Format(Endpoint::kCompletions), true, channel, [] {},
+      /*max_pending_bytes=*/10);
+  EXPECT_TRUE(stream.OnChunk(Chunk("0123456789", 1)));
+  EXPECT_FALSE(stream.OnChunk(Chunk("x", 1)));  // 11 bytes unsent: the engine cancels
+  HttpOutput out = stream.Next();
+  EXPECT_TRUE(out.last);
+  EXPECT_TRUE(out.close);
+  // A body is the whole answer by design: no such limit.
+  GenerationStream body(
+      Format(Endpoint::kCompletions), false, channel, [] {}, 10);
+  EXPECT_TRUE(body.OnChunk(Chunk("0123456789", 1)));
+  EXPECT_TRUE(body.OnChunk(Chunk("x", 1)));
+}
+
+}  // namespace
+}  // namespace quill::server::http

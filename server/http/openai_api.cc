@@ -1,0 +1,181 @@
+#include "server/http/openai_api.h"
+
+#include <algorithm>
+#include <random>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "absl/time/clock.h"
+#include "engine/model/model.h"
+#include "nlohmann/json.hpp"
+#include "server/http/generation_stream.h"
+#include "server/http/openai_error.h"
+#include "spdlog/spdlog.h"
+
+namespace quill::server::http {
+namespace {
+
+using json = nlohmann::json;
+
+std::string Dump(const json& value) {
+  return value.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+// request_codec names Quill's proto fields; say what the OpenAI client sent instead.
+absl::Status InOpenAiTerms(const absl::Status& status, const OpenAiRequest& request) {
+  if (status.code() != absl::StatusCode::kInvalidArgument) return status;
+  absl::string_view message = status.message();
+  // Quill's proto nests the sampling fields; OpenAI's are flat.
+  if (absl::ConsumePrefix(&message, "sampling.")) {
+    return absl::InvalidArgumentError(message);
+  }
+  const struct {
+    absl::string_view proto;
+    std::string openai;
+  } renames[] = {{"prompt_token_ids", "prompt"},
+                 {"max_tokens", request.max_tokens_field},
+                 {"logprobs", request.logprobs_field}};
+  for (const auto& r : renames) {
+    if (absl::StartsWith(message, r.proto) && message.size() > r.proto.size() &&
+        (message[r.proto.size()] == ' ' || message[r.proto.size()] == '[' ||
+         message[r.proto.size()] == '(')) {
+      return absl::InvalidArgumentError(absl::StrCat(r.openai, message.substr(r.proto.size())));
+    }
+  }
+  return status;
+}
+
+}  // namespace
+
+OpenAiApi::OpenAiApi(RequestGateway* gateway)
+    : gateway_(gateway),
+      created_(absl::ToUnixSeconds(absl::Now())),
+      seed_state_(std::random_device()()) {}
+
+uint64_t OpenAiApi::NextSeed() {
+  // splitmix64 over a counter: distinct seeds without a shared RNG lock.
+  uint64_t z = seed_state_.fetch_add(0x9e3779b97f4a7c15ULL, std::memory_order_relaxed);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+HttpResponseHead OpenAiApi::TransportError(int status, const std::string& message,
+                                           std::string* body) {
+  return OpenAiHttpError(status, message, body);
+}
+
+void OpenAiApi::Fail(const absl::Status& status, ResponseChannel& channel) {
+  std::string body;
+  HttpResponseHead head = OpenAiErrorResponse(status, &body);
+  channel.Respond(std::move(head), std::move(body));
+}
+
+void OpenAiApi::Handle(const HttpRequest& request, std::shared_ptr<ResponseChannel> channel) {
+  const std::string& path = request.path;
+  const bool get = request.method == "GET";
+  const bool post = request.method == "POST";
+  auto wrong_method = [&](const char* allowed) {
+    std::string body;
+    HttpResponseHead head = OpenAiHttpError(
+        405, absl::StrCat(request.method, " is not allowed on ", path, "; use ", allowed), &body);
+    head.headers.emplace_back("Allow", allowed);
+    channel->Respond(std::move(head), std::move(body));
+  };
+  if (path == "/v1/completions" || path == "/v1/chat/completions") {
+    if (!post) return wrong_method("POST");
+    return Generate(request,
+                    path == "/v1/completions" ? Endpoint::kCompletions : Endpoint::kChatCompletions,
+                    std::move(channel));
+  }
+  if (path == "/v1/models" || absl::StartsWith(path, "/v1/models/")) {
+    if (!get) return wrong_method("GET");
+    return Models(request, *channel);
+  }
+  if (path == "/health") {
+    if (!get) return wrong_method("GET");
+    return Health(*channel);
+  }
+  std::string body;
+  HttpResponseHead head =
+      OpenAiHttpError(404, absl::StrCat("no route for ", request.method, " ", path), &body);
+  channel->Respond(std::move(head), std::move(body));
+}
+
+void OpenAiApi::Health(ResponseChannel& channel) {
+  HttpResponseHead head;
+  const char* state = gateway_->loading() ? "loading" : gateway_->draining() ? "draining" : "ok";
+  head.status = gateway_->CheckServing().ok() ? 200 : 503;
+  channel.Respond(std::move(head), Dump({{"status", state}}));
+}
+
+void OpenAiApi::Models(const HttpRequest& request, ResponseChannel& channel) {
+  if (absl::Status s = gateway_->CheckServing(); !s.ok()) return Fail(s, channel);
+  const json model = {{"id", gateway_->model_name()},
+                      {"object", "model"},
+                      {"created", created_},
+                      {"owned_by", "quill"}};
+  if (request.path == "/v1/models") {
+    HttpResponseHead head;
+    channel.Respond(std::move(head), Dump({{"object", "list"}, {"data", json::array({model})}}));
+    return;
+  }
+  const std::string id = request.path.substr(std::string("/v1/models/").size());
+  if (id != gateway_->model_name()) {
+    return Fail(absl::NotFoundError(absl::StrCat("The model '", id,
+                                                 "' does not exist; this "
+                                                 "server serves '",
+                                                 gateway_->model_name(), "'")),
+                channel);
+  }
+  channel.Respond(HttpResponseHead(), Dump(model));
+}
+
+void OpenAiApi::Generate(const HttpRequest& request, Endpoint endpoint,
+                         std::shared_ptr<ResponseChannel> channel) {
+  if (absl::Status s = gateway_->CheckServing(); !s.ok()) {
+    gateway_->RecordRejected(Api::kHttp);
+    return Fail(s, *channel);
+  }
+  absl::StatusOr<OpenAiRequest> parsed = ParseOpenAiRequest(request.body, endpoint, NextSeed());
+  if (!parsed.ok()) {
+    gateway_->RecordRejected(Api::kHttp);
+    return Fail(parsed.status(), *channel);
+  }
+  if (endpoint == Endpoint::kChatCompletions) {
+    // TODO(#9): render the chat template once engine/chat lands.
+    gateway_->RecordRejected(Api::kHttp);
+    return Fail(absl::UnimplementedError("chat completions are not available yet"), *channel);
+  }
+  absl::StatusOr<engine::GenerationRequest> prepared =
+      gateway_->Prepare(parsed->generate, absl::InfiniteFuture(), Api::kHttp);
+  if (!prepared.ok()) return Fail(InOpenAiTerms(prepared.status(), *parsed), *channel);
+
+  ResponseFormat format;
+  format.endpoint = endpoint;
+  format.id = absl::StrCat(endpoint == Endpoint::kChatCompletions ? "chatcmpl-" : "cmpl-",
+                           prepared->request_id);
+  format.model = gateway_->model_name();
+  format.created = absl::ToUnixSeconds(absl::Now());
+  format.prompt_tokens = static_cast<int>(prepared->prompt_ids.size());
+  format.include_usage = parsed->include_usage;
+  format.continuous_usage = parsed->continuous_usage;
+  format.logprobs = parsed->logprobs;
+  format.top_logprobs = parsed->top_logprobs;
+  format.tokenizer = &gateway_->engine()->model().tokenizer();
+
+  const std::string request_id = prepared->request_id;
+  RequestGateway* gateway = gateway_;
+  auto stream =
+      std::make_shared<GenerationStream>(std::move(format), parsed->stream, channel,
+                                         [gateway, request_id] { gateway->Cancel(request_id); });
+  // Output may arrive before Start(); the connection pulls it once the source is attached.
+  if (absl::Status s = gateway_->Submit(*std::move(prepared), stream, Api::kHttp); !s.ok()) {
+    return Fail(s, *channel);
+  }
+  channel->Start(std::move(stream));
+}
+
+}  // namespace quill::server::http

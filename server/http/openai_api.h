@@ -1,0 +1,44 @@
+#pragma once
+
+// The OpenAI-compatible HTTP API: routes requests to
+//   POST /v1/completions, POST /v1/chat/completions, GET /v1/models[/{id}], GET /health.
+// Generations go through the shared RequestGateway (validation, admission, metrics,
+// cancellation) exactly like gRPC's; output reaches the client through a
+// GenerationStream. Handlers run on the HTTP threads and never block.
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "server/http/http_exchange.h"
+#include "server/http/openai_request.h"
+#include "server/request_gateway.h"
+
+namespace quill::server::http {
+
+class OpenAiApi final : public HttpHandler {
+ public:
+  // `gateway` must outlive the HTTP server.
+  explicit OpenAiApi(RequestGateway* gateway);
+
+  void Handle(const HttpRequest& request, std::shared_ptr<ResponseChannel> channel) override;
+  HttpResponseHead TransportError(int status, const std::string& message,
+                                  std::string* body) override;
+
+ private:
+  void Health(ResponseChannel& channel);
+  void Models(const HttpRequest& request, ResponseChannel& channel);
+  void Generate(const HttpRequest& request, Endpoint endpoint,
+                std::shared_ptr<ResponseChannel> channel);
+  // Answers `status` as an OpenAI error; counts a refused generation when `count`.
+  void Fail(const absl::Status& status, ResponseChannel& channel);
+  uint64_t NextSeed();
+
+  RequestGateway* const gateway_;
+  const int64_t created_;  // server start, Unix seconds (the model's "created")
+  std::atomic<uint64_t> seed_state_;
+};
+
+}  // namespace quill::server::http

@@ -1,0 +1,377 @@
+#include "server/http/openai_request.h"
+
+#include <cmath>
+#include <limits>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "nlohmann/json.hpp"
+
+namespace quill::server::http {
+namespace {
+
+using json = nlohmann::json;
+
+constexpr int kMaxJsonDepth = 64;
+
+absl::Status Invalid(absl::string_view field, absl::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat(field, " ", what));
+}
+
+// Deeper nesting than any real request is refused before parsing.
+bool NestingWithin(absl::string_view text, int limit) {
+  int depth = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > limit) return false;
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return true;
+}
+
+const json* Find(const json& object, const char* field) {
+  auto it = object.find(field);
+  if (it == object.end() || it->is_null()) return nullptr;  // null means "not given"
+  return &*it;
+}
+
+absl::Status GetBool(const json& object, const char* field, bool* out) {
+  const json* v = Find(object, field);
+  if (v == nullptr) return absl::OkStatus();
+  if (!v->is_boolean()) return Invalid(field, "must be a boolean");
+  *out = v->get<bool>();
+  return absl::OkStatus();
+}
+
+absl::Status GetDouble(const json& object, const char* field, const json* v, double* out) {
+  if (!v->is_number()) return Invalid(field, "must be a number");
+  *out = v->get<double>();
+  return absl::OkStatus();
+}
+
+absl::Status GetFloat(const json& object, const char* field, float* out, bool* given = nullptr) {
+  const json* v = Find(object, field);
+  if (v == nullptr) return absl::OkStatus();
+  double d = 0;
+  if (absl::Status s = GetDouble(object, field, v, &d); !s.ok()) return s;
+  if (std::isfinite(d) && std::fabs(d) > std::numeric_limits<float>::max()) {
+    return Invalid(field, absl::StrCat("is out of range, got ", d));
+  }
+  *out = static_cast<float>(d);
+  if (given != nullptr) *given = true;
+  return absl::OkStatus();
+}
+
+// An integer (a JSON number with no fractional part), within int64.
+absl::Status GetInt64(const char* field, const json& v, int64_t* out) {
+  if (v.is_number_integer()) {
+    if (v.is_number_unsigned() &&
+        v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+      return Invalid(field, "is out of range");
+    }
+    *out = v.get<int64_t>();
+    return absl::OkStatus();
+  }
+  if (v.is_number_float()) {
+    const double d = v.get<double>();
+    if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9e18) {
+      *out = static_cast<int64_t>(d);
+      return absl::OkStatus();
+    }
+  }
+  return Invalid(field, "must be an integer");
+}
+
+absl::Status GetInt(const json& object, const char* field, int* out, bool* given = nullptr) {
+  const json* v = Find(object, field);
+  if (v == nullptr) return absl::OkStatus();
+  int64_t value = 0;
+  if (absl::Status s = GetInt64(field, *v, &value); !s.ok()) return s;
+  if (value < std::numeric_limits<int>::min() || value > std::numeric_limits<int>::max()) {
+    return Invalid(field, absl::StrCat("is out of range, got ", value));
+  }
+  *out = static_cast<int>(value);
+  if (given != nullptr) *given = true;
+  return absl::OkStatus();
+}
+
+absl::Status GetIdList(const char* field, const json& v, std::vector<int32_t>* out) {
+  if (!v.is_array()) return Invalid(field, "must be an array of token ids");
+  for (size_t i = 0; i < v.size(); ++i) {
+    int64_t id = 0;
+    const std::string name = absl::StrCat(field, "[", i, "]");
+    if (absl::Status s = GetInt64(name.c_str(), v[i], &id); !s.ok()) return s;
+    if (id < std::numeric_limits<int32_t>::min() || id > std::numeric_limits<int32_t>::max()) {
+      return Invalid(name, absl::StrCat("is out of range, got ", id));
+    }
+    out->push_back(static_cast<int32_t>(id));
+  }
+  return absl::OkStatus();
+}
+
+// prompt: "text", ["text"], [ids], or [[ids]]; exactly one prompt.
+absl::Status ParsePrompt(const json& body, quill::v1::GenerateRequest* out) {
+  const json* p = Find(body, "prompt");
+  if (p == nullptr) return Invalid("prompt", "is required");
+  if (p->is_string()) {
+    out->set_prompt(p->get<std::string>());
+    return absl::OkStatus();
+  }
+  if (!p->is_array()) {
+    return Invalid("prompt", "must be a string, an array of token ids, or a one-element array");
+  }
+  if (p->empty()) return Invalid("prompt", "is empty");
+  if ((*p)[0].is_number()) {
+    std::vector<int32_t> ids;
+    if (absl::Status s = GetIdList("prompt", *p, &ids); !s.ok()) return s;
+    out->mutable_prompt_token_ids()->mutable_ids()->Assign(ids.begin(), ids.end());
+    return absl::OkStatus();
+  }
+  if (p->size() != 1) {
+    return Invalid("prompt", absl::StrCat("has ", p->size(),
+                                          " prompts; only one prompt per request is supported"));
+  }
+  const json& only = (*p)[0];
+  if (only.is_string()) {
+    out->set_prompt(only.get<std::string>());
+    return absl::OkStatus();
+  }
+  std::vector<int32_t> ids;
+  if (absl::Status s = GetIdList("prompt[0]", only, &ids); !s.ok()) return s;
+  out->mutable_prompt_token_ids()->mutable_ids()->Assign(ids.begin(), ids.end());
+  return absl::OkStatus();
+}
+
+// content: a string, null, or an array of {"type": "text", "text": ...} parts.
+absl::Status ParseContent(const std::string& field, const json& content, std::string* out) {
+  if (content.is_null()) return absl::OkStatus();
+  if (content.is_string()) {
+    *out = content.get<std::string>();
+    return absl::OkStatus();
+  }
+  if (!content.is_array()) return Invalid(field, "must be a string or an array of text parts");
+  for (size_t i = 0; i < content.size(); ++i) {
+    const json& part = content[i];
+    const std::string name = absl::StrCat(field, "[", i, "]");
+    if (!part.is_object()) return Invalid(name, "must be an object");
+    const json* type = Find(part, "type");
+    if (type == nullptr || !type->is_string() || type->get<std::string>() != "text") {
+      return Invalid(absl::StrCat(name, ".type"), "must be \"text\" (only text is supported)");
+    }
+    const json* text = Find(part, "text");
+    if (text == nullptr || !text->is_string()) {
+      return Invalid(absl::StrCat(name, ".text"), "must be a string");
+    }
+    *out += text->get<std::string>();
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseMessages(const json& body, std::vector<ChatMessage>* out) {
+  const json* m = Find(body, "messages");
+  if (m == nullptr) return Invalid("messages", "is required");
+  if (!m->is_array()) return Invalid("messages", "must be an array");
+  if (m->empty()) return Invalid("messages", "is empty");
+  for (size_t i = 0; i < m->size(); ++i) {
+    const json& message = (*m)[i];
+    const std::string field = absl::StrCat("messages[", i, "]");
+    if (!message.is_object()) return Invalid(field, "must be an object");
+    ChatMessage parsed;
+    const json* role = Find(message, "role");
+    if (role == nullptr || !role->is_string() || role->get<std::string>().empty()) {
+      return Invalid(absl::StrCat(field, ".role"), "must be a non-empty string");
+    }
+    parsed.role = role->get<std::string>();
+    auto content = message.find("content");
+    if (content != message.end()) {
+      if (absl::Status s = ParseContent(absl::StrCat(field, ".content"), *content, &parsed.content);
+          !s.ok()) {
+        return s;
+      }
+    }
+    out->push_back(std::move(parsed));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseStop(const json& body, quill::v1::GenerateRequest* out) {
+  const json* stop = Find(body, "stop");
+  if (stop == nullptr) return absl::OkStatus();
+  if (stop->is_string()) {
+    out->add_stop(stop->get<std::string>());
+    return absl::OkStatus();
+  }
+  if (!stop->is_array()) return Invalid("stop", "must be a string or an array of strings");
+  for (size_t i = 0; i < stop->size(); ++i) {
+    if (!(*stop)[i].is_string()) return Invalid(absl::StrCat("stop[", i, "]"), "must be a string");
+    out->add_stop((*stop)[i].get<std::string>());
+  }
+  return absl::OkStatus();
+}
+
+// Options OpenAI has and Quill does not implement: refused rather than ignored, since
+// they change the answer.
+absl::Status RefuseUnsupported(const json& body) {
+  int n = 1;
+  if (absl::Status s = GetInt(body, "n", &n); !s.ok()) return s;
+  if (n != 1) {
+    return Invalid("n", absl::StrCat("must be 1 (one choice per request is supported), got ", n));
+  }
+  int best_of = 1;
+  if (absl::Status s = GetInt(body, "best_of", &best_of); !s.ok()) return s;
+  if (best_of != 1) return Invalid("best_of", absl::StrCat("must be 1, got ", best_of));
+  bool echo = false;
+  if (absl::Status s = GetBool(body, "echo", &echo); !s.ok()) return s;
+  if (echo) return Invalid("echo", "is not supported");
+  for (const char* field : {"frequency_penalty", "presence_penalty"}) {
+    float value = 0;
+    if (absl::Status s = GetFloat(body, field, &value); !s.ok()) return s;
+    if (value != 0) {
+      return Invalid(field, "is not supported (use repetition_penalty)");
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseSampling(const json& body, uint64_t random_seed,
+                           quill::v1::GenerateRequest* out) {
+  quill::v1::SamplingParams* s = out->mutable_sampling();
+  s->set_temperature(1.0f);  // OpenAI's default
+  float value = 0;
+  bool given = false;
+  if (absl::Status st = GetFloat(body, "temperature", &value, &given); !st.ok()) return st;
+  if (given) s->set_temperature(value);
+  given = false;
+  if (absl::Status st = GetFloat(body, "top_p", &value, &given); !st.ok()) return st;
+  if (given) {
+    // Quill's proto reads 0 as "unset"; OpenAI's 0 is out of range: keep it so.
+    if (value == 0) return Invalid("top_p", "must be in (0, 1], got 0");
+    s->set_top_p(value);
+  }
+  int top_k = 0;
+  if (absl::Status st = GetInt(body, "top_k", &top_k); !st.ok()) return st;
+  // vLLM and llama.cpp read -1 as "off".
+  s->set_top_k(top_k == -1 ? 0 : top_k);
+  given = false;
+  if (absl::Status st = GetFloat(body, "min_p", &value, &given); !st.ok()) return st;
+  if (given) s->set_min_p(value);
+  given = false;
+  if (absl::Status st = GetFloat(body, "repetition_penalty", &value, &given); !st.ok()) return st;
+  if (given) {
+    if (value == 0) return Invalid("repetition_penalty", "must be > 0, got 0");
+    s->set_repetition_penalty(value);
+  }
+  s->set_seed(random_seed);
+  if (const json* seed = Find(body, "seed"); seed != nullptr) {
+    int64_t v = 0;
+    if (absl::Status st = GetInt64("seed", *seed, &v); !st.ok()) return st;
+    s->set_seed(static_cast<uint64_t>(v));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseLogprobs(const json& body, Endpoint endpoint, OpenAiRequest* out) {
+  if (endpoint == Endpoint::kChatCompletions) {
+    if (absl::Status s = GetBool(body, "logprobs", &out->logprobs); !s.ok()) return s;
+    bool top_given = false;
+    if (absl::Status s = GetInt(body, "top_logprobs", &out->top_logprobs, &top_given); !s.ok()) {
+      return s;
+    }
+    if (top_given && !out->logprobs) return Invalid("top_logprobs", "requires logprobs: true");
+    out->logprobs_field = "top_logprobs";
+  } else {
+    bool given = false;
+    if (absl::Status s = GetInt(body, "logprobs", &out->top_logprobs, &given); !s.ok()) return s;
+    out->logprobs = given;
+  }
+  if (out->logprobs) {
+    if (out->top_logprobs < 0) {
+      return Invalid(out->logprobs_field, absl::StrCat("must be >= 0, got ", out->top_logprobs));
+    }
+    out->generate.set_logprobs(std::max(1, out->top_logprobs));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(absl::string_view body, Endpoint endpoint,
+                                                 uint64_t random_seed) {
+  if (!NestingWithin(body, kMaxJsonDepth)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("The request body nests deeper than ", kMaxJsonDepth, " levels"));
+  }
+  const json parsed = json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
+  if (parsed.is_discarded()) {
+    return absl::InvalidArgumentError("The request body is not valid JSON");
+  }
+  if (!parsed.is_object())
+    return absl::InvalidArgumentError("The request body must be a JSON object");
+
+  OpenAiRequest out;
+  out.endpoint = endpoint;
+  if (const json* model = Find(parsed, "model"); model != nullptr && !model->is_string()) {
+    return Invalid("model", "must be a string");
+  }
+  if (endpoint == Endpoint::kCompletions) {
+    if (absl::Status s = ParsePrompt(parsed, &out.generate); !s.ok()) return s;
+  } else {
+    if (absl::Status s = ParseMessages(parsed, &out.messages); !s.ok()) return s;
+  }
+  if (absl::Status s = RefuseUnsupported(parsed); !s.ok()) return s;
+
+  int max_tokens = 0;
+  bool given = false;
+  if (absl::Status s = GetInt(parsed, "max_tokens", &max_tokens, &given); !s.ok()) return s;
+  bool completion_given = false;
+  if (absl::Status s = GetInt(parsed, "max_completion_tokens", &max_tokens, &completion_given);
+      !s.ok()) {
+    return s;
+  }
+  if (completion_given) out.max_tokens_field = "max_completion_tokens";
+  out.max_tokens_given = given || completion_given;
+  if (out.max_tokens_given) {
+    out.generate.set_max_tokens(max_tokens);
+  } else if (endpoint == Endpoint::kCompletions) {
+    out.generate.set_max_tokens(kDefaultCompletionMaxTokens);
+  }
+
+  if (absl::Status s = ParseSampling(parsed, random_seed, &out.generate); !s.ok()) return s;
+  if (absl::Status s = ParseStop(parsed, &out.generate); !s.ok()) return s;
+  if (absl::Status s = ParseLogprobs(parsed, endpoint, &out); !s.ok()) return s;
+  bool ignore_eos = false;
+  if (absl::Status s = GetBool(parsed, "ignore_eos", &ignore_eos); !s.ok()) return s;
+  out.generate.set_ignore_eos(ignore_eos);
+  if (const json* ids = Find(parsed, "stop_token_ids"); ids != nullptr) {
+    std::vector<int32_t> list;
+    if (absl::Status s = GetIdList("stop_token_ids", *ids, &list); !s.ok()) return s;
+    for (int32_t id : list) out.generate.add_stop_token_ids(id);
+  }
+
+  if (absl::Status s = GetBool(parsed, "stream", &out.stream); !s.ok()) return s;
+  if (const json* options = Find(parsed, "stream_options"); options != nullptr) {
+    if (!options->is_object()) return Invalid("stream_options", "must be an object");
+    if (absl::Status s = GetBool(*options, "include_usage", &out.include_usage); !s.ok()) {
+      return Invalid("stream_options.include_usage", "must be a boolean");
+    }
+    if (absl::Status s = GetBool(*options, "continuous_usage_stats", &out.continuous_usage);
+        !s.ok()) {
+      return Invalid("stream_options.continuous_usage_stats", "must be a boolean");
+    }
+  }
+  return out;
+}
+
+}  // namespace quill::server::http

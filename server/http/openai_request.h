@@ -1,0 +1,57 @@
+#pragma once
+
+// OpenAI request bodies (POST /v1/completions, /v1/chat/completions) -> Quill's
+// quill.v1.GenerateRequest, the one request form both front ends validate and submit
+// through RequestGateway. This layer only checks JSON shapes and OpenAI-specific rules
+// (n, types, unsupported options) and names the OpenAI field; value ranges are checked by
+// request_codec like for gRPC. Unknown fields are ignored, as OpenAI clients expect.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "quill/v1/quill.pb.h"
+
+namespace quill::server::http {
+
+enum class Endpoint { kCompletions, kChatCompletions };
+
+struct ChatMessage {
+  std::string role;
+  std::string content;
+};
+
+struct OpenAiRequest {
+  Endpoint endpoint = Endpoint::kCompletions;
+  // Sampling, stop, max_tokens, logprobs, ignore_eos, and for completions the prompt.
+  // Chat prompts are rendered from `messages` later.
+  quill::v1::GenerateRequest generate;
+  std::vector<ChatMessage> messages;  // chat only
+  bool max_tokens_given = false;      // else the caller picks the default
+  // Which field carried max_tokens ("max_tokens" or "max_completion_tokens"), for errors.
+  std::string max_tokens_field = "max_tokens";
+  bool stream = false;
+  bool include_usage = false;     // stream_options.include_usage
+  bool continuous_usage = false;  // stream_options.continuous_usage_stats (vLLM's extension)
+  // Return logprobs (chat: logprobs: true; completions: logprobs: N) with `top_logprobs`
+  // alternatives per token. generate.logprobs is at least 1 then (the engine returns the
+  // chosen token's logprob only alongside alternatives); extra ones are dropped.
+  bool logprobs = false;
+  int top_logprobs = 0;
+  // The name of the field `generate.logprobs` came from, for errors.
+  std::string logprobs_field = "logprobs";
+};
+
+// OpenAI's default max_tokens for /v1/completions.
+inline constexpr int kDefaultCompletionMaxTokens = 16;
+
+// Parses and checks `body`. INVALID_ARGUMENT naming the field for malformed JSON, a body
+// that is not an object, a field of the wrong type, a missing prompt/messages, n != 1,
+// several prompts, echo, best_of > 1, non-zero frequency/presence penalties, and
+// top_logprobs without logprobs. A request without `seed` that samples gets `random_seed`.
+absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(absl::string_view body, Endpoint endpoint,
+                                                 uint64_t random_seed);
+
+}  // namespace quill::server::http

@@ -1,0 +1,179 @@
+#include "server/http/openai_request.h"
+
+#include "absl/strings/match.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/http/openai_error.h"
+
+namespace quill::server::http {
+namespace {
+
+using ::testing::HasSubstr;
+
+absl::StatusOr<OpenAiRequest> Completions(absl::string_view body) {
+  return ParseOpenAiRequest(body, Endpoint::kCompletions, /*random_seed=*/77);
+}
+absl::StatusOr<OpenAiRequest> Chat(absl::string_view body) {
+  return ParseOpenAiRequest(body, Endpoint::kChatCompletions, /*random_seed=*/77);
+}
+
+TEST(OpenAiRequestTest, CompletionDefaultsAreOpenAis) {
+  absl::StatusOr<OpenAiRequest> r = Completions(R"({"model": "m", "prompt": "Hello"})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->generate.prompt(), "Hello");
+  EXPECT_EQ(r->generate.max_tokens(), 16);
+  EXPECT_FALSE(r->max_tokens_given);
+  EXPECT_EQ(r->generate.sampling().temperature(), 1.0f);
+  EXPECT_EQ(r->generate.sampling().seed(), 77u);  // no seed given: the random one
+  EXPECT_FALSE(r->stream);
+  EXPECT_FALSE(r->logprobs);
+  EXPECT_EQ(r->generate.logprobs(), 0);
+}
+
+TEST(OpenAiRequestTest, EveryFieldMapsOntoTheGenerateRequest) {
+  absl::StatusOr<OpenAiRequest> r = Completions(R"({
+      "prompt": ["Hi"], "max_tokens": 5, "temperature": 0.5, "top_p": 0.9, "top_k": 7,
+      "min_p": 0.05, "repetition_penalty": 1.1, "seed": 42, "stop": ["a", "b"],
+      "logprobs": 3, "n": 1, "ignore_eos": true, "stop_token_ids": [2, 3], "stream": true,
+      "stream_options": {"include_usage": true}, "user": "ignored", "unknown": {"x": 1}})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  const quill::v1::GenerateRequest& g = r->generate;
+  EXPECT_EQ(g.prompt(), "Hi");
+  EXPECT_EQ(g.max_tokens(), 5);
+  EXPECT_FLOAT_EQ(g.sampling().temperature(), 0.5f);
+  EXPECT_FLOAT_EQ(g.sampling().top_p(), 0.9f);
+  EXPECT_EQ(g.sampling().top_k(), 7);
+  EXPECT_FLOAT_EQ(g.sampling().min_p(), 0.05f);
+  EXPECT_FLOAT_EQ(g.sampling().repetition_penalty(), 1.1f);
+  EXPECT_EQ(g.sampling().seed(), 42u);
+  ASSERT_EQ(g.stop_size(), 2);
+  EXPECT_EQ(g.stop(1), "b");
+  EXPECT_EQ(g.logprobs(), 3);
+  EXPECT_TRUE(r->logprobs);
+  EXPECT_EQ(r->top_logprobs, 3);
+  EXPECT_TRUE(g.ignore_eos());
+  EXPECT_EQ(g.stop_token_ids_size(), 2);
+  EXPECT_TRUE(r->stream);
+  EXPECT_TRUE(r->include_usage);
+}
+
+TEST(OpenAiRequestTest, PromptForms) {
+  absl::StatusOr<OpenAiRequest> r = Completions(R"({"prompt": [1, 2, 3]})");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->generate.prompt_token_ids().ids_size(), 3);
+  r = Completions(R"({"prompt": [[4, 5]]})");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->generate.prompt_token_ids().ids(1), 5);
+  r = Completions(R"({"prompt": "x", "stop": "end"})");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->generate.stop(0), "end");
+}
+
+TEST(OpenAiRequestTest, ChatMessagesAndLogprobs) {
+  absl::StatusOr<OpenAiRequest> r = Chat(R"({"messages": [
+      {"role": "system", "content": "Be brief."},
+      {"role": "user", "content": [{"type": "text", "text": "Hi "}, {"type": "text", "text": "there"}]},
+      {"role": "assistant", "content": null}],
+      "max_completion_tokens": 9, "logprobs": true, "top_logprobs": 0})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->messages.size(), 3u);
+  EXPECT_EQ(r->messages[1].content, "Hi there");
+  EXPECT_EQ(r->messages[2].content, "");
+  EXPECT_EQ(r->generate.max_tokens(), 9);
+  EXPECT_EQ(r->max_tokens_field, "max_completion_tokens");
+  EXPECT_TRUE(r->logprobs);
+  EXPECT_EQ(r->top_logprobs, 0);
+  EXPECT_EQ(r->generate.logprobs(), 1);  // the engine needs >= 1 to return the chosen one
+  // Chat has no default max_tokens here: the caller fits it to the prompt.
+  r = Chat(R"({"messages": [{"role": "user", "content": "x"}]})");
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(r->max_tokens_given);
+}
+
+TEST(OpenAiRequestTest, BadInputNamesTheField) {
+  const struct {
+    const char* body;
+    const char* field;
+    bool chat = false;
+  } cases[] = {
+      {R"({"prompt": "x", "n": 3})", "n"},
+      {R"({"prompt": "x", "n": "1"})", "n"},
+      {R"({"prompt": "x", "best_of": 2})", "best_of"},
+      {R"({"prompt": "x", "echo": true})", "echo"},
+      {R"({"prompt": "x", "frequency_penalty": 0.5})", "frequency_penalty"},
+      {R"({"prompt": "x", "temperature": "1"})", "temperature"},
+      {R"({"prompt": "x", "top_p": 0})", "top_p"},
+      {R"({"prompt": "x", "max_tokens": 1.5})", "max_tokens"},
+      {R"({"prompt": "x", "max_tokens": 1e12})", "max_tokens"},
+      {R"({"prompt": "x", "seed": "7"})", "seed"},
+      {R"({"prompt": "x", "stop": [1]})", "stop[0]"},
+      {R"({"prompt": "x", "stream": 1})", "stream"},
+      {R"({"prompt": "x", "stream_options": {"include_usage": "yes"}})",
+       "stream_options.include_usage"},
+      {R"({"prompt": "x", "model": 5})", "model"},
+      {R"({"prompt": ["a", "b"]})", "prompt"},
+      {R"({"prompt": []})", "prompt"},
+      {R"({"prompt": [1, "a"]})", "prompt[1]"},
+      {R"({"prompt": 5})", "prompt"},
+      {R"({})", "prompt"},
+      {R"({})", "messages", true},
+      {R"({"messages": []})", "messages", true},
+      {R"({"messages": [{"content": "x"}]})", "messages[0].role", true},
+      {R"({"messages": [{"role": "user", "content": 5}]})", "messages[0].content", true},
+      {R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})",
+       "messages[0].content[0].type", true},
+      {R"({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2})", "top_logprobs",
+       true},
+      {R"({"messages": [{"role": "user", "content": "x"}], "logprobs": 2})", "logprobs", true},
+  };
+  for (const auto& c : cases) {
+    absl::StatusOr<OpenAiRequest> r = c.chat ? Chat(c.body) : Completions(c.body);
+    ASSERT_FALSE(r.ok()) << c.body;
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << c.body;
+    EXPECT_TRUE(absl::StartsWith(r.status().message(), c.field))
+        << c.body << " -> " << r.status().message();
+  }
+}
+
+TEST(OpenAiRequestTest, MalformedBodies) {
+  for (const std::string& body :
+       {std::string("{bad"), std::string("[]"), std::string("\"text\""), std::string(""),
+        std::string(100000, '['), std::string("{\"prompt\": \"\xff\"}")}) {
+    absl::StatusOr<OpenAiRequest> r = Completions(body);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << body.substr(0, 20);
+  }
+}
+
+TEST(OpenAiErrorTest, StatusCodesAndShape) {
+  EXPECT_EQ(HttpStatusOf(absl::StatusCode::kInvalidArgument), 400);
+  EXPECT_EQ(HttpStatusOf(absl::StatusCode::kFailedPrecondition), 400);
+  EXPECT_EQ(HttpStatusOf(absl::StatusCode::kNotFound), 404);
+  EXPECT_EQ(HttpStatusOf(absl::StatusCode::kResourceExhausted), 429);
+  EXPECT_EQ(HttpStatusOf(absl::StatusCode::kUnavailable), 503);
+  EXPECT_EQ(HttpStatusOf(absl::StatusCode::kDeadlineExceeded), 504);
+  EXPECT_EQ(HttpStatusOf(absl::StatusCode::kInternal), 500);
+
+  std::string body;
+  HttpResponseHead head =
+      OpenAiErrorResponse(absl::ResourceExhaustedError("the queue is full"), &body);
+  EXPECT_EQ(head.status, 429);
+  ASSERT_EQ(head.headers.size(), 1u);
+  EXPECT_EQ(head.headers[0].first, "Retry-After");
+  EXPECT_EQ(body, R"({"error":{"code":"rate_limit_exceeded","message":"the queue is full",)"
+                  R"("param":null,"type":"rate_limit_error"}})");
+  head = OpenAiErrorResponse(absl::InvalidArgumentError("sampling.top_p must be in (0, 1], got 2"),
+                             &body);
+  EXPECT_EQ(head.status, 400);
+  EXPECT_TRUE(head.headers.empty());
+  EXPECT_THAT(body, HasSubstr(R"("param":"top_p")"));
+  EXPECT_THAT(body, HasSubstr(R"("type":"invalid_request_error")"));
+  // A message that does not start with a request field names none.
+  OpenAiErrorResponse(absl::FailedPreconditionError("this model has no chat template"), &body);
+  EXPECT_THAT(body, HasSubstr(R"("param":null)"));
+  // Invalid UTF-8 in a message is replaced, never thrown.
+  OpenAiErrorResponse(absl::InvalidArgumentError("prompt \xff"), &body);
+  EXPECT_THAT(body, HasSubstr("\xEF\xBF\xBD"));
+}
+
+}  // namespace
+}  // namespace quill::server::http

@@ -1,0 +1,169 @@
+#include "server/http/openai_response.h"
+
+#include "absl/strings/str_cat.h"
+#include "nlohmann/json.hpp"
+#include "server/http/openai_error.h"
+
+namespace quill::server::http {
+namespace {
+
+using json = nlohmann::json;
+
+// Never throws: bytes that are not UTF-8 (a token that is half a character) become U+FFFD.
+std::string Dump(const json& value) {
+  return value.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+std::string Event(const json& value) { return absl::StrCat("data: ", Dump(value), "\n\n"); }
+
+json Usage(int prompt_tokens, int completion_tokens) {
+  return {{"prompt_tokens", prompt_tokens},
+          {"completion_tokens", completion_tokens},
+          {"total_tokens", prompt_tokens + completion_tokens}};
+}
+
+json Bytes(const std::string& s) {
+  json out = json::array();
+  for (unsigned char c : s) out.push_back(static_cast<int>(c));
+  return out;
+}
+
+// Chat: {"content": [{"token", "logprob", "bytes", "top_logprobs": [...]}]}.
+json ChatLogprobs(const ResponseFormat& format, const std::vector<engine::GeneratedToken>& tokens) {
+  json content = json::array();
+  for (const engine::GeneratedToken& t : tokens) {
+    const std::string piece = format.tokenizer->TokenBytes(t.id);
+    json top = json::array();
+    for (int i = 0; i < format.top_logprobs && i < static_cast<int>(t.top_logprobs.size()); ++i) {
+      const std::string alt = format.tokenizer->TokenBytes(t.top_logprobs[i].id);
+      top.push_back(
+          {{"token", alt}, {"logprob", t.top_logprobs[i].logprob}, {"bytes", Bytes(alt)}});
+    }
+    content.push_back(
+        {{"token", piece}, {"logprob", t.logprob}, {"bytes", Bytes(piece)}, {"top_logprobs", top}});
+  }
+  return {{"content", content}};
+}
+
+// Completions: {"tokens", "token_logprobs", "top_logprobs": [{token: logprob}], "text_offset"}.
+json CompletionLogprobs(const ResponseFormat& format,
+                        const std::vector<engine::GeneratedToken>& tokens, LogprobsCursor* cursor) {
+  json out = {{"tokens", json::array()},
+              {"token_logprobs", json::array()},
+              {"top_logprobs", json::array()},
+              {"text_offset", json::array()}};
+  for (const engine::GeneratedToken& t : tokens) {
+    const std::string piece = format.tokenizer->TokenBytes(t.id);
+    json top = json::object();
+    for (int i = 0; i < format.top_logprobs && i < static_cast<int>(t.top_logprobs.size()); ++i) {
+      top[format.tokenizer->TokenBytes(t.top_logprobs[i].id)] = t.top_logprobs[i].logprob;
+    }
+    out["tokens"].push_back(piece);
+    out["token_logprobs"].push_back(t.logprob);
+    out["top_logprobs"].push_back(top);
+    out["text_offset"].push_back(cursor->text_offset);
+    cursor->text_offset += static_cast<int64_t>(piece.size());
+  }
+  return out;
+}
+
+json Logprobs(const ResponseFormat& format, const std::vector<engine::GeneratedToken>& tokens,
+              LogprobsCursor* cursor) {
+  if (!format.logprobs) return nullptr;
+  return format.endpoint == Endpoint::kChatCompletions ? ChatLogprobs(format, tokens)
+                                                       : CompletionLogprobs(format, tokens, cursor);
+}
+
+json Chunk(const ResponseFormat& format, json choices) {
+  const bool chat = format.endpoint == Endpoint::kChatCompletions;
+  return {{"id", format.id},
+          {"object", chat ? "chat.completion.chunk" : "text_completion"},
+          {"created", format.created},
+          {"model", format.model},
+          {"choices", std::move(choices)}};
+}
+
+json Choice(const ResponseFormat& format, json delta_or_text, json logprobs, json finish_reason) {
+  json choice = {{"index", 0}};
+  if (format.endpoint == Endpoint::kChatCompletions) {
+    choice["delta"] = std::move(delta_or_text);
+  } else {
+    choice["text"] = std::move(delta_or_text);
+  }
+  choice["logprobs"] = std::move(logprobs);
+  choice["finish_reason"] = std::move(finish_reason);
+  return choice;
+}
+
+}  // namespace
+
+const char* OpenAiFinishReason(engine::FinishReason reason) {
+  return reason == engine::FinishReason::kLength ? "length" : "stop";
+}
+
+std::string StreamDeltaEvent(const ResponseFormat& format, const OutputDelta& delta, bool first,
+                             int completion_tokens, LogprobsCursor* cursor) {
+  json content;
+  if (format.endpoint == Endpoint::kChatCompletions) {
+    content = {{"content", delta.text}};
+    if (first) content["role"] = "assistant";
+  } else {
+    content = delta.text;
+  }
+  json chunk =
+      Chunk(format, json::array({Choice(format, std::move(content),
+                                        Logprobs(format, delta.tokens, cursor), nullptr)}));
+  if (format.continuous_usage) {
+    chunk["usage"] = Usage(format.prompt_tokens, completion_tokens);
+  } else if (format.include_usage) {
+    chunk["usage"] = nullptr;  // as OpenAI: every chunk but the last carries a null usage
+  }
+  return Event(chunk);
+}
+
+std::string StreamEndEvents(const ResponseFormat& format, const engine::FinishInfo& info) {
+  json empty = format.endpoint == Endpoint::kChatCompletions ? json::object() : json("");
+  json chunk = Chunk(
+      format,
+      json::array({Choice(format, std::move(empty), nullptr, OpenAiFinishReason(info.reason))}));
+  if (format.continuous_usage) {
+    chunk["usage"] = Usage(info.prompt_tokens, info.completion_tokens);
+  } else if (format.include_usage) {
+    chunk["usage"] = nullptr;
+  }
+  std::string out = Event(chunk);
+  if (format.include_usage) {
+    json usage = Chunk(format, json::array());
+    usage["usage"] = Usage(info.prompt_tokens, info.completion_tokens);
+    out += Event(usage);
+  }
+  out += "data: [DONE]\n\n";
+  return out;
+}
+
+std::string StreamErrorEvents(const absl::Status& status) {
+  return absl::StrCat("data: ", OpenAiErrorJson(status), "\n\ndata: [DONE]\n\n");
+}
+
+std::string CompleteBody(const ResponseFormat& format, const OutputDelta& all,
+                         const engine::FinishInfo& info) {
+  const bool chat = format.endpoint == Endpoint::kChatCompletions;
+  LogprobsCursor cursor;
+  json choice = {{"index", 0}};
+  if (chat) {
+    choice["message"] = {{"role", "assistant"}, {"content", all.text}};
+  } else {
+    choice["text"] = all.text;
+  }
+  choice["logprobs"] = Logprobs(format, all.tokens, &cursor);
+  choice["finish_reason"] = OpenAiFinishReason(info.reason);
+  const json body = {{"id", format.id},
+                     {"object", chat ? "chat.completion" : "text_completion"},
+                     {"created", format.created},
+                     {"model", format.model},
+                     {"choices", json::array({choice})},
+                     {"usage", Usage(info.prompt_tokens, info.completion_tokens)}};
+  return Dump(body);
+}
+
+}  // namespace quill::server::http

@@ -1,0 +1,99 @@
+#include "server/request_gateway.h"
+
+#include <algorithm>
+#include <random>
+#include <utility>
+
+#include "absl/strings/str_format.h"
+#include "engine/base/log_field.h"
+#include "engine/model/model.h"
+#include "engine/model/model_config.h"
+#include "spdlog/spdlog.h"
+
+namespace quill::server {
+
+RequestGateway::RequestGateway(QuillMetrics* metrics, std::string model_path)
+    : metrics_(metrics), model_path_(std::move(model_path)), id_salt_(std::random_device()()) {}
+
+void RequestGateway::SetEngine(engine::Engine* engine) {
+  const engine::ModelConfig& config = engine->model().config();
+  const engine::EngineOptions& options = engine->options();
+  const engine::EngineGauges gauges = engine->gauges();
+  RequestLimits limits;
+  limits.vocab_size = engine->model().tokenizer().vocab_size();
+  limits.context_length = config.context_length;
+  // A prompt has at least one token, so at most context - 1 can be generated.
+  const int longest = static_cast<int>(config.context_length - 1);
+  limits.max_tokens =
+      options.max_tokens_limit > 0 ? std::min(options.max_tokens_limit, longest) : longest;
+  limits.max_prompt_tokens = longest;
+  limits.kv_capacity_tokens =
+      static_cast<int64_t>(gauges.kv_blocks_total) * options.block_size_tokens;
+  limits_ = limits;
+  model_name_ = ServedModelName(*engine, model_path_);
+  engine_.store(engine, std::memory_order_release);
+}
+
+void RequestGateway::StartDraining() { draining_.store(true); }
+
+absl::Status RequestGateway::CheckServing() const {
+  if (loading()) return absl::UnavailableError("the model is still loading; retry later");
+  if (draining()) return absl::UnavailableError("the server is shutting down");
+  return absl::OkStatus();
+}
+
+std::string RequestGateway::NewRequestId() {
+  return absl::StrFormat("req-%08x-%d", static_cast<uint32_t>(id_salt_),
+                         next_id_.fetch_add(1, std::memory_order_relaxed));
+}
+
+void RequestGateway::RecordRejected(Api api) {
+  if (metrics_ != nullptr) metrics_->RecordRejected(api);
+}
+
+absl::StatusOr<engine::GenerationRequest> RequestGateway::Prepare(
+    const quill::v1::GenerateRequest& request, absl::Time deadline, Api api) {
+  absl::Status serving = CheckServing();
+  if (!serving.ok()) {
+    RecordRejected(api);
+    return serving;
+  }
+  absl::StatusOr<engine::GenerationRequest> converted =
+      ToEngineRequest(request, limits_, engine()->model().tokenizer());
+  if (!converted.ok()) {
+    RecordRejected(api);
+    spdlog::debug("rejected request api={} status={}", std::string(ApiName(api)),
+                  LogField(converted.status().ToString()));
+    return converted.status();
+  }
+  if (converted->request_id.empty()) converted->request_id = NewRequestId();
+  converted->deadline = deadline;
+  converted->frontend = std::string(ApiName(api));
+  return converted;
+}
+
+absl::Status RequestGateway::Submit(engine::GenerationRequest request,
+                                    std::shared_ptr<engine::TokenSink> sink, Api api) {
+  engine::Engine* e = engine();
+  absl::Status submitted =
+      e == nullptr ? CheckServing() : e->Submit(std::move(request), std::move(sink));
+  if (!submitted.ok()) {
+    RecordRejected(api);
+    spdlog::debug("engine refused request api={} status={}", std::string(ApiName(api)),
+                  LogField(submitted.ToString()));
+  }
+  return submitted;
+}
+
+void RequestGateway::Cancel(absl::string_view request_id) {
+  if (engine::Engine* e = engine(); e != nullptr) e->Cancel(request_id);
+}
+
+std::string ServedModelName(const engine::Engine& engine, const std::string& model_path) {
+  const std::string& name = engine.model().config().name;
+  if (!name.empty()) return name;
+  const size_t slash = model_path.rfind('/');
+  return slash == std::string::npos ? model_path : model_path.substr(slash + 1);
+}
+
+}  // namespace quill::server

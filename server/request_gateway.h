@@ -1,0 +1,88 @@
+#pragma once
+
+// The one path from a front end (gRPC or HTTP) into the engine: serving checks, request
+// validation and conversion to engine::GenerationRequest (request_codec), request ids,
+// submission, rejection metrics and cancellation. Both front ends call it; neither talks to
+// the engine for generation in any other way.
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "engine/runtime/engine.h"
+#include "engine/runtime/request.h"
+#include "engine/runtime/token_sink.h"
+#include "quill/v1/quill.pb.h"
+#include "server/metrics/quill_metrics.h"
+#include "server/request_codec.h"
+
+namespace quill::server {
+
+// Thread-safe. Until SetEngine() (model loading) and after StartDraining() every
+// generation is UNAVAILABLE.
+class RequestGateway {
+ public:
+  // `metrics` may be null; it must outlive the gateway.
+  RequestGateway(QuillMetrics* metrics, std::string model_path);
+
+  // The engine is ready; it must outlive every front end. Called once.
+  void SetEngine(engine::Engine* engine);
+  // New generations are refused with UNAVAILABLE from now on.
+  void StartDraining();
+
+  // OK while serving; UNAVAILABLE while loading or draining.
+  absl::Status CheckServing() const;
+  bool loading() const { return engine_.load(std::memory_order_acquire) == nullptr; }
+  bool draining() const { return draining_.load(); }
+
+  // Null until SetEngine.
+  engine::Engine* engine() const { return engine_.load(std::memory_order_acquire); }
+  // Valid once engine() is not null.
+  const RequestLimits& limits() const { return limits_; }
+  // The served model's name (GGUF general.name, else the file name); "" while loading.
+  const std::string& model_name() const { return model_name_; }
+  const std::string& model_path() const { return model_path_; }
+
+  // CheckServing, then request_codec's validation and conversion; fills in a request id
+  // when the request has none, `deadline` and the front end's label. On error the
+  // rejection is counted and the status names the offending field (INVALID_ARGUMENT) or
+  // says why the server cannot take it (UNAVAILABLE).
+  absl::StatusOr<engine::GenerationRequest> Prepare(const quill::v1::GenerateRequest& request,
+                                                    absl::Time deadline, Api api);
+
+  // Engine::Submit. On error (RESOURCE_EXHAUSTED queue full, UNAVAILABLE draining,
+  // ALREADY_EXISTS duplicate id, INVALID_ARGUMENT) the rejection is counted and `sink` is
+  // never called; on OK it gets chunks and exactly one OnFinish.
+  absl::Status Submit(engine::GenerationRequest request, std::shared_ptr<engine::TokenSink> sink,
+                      Api api);
+
+  // Counts a request a front end refused on its own (malformed body, bad field types).
+  void RecordRejected(Api api);
+
+  // Never blocks; the request ends (kCancelled) within one engine step. No-op when the
+  // engine is not running or the id is unknown.
+  void Cancel(absl::string_view request_id);
+
+ private:
+  std::string NewRequestId();
+
+  QuillMetrics* const metrics_;
+  const std::string model_path_;
+  // Written once by SetEngine before engine_ is published; read by handlers after.
+  RequestLimits limits_;
+  std::string model_name_;
+  std::atomic<engine::Engine*> engine_{nullptr};
+  std::atomic<bool> draining_{false};
+  std::atomic<uint64_t> next_id_{1};
+  const uint64_t id_salt_;
+};
+
+// The served model's name: GGUF general.name, else the model file's name.
+std::string ServedModelName(const engine::Engine& engine, const std::string& model_path);
+
+}  // namespace quill::server

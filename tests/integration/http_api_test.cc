@@ -1,0 +1,575 @@
+// quill-server in process on 127.0.0.1 (port 0 for gRPC, HTTP and metrics; kjv-1m, exact
+// precision): the OpenAI-compatible HTTP API driven by a raw HTTP/1.1 client, compared
+// with the gRPC stream of the same request, with /metrics scraped for the counters.
+
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "client/quill_client.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "server/server.h"
+#include "tests/integration/server_test_util.h"
+#include "tests/testing/http_client.h"
+#include "tests/testing/test_env.h"
+
+namespace quill::testing {
+namespace {
+
+namespace v1 = ::quill::v1;
+using json = nlohmann::json;
+using ::testing::HasSubstr;
+
+std::string ModelPath() { return SharedModelPath("kjv-1m.gguf"); }
+
+server::ServerOptions TestOptions() {
+  server::ServerOptions options;
+  options.model_path = ModelPath();
+  options.precision = engine::kernels::Precision::kExact;
+  options.host = "127.0.0.1";
+  options.port = 0;
+  options.metrics_port = 0;
+  options.http_port = 0;
+  options.drain_timeout = absl::Seconds(5);
+  options.engine.kv_cache_bytes = 32 << 20;
+  options.engine.max_queue = 100;
+  options.max_receive_message_bytes = 64 << 10;
+  return options;
+}
+
+// Everything one streamed response said, checked for SSE framing on the way.
+struct SseResult {
+  int status = 0;
+  std::string content_type;
+  std::vector<json> chunks;  // every event before [DONE]
+  bool done = false;         // ended with data: [DONE]
+  std::string text;          // concatenated choice text / delta content
+  std::string finish_reason;
+  json usage;  // from the usage chunk, if any
+};
+
+SseResult ParseStream(const HttpReply& reply) {
+  SseResult r;
+  r.status = reply.status;
+  r.content_type = reply.Header("content-type");
+  absl::StatusOr<std::vector<std::string>> events = ParseSseData(reply.body);
+  EXPECT_TRUE(events.ok()) << events.status();
+  if (!events.ok()) return r;
+  for (size_t i = 0; i < events->size(); ++i) {
+    const std::string& data = (*events)[i];
+    if (data == "[DONE]") {
+      EXPECT_EQ(i + 1, events->size()) << "[DONE] must be the last event";
+      r.done = true;
+      break;
+    }
+    json chunk = json::parse(data);
+    for (const json& choice : chunk["choices"]) {
+      EXPECT_TRUE(r.finish_reason.empty()) << "a choice chunk after the finish_reason";
+      if (choice.contains("text")) r.text += choice["text"].get<std::string>();
+      if (choice.contains("delta") && choice["delta"].contains("content")) {
+        r.text += choice["delta"]["content"].get<std::string>();
+      }
+      if (!choice["finish_reason"].is_null()) r.finish_reason = choice["finish_reason"];
+    }
+    if (chunk.contains("usage") && !chunk["usage"].is_null() && chunk["choices"].empty()) {
+      r.usage = chunk["usage"];
+    }
+    r.chunks.push_back(std::move(chunk));
+  }
+  return r;
+}
+
+class HttpApiTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (ModelPath().empty()) return;
+    absl::StatusOr<std::unique_ptr<server::Server>> server = server::Server::Create(TestOptions());
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = std::move(*server).release();
+    grpc_ = client::QuillClient::Connect(server_->address()).release();
+  }
+  static void TearDownTestSuite() {
+    delete grpc_;
+    grpc_ = nullptr;
+    delete server_;
+    server_ = nullptr;
+  }
+  void SetUp() override {
+    if (ModelPath().empty()) GTEST_SKIP() << "shared assets not found (QUILL_SHARED_DIR)";
+    ASSERT_NE(server_, nullptr);
+  }
+
+  static HttpReply Post(const std::string& path, const json& body) {
+    absl::StatusOr<HttpReply> reply =
+        HttpRequest("127.0.0.1", server_->http_port(), "POST", path, body.dump());
+    EXPECT_TRUE(reply.ok()) << reply.status();
+    return reply.ok() ? *reply : HttpReply();
+  }
+  static HttpReply Get(const std::string& path) {
+    absl::StatusOr<HttpReply> reply = HttpRequest("127.0.0.1", server_->http_port(), "GET", path);
+    EXPECT_TRUE(reply.ok()) << reply.status();
+    return reply.ok() ? *reply : HttpReply();
+  }
+  static PromText Scrape() {
+    absl::StatusOr<PromText> text = ScrapeMetrics(server_->metrics_port());
+    EXPECT_TRUE(text.ok()) << text.status();
+    return text.ok() ? *text : PromText();
+  }
+
+  static server::Server* server_;
+  static client::QuillClient* grpc_;
+};
+server::Server* HttpApiTest::server_ = nullptr;
+client::QuillClient* HttpApiTest::grpc_ = nullptr;
+
+TEST_F(HttpApiTest, CompletionEqualsTheGrpcStreamGreedy) {
+  const Stream grpc = Collect(*grpc_, TextRequest("In the beginning", 24));
+  ASSERT_TRUE(grpc.status.ok()) << grpc.status;
+  const HttpReply reply = Post("/v1/completions", {{"model", "anything"},
+                                                   {"prompt", "In the beginning"},
+                                                   {"max_tokens", 24},
+                                                   {"temperature", 0}});
+  ASSERT_EQ(reply.status, 200) << reply.body;
+  EXPECT_EQ(reply.Header("content-type"), "application/json");
+  const json body = json::parse(reply.body);
+  EXPECT_EQ(body["object"], "text_completion");
+  EXPECT_EQ(body["model"], "kjv-1m");  // the served model, whatever was asked for
+  EXPECT_TRUE(absl::StartsWith(body["id"].get<std::string>(), "cmpl-"));
+  ASSERT_EQ(body["choices"].size(), 1u);
+  EXPECT_EQ(body["choices"][0]["text"], grpc.text);
+  EXPECT_EQ(body["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(body["usage"]["prompt_tokens"], grpc.last.usage().prompt_tokens());
+  EXPECT_EQ(body["usage"]["completion_tokens"], 24);
+  EXPECT_EQ(body["usage"]["total_tokens"], grpc.last.usage().prompt_tokens() + 24);
+}
+
+TEST_F(HttpApiTest, TokenIdPromptsAreAccepted) {
+  const std::vector<int> ids = {1, 400, 17, 90};
+  const Stream grpc = Collect(*grpc_, IdsRequest(ids, 10));
+  ASSERT_TRUE(grpc.status.ok()) << grpc.status;
+  for (const json& prompt : {json(ids), json::array({json(ids)})}) {
+    const HttpReply reply =
+        Post("/v1/completions", {{"prompt", prompt}, {"max_tokens", 10}, {"temperature", 0}});
+    ASSERT_EQ(reply.status, 200) << reply.body;
+    EXPECT_EQ(json::parse(reply.body)["choices"][0]["text"], grpc.text);
+  }
+}
+
+TEST_F(HttpApiTest, StreamIsServerSentEventsEndingWithDoneAndEqualsGrpc) {
+  const Stream grpc = Collect(*grpc_, TextRequest("And God said", 20));
+  ASSERT_TRUE(grpc.status.ok()) << grpc.status;
+  const HttpReply reply = Post("/v1/completions", {{"prompt", "And God said"},
+                                                   {"max_tokens", 20},
+                                                   {"temperature", 0},
+                                                   {"stream", true},
+                                                   {"stream_options", {{"include_usage", true}}}});
+  ASSERT_EQ(reply.status, 200) << reply.body;
+  EXPECT_EQ(reply.Header("transfer-encoding"), "chunked");
+  const SseResult s = ParseStream(reply);
+  EXPECT_EQ(s.content_type, "text/event-stream");
+  EXPECT_TRUE(s.done);
+  EXPECT_EQ(s.text, grpc.text);
+  EXPECT_EQ(s.finish_reason, "length");
+  ASSERT_TRUE(s.usage.is_object());
+  EXPECT_EQ(s.usage["completion_tokens"], 20);
+  EXPECT_EQ(s.usage["prompt_tokens"], grpc.last.usage().prompt_tokens());
+  ASSERT_GE(s.chunks.size(), 3u);
+  for (const json& chunk : s.chunks) {
+    EXPECT_EQ(chunk["object"], "text_completion");
+    EXPECT_EQ(chunk["id"], s.chunks[0]["id"]);
+  }
+  // The usage chunk is last, has no choices; every other chunk carries usage: null.
+  EXPECT_TRUE(s.chunks.back()["choices"].empty());
+  EXPECT_TRUE(s.chunks.front()["usage"].is_null());
+}
+
+TEST_F(HttpApiTest, SeededSamplingEqualsTheGrpcStream) {
+  v1::GenerateRequest request = TextRequest("Blessed are the meek", 32);
+  SetSampling(&request, 0.9f, 0.95f, 1234);
+  request.mutable_sampling()->set_top_k(40);
+  const Stream grpc = Collect(*grpc_, request);
+  ASSERT_TRUE(grpc.status.ok()) << grpc.status;
+  const json body = {{"prompt", "Blessed are the meek"},
+                     {"max_tokens", 32},
+                     {"temperature", 0.9},
+                     {"top_p", 0.95},
+                     {"top_k", 40},
+                     {"seed", 1234}};
+  for (bool stream : {false, true}) {
+    json b = body;
+    b["stream"] = stream;
+    const HttpReply reply = Post("/v1/completions", b);
+    ASSERT_EQ(reply.status, 200) << reply.body;
+    const std::string text = stream
+                                 ? ParseStream(reply).text
+                                 : json::parse(reply.body)["choices"][0]["text"].get<std::string>();
+    EXPECT_EQ(text, grpc.text) << "stream=" << stream;
+  }
+}
+
+TEST_F(HttpApiTest, StopStringEndsWithStop) {
+  const Stream grpc = Collect(*grpc_, TextRequest("In the beginning", 40));
+  ASSERT_TRUE(grpc.status.ok());
+  // Stop at the second word of the greedy continuation.
+  const size_t space = grpc.text.find(' ', 1);
+  ASSERT_NE(space, std::string::npos);
+  const std::string stop = grpc.text.substr(space, 4);
+  const HttpReply reply = Post("/v1/completions", {{"prompt", "In the beginning"},
+                                                   {"max_tokens", 40},
+                                                   {"temperature", 0},
+                                                   {"stop", json::array({stop})}});
+  ASSERT_EQ(reply.status, 200) << reply.body;
+  const json body = json::parse(reply.body);
+  EXPECT_EQ(body["choices"][0]["finish_reason"], "stop");
+  EXPECT_EQ(body["choices"][0]["text"], grpc.text.substr(0, space));
+}
+
+TEST_F(HttpApiTest, LogprobsInOpenAiShape) {
+  const HttpReply reply = Post(
+      "/v1/completions",
+      {{"prompt", "In the beginning"}, {"max_tokens", 4}, {"temperature", 0}, {"logprobs", 2}});
+  ASSERT_EQ(reply.status, 200) << reply.body;
+  const json lp = json::parse(reply.body)["choices"][0]["logprobs"];
+  ASSERT_EQ(lp["tokens"].size(), 4u);
+  ASSERT_EQ(lp["token_logprobs"].size(), 4u);
+  ASSERT_EQ(lp["top_logprobs"].size(), 4u);
+  EXPECT_EQ(lp["text_offset"][0], 0);
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_LE(lp["token_logprobs"][i].get<double>(), 0.0);
+    EXPECT_EQ(lp["top_logprobs"][i].size(), 2u);
+  }
+}
+
+TEST_F(HttpApiTest, InvalidInputIs400NamingTheFieldAndCountsAsRejected) {
+  const PromText before = Scrape();
+  const struct {
+    json body;
+    const char* param;
+  } cases[] = {
+      {{{"prompt", "x"}, {"n", 2}}, "n"},
+      {{{"prompt", "x"}, {"temperature", -1}}, "temperature"},
+      {{{"prompt", "x"}, {"temperature", "hot"}}, "temperature"},
+      {{{"prompt", "x"}, {"top_p", 1.5}}, "top_p"},
+      {{{"prompt", "x"}, {"max_tokens", 0}}, "max_tokens"},
+      {{{"prompt", "x"}, {"max_tokens", 100000}}, "max_tokens"},
+      {{{"prompt", json::array({1, 99999})}}, "prompt"},
+      {{{"prompt", json::array({"a", "b"})}}, "prompt"},
+      {{{"max_tokens", 3}}, "prompt"},
+      {{{"prompt", "x"}, {"stop", 7}}, "stop"},
+      {{{"prompt", "x"}, {"logprobs", 50}}, "logprobs"},
+      {{{"prompt", "x"}, {"seed", 1.5}}, "seed"},
+      {{{"prompt", "x"}, {"stream", "yes"}}, "stream"},
+  };
+  for (const auto& c : cases) {
+    const HttpReply reply = Post("/v1/completions", c.body);
+    EXPECT_EQ(reply.status, 400) << c.body.dump() << " -> " << reply.body;
+    const json error = json::parse(reply.body)["error"];
+    EXPECT_EQ(error["type"], "invalid_request_error") << reply.body;
+    EXPECT_EQ(error["param"], c.param) << reply.body;
+    EXPECT_THAT(error["message"].get<std::string>(), HasSubstr(c.param));
+  }
+  // Not JSON, or not an object: 400 without a param.
+  for (const std::string& body : std::vector<std::string>{"{bad", "[1,2]", std::string(200, '[')}) {
+    absl::StatusOr<HttpReply> reply =
+        HttpRequest("127.0.0.1", server_->http_port(), "POST", "/v1/completions", body);
+    ASSERT_TRUE(reply.ok());
+    EXPECT_EQ(reply->status, 400) << body;
+    EXPECT_TRUE(json::parse(reply->body)["error"]["param"].is_null());
+  }
+  const PromText after = Scrape();
+  const Labels rejected = {{"api", "http"}, {"outcome", "rejected"}};
+  EXPECT_EQ(Metric(after, "quill_requests_total", rejected) -
+                Metric(before, "quill_requests_total", rejected),
+            std::size(cases) + 3);
+}
+
+TEST_F(HttpApiTest, UnknownPathsAre404AndWrongMethods405) {
+  HttpReply reply = Get("/v1/nothing");
+  EXPECT_EQ(reply.status, 404);
+  EXPECT_EQ(json::parse(reply.body)["error"]["type"], "invalid_request_error");
+  reply = Get("/v1/completions");
+  EXPECT_EQ(reply.status, 405);
+  EXPECT_EQ(reply.Header("allow"), "POST");
+  reply = Get("/v1/models/not-this-one");
+  EXPECT_EQ(reply.status, 404);
+}
+
+TEST_F(HttpApiTest, ModelsAndHealth) {
+  HttpReply reply = Get("/v1/models");
+  ASSERT_EQ(reply.status, 200);
+  const json models = json::parse(reply.body);
+  EXPECT_EQ(models["object"], "list");
+  ASSERT_EQ(models["data"].size(), 1u);
+  EXPECT_EQ(models["data"][0]["id"], "kjv-1m");
+  EXPECT_EQ(models["data"][0]["object"], "model");
+  reply = Get("/v1/models/kjv-1m");
+  EXPECT_EQ(reply.status, 200);
+  EXPECT_EQ(json::parse(reply.body)["id"], "kjv-1m");
+  reply = Get("/health");
+  EXPECT_EQ(reply.status, 200);
+}
+
+TEST_F(HttpApiTest, OversizeBodyIs413AndTheServerKeepsServing) {
+  const std::string huge =
+      json({{"prompt", std::string(100 << 10, 'a')}, {"max_tokens", 1}}).dump();
+  absl::StatusOr<std::unique_ptr<HttpClient>> client =
+      HttpClient::Connect("127.0.0.1", server_->http_port());
+  ASSERT_TRUE(client.ok());
+  // Refused from the head (Content-Length), before the body is read: only the head is sent.
+  ASSERT_TRUE((*client)
+                  ->SendRaw(absl::StrCat("POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+                                         "Content-Length: ",
+                                         huge.size(), "\r\n\r\n"))
+                  .ok());
+  absl::StatusOr<HttpReply> reply = (*client)->ReadResponse();
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  EXPECT_EQ(reply->status, 413);
+  EXPECT_EQ(reply->Header("connection"), "close");
+  EXPECT_THAT(reply->body, HasSubstr("larger than"));
+  EXPECT_EQ(Get("/health").status, 200);
+}
+
+TEST_F(HttpApiTest, MalformedHttpGets400AndClose) {
+  absl::StatusOr<std::unique_ptr<HttpClient>> client =
+      HttpClient::Connect("127.0.0.1", server_->http_port());
+  ASSERT_TRUE(client.ok());
+  ASSERT_TRUE((*client)->SendRaw("THIS IS NOT HTTP\r\n\r\n").ok());
+  absl::StatusOr<HttpReply> reply = (*client)->ReadResponse();
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  EXPECT_EQ(reply->status, 400);
+  EXPECT_TRUE((*client)->ServerClosed());
+}
+
+TEST_F(HttpApiTest, KeepAliveServesSeveralRequestsOnOneConnection) {
+  absl::StatusOr<std::unique_ptr<HttpClient>> client =
+      HttpClient::Connect("127.0.0.1", server_->http_port());
+  ASSERT_TRUE(client.ok());
+  for (int i = 0; i < 3; ++i) {
+    const json body = {{"prompt", "In the beginning"}, {"max_tokens", 3}, {"stream", i == 1}};
+    absl::StatusOr<HttpReply> reply = (*client)->Request("POST", "/v1/completions", body.dump());
+    ASSERT_TRUE(reply.ok()) << reply.status();
+    EXPECT_EQ(reply->status, 200);
+  }
+}
+
+TEST_F(HttpApiTest, ClientThatHangsUpMidStreamFreesItsKvBlocks) {
+  const Labels cancelled = {{"api", "http"}, {"outcome", "cancelled"}};
+  const Labels length = {{"api", "http"}, {"outcome", "length"}};
+  const json body = {
+      {"prompt", "In the beginning"}, {"max_tokens", 240}, {"ignore_eos", true}, {"stream", true}};
+  // kjv-1m writes 240 tokens in a fraction of a second; on a loaded machine the whole
+  // answer may be out before the client hangs up (the request then ends as "length").
+  // Such a try proves nothing: try again.
+  for (int attempt = 1; attempt <= 5; ++attempt) {
+    const PromText before = Scrape();
+    absl::StatusOr<std::unique_ptr<HttpClient>> client =
+        HttpClient::Connect("127.0.0.1", server_->http_port());
+    ASSERT_TRUE(client.ok());
+    ASSERT_TRUE((*client)->Send("POST", "/v1/completions", body.dump()).ok());
+    absl::StatusOr<HttpReply> head = (*client)->ReadHead();
+    ASSERT_TRUE(head.ok()) << head.status();
+    ASSERT_EQ(head->status, 200);
+    absl::StatusOr<std::string> first = (*client)->ReadBodyPiece();
+    ASSERT_TRUE(first.ok());
+    EXPECT_TRUE(absl::StartsWith(*first, "data: {"));
+    (*client)->Close();
+    absl::StatusOr<PromText> after = ScrapeUntil(server_->metrics_port(), [&](const PromText& t) {
+      return t.Value("quill_kv_cache_blocks_used") == 0.0 &&
+             (t.Value("quill_requests_total", cancelled) >
+                  before.Value("quill_requests_total", cancelled).value_or(0) ||
+              t.Value("quill_requests_total", length) >
+                  before.Value("quill_requests_total", length).value_or(0));
+    });
+    ASSERT_TRUE(after.ok());
+    EXPECT_EQ(Metric(*after, "quill_kv_cache_blocks_used"), 0.0);
+    EXPECT_EQ(Metric(*after, "quill_kv_cache_usage_ratio"), 0.0);
+    if (Metric(*after, "quill_requests_total", cancelled) ==
+        Metric(before, "quill_requests_total", cancelled) + 1) {
+      return;  // cancelled mid-stream, and every block is back
+    }
+  }
+  FAIL() << "every try finished before the client hung up";
+}
+
+TEST_F(HttpApiTest, CountsFinishedHttpRequestsUnderTheHttpLabel) {
+  const PromText before = Scrape();
+  const Labels http_length = {{"api", "http"}, {"outcome", "length"}};
+  const Labels grpc_length = {{"api", "grpc"}, {"outcome", "length"}};
+  ASSERT_EQ(Post("/v1/completions",
+                 {{"prompt", "In the beginning"}, {"max_tokens", 3}, {"ignore_eos", true}})
+                .status,
+            200);
+  absl::StatusOr<PromText> after = ScrapeUntil(server_->metrics_port(), [&](const PromText& t) {
+    return t.Value("quill_requests_total", http_length) >
+           before.Value("quill_requests_total", http_length).value_or(0);
+  });
+  ASSERT_TRUE(after.ok());
+  EXPECT_EQ(Metric(*after, "quill_requests_total", http_length),
+            Metric(before, "quill_requests_total", http_length) + 1);
+  EXPECT_EQ(Metric(*after, "quill_requests_total", grpc_length),
+            Metric(before, "quill_requests_total", grpc_length));
+}
+
+// Clients misbehaving in every way at once: the server neither crashes nor leaks, and keeps
+// serving.
+TEST_F(HttpApiTest, MisbehavingClientsLeaveTheServerServingWithNothingHeld) {
+  const int port = server_->http_port();
+  const std::string stream_body = json({{"prompt", "In the beginning"},
+                                        {"max_tokens", 200},
+                                        {"ignore_eos", true},
+                                        {"stream", true}})
+                                      .dump();
+  const std::string body = json({{"prompt", "In the beginning"}, {"max_tokens", 50}}).dump();
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 48; ++i) {
+    threads.emplace_back([&, i] {
+      absl::StatusOr<std::unique_ptr<HttpClient>> c = HttpClient::Connect("127.0.0.1", port);
+      ASSERT_TRUE(c.ok());
+      HttpClient& client = **c;
+      switch (i % 8) {
+        case 0:  // half a request head, then gone
+          (void)client.SendRaw("POST /v1/completions HTTP/1.1\r\nContent-Le");
+          break;
+        case 1:  // garbage
+          (void)client.SendRaw(std::string(3000, '\x01'));
+          (void)client.ReadResponse();
+          break;
+        case 2:  // a stream, abandoned after its first bytes
+          (void)client.Send("POST", "/v1/completions", stream_body);
+          (void)client.ReadHead();
+          (void)client.ReadBodyPiece();
+          break;
+        case 3:  // a stream, abandoned before any answer
+          (void)client.Send("POST", "/v1/completions", stream_body);
+          break;
+        case 4:  // a body request, abandoned while it runs
+          (void)client.Send("POST", "/v1/completions", body);
+          absl::SleepFor(absl::Milliseconds(2));
+          break;
+        case 5:  // a head beyond the limit
+          (void)client.SendRaw(
+              absl::StrCat("GET /health HTTP/1.1\r\nX: ", std::string(40 << 10, 'a'), "\r\n\r\n"));
+          (void)client.ReadResponse();
+          break;
+        case 6:  // a body shorter than its Content-Length, then gone
+          (void)client.SendRaw("POST /v1/completions HTTP/1.1\r\nContent-Length: 100\r\n\r\n{");
+          break;
+        default: {  // a well-behaved client
+          absl::StatusOr<HttpReply> reply = client.Request("POST", "/v1/completions", body);
+          ASSERT_TRUE(reply.ok()) << reply.status();
+          EXPECT_EQ(reply->status, 200);
+        }
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  absl::StatusOr<PromText> after = ScrapeUntil(server_->metrics_port(), [](const PromText& t) {
+    return t.Value("quill_kv_cache_blocks_used") == 0.0 &&
+           t.Value("quill_requests_running") == 0.0 && t.Value("quill_requests_waiting") == 0.0;
+  });
+  ASSERT_TRUE(after.ok());
+  EXPECT_EQ(Metric(*after, "quill_kv_cache_blocks_used"), 0.0);
+  EXPECT_EQ(Get("/health").status, 200);
+  const HttpReply reply =
+      Post("/v1/completions", {{"prompt", "In the beginning"}, {"max_tokens", 4}});
+  EXPECT_EQ(reply.status, 200) << reply.body;
+}
+
+// A server of its own: a KV pool that holds one long request and a queue of 2.
+TEST(HttpQueueTest, FullQueueIs429WithRetryAfter) {
+  if (ModelPath().empty()) GTEST_SKIP() << "shared assets not found (QUILL_SHARED_DIR)";
+  server::ServerOptions options = TestOptions();
+  options.engine.kv_cache_bytes = 512 << 10;  // 16 blocks = 256 tokens
+  options.engine.max_queue = 2;
+  absl::StatusOr<std::unique_ptr<server::Server>> server = server::Server::Create(options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const int port = (*server)->http_port();
+  const std::string long_body = json({{"prompt", "In the beginning"},
+                                      {"max_tokens", 240},
+                                      {"ignore_eos", true},
+                                      {"stream", true}})
+                                    .dump();
+  // One running, two waiting for its KV blocks: the queue is full.
+  std::vector<std::unique_ptr<HttpClient>> clients;
+  for (int i = 0; i < 3; ++i) {
+    absl::StatusOr<std::unique_ptr<HttpClient>> c = HttpClient::Connect("127.0.0.1", port);
+    ASSERT_TRUE(c.ok());
+    ASSERT_TRUE((*c)->Send("POST", "/v1/completions", long_body).ok());
+    clients.push_back(*std::move(c));
+    if (i == 0) {
+      ASSERT_TRUE(clients[0]->ReadHead().ok());  // running
+    }
+  }
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while ((*server)->engine().gauges().requests_waiting < 2 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  ASSERT_EQ((*server)->engine().gauges().requests_waiting, 2);
+  absl::StatusOr<HttpReply> refused =
+      HttpRequest("127.0.0.1", port, "POST", "/v1/completions", json({{"prompt", "Hear"}}).dump());
+  ASSERT_TRUE(refused.ok());
+  EXPECT_EQ(refused->status, 429);
+  EXPECT_EQ(refused->Header("retry-after"), "1");
+  const json error = json::parse(refused->body)["error"];
+  EXPECT_EQ(error["code"], "rate_limit_exceeded");
+  EXPECT_EQ(error["type"], "rate_limit_error");
+  // Everyone hangs up; every block comes back.
+  for (auto& c : clients) c->Close();
+  absl::StatusOr<PromText> text = ScrapeUntil((*server)->metrics_port(), [](const PromText& t) {
+    return t.Value("quill_kv_cache_blocks_used") == 0.0 && t.Value("quill_requests_waiting") == 0.0;
+  });
+  ASSERT_TRUE(text.ok());
+  EXPECT_EQ(Metric(*text, "quill_requests_total", {{"api", "http"}, {"outcome", "rejected"}}), 1.0);
+}
+
+// Draining: /health turns 503 and new requests are refused with 503, while a running
+// stream still finishes.
+TEST(HttpDrainTest, HealthTurns503AndRunningStreamsFinish) {
+  if (ModelPath().empty()) GTEST_SKIP() << "shared assets not found (QUILL_SHARED_DIR)";
+  absl::StatusOr<std::unique_ptr<server::Server>> server = server::Server::Create(TestOptions());
+  ASSERT_TRUE(server.ok()) << server.status();
+  const int port = (*server)->http_port();
+  absl::StatusOr<std::unique_ptr<HttpClient>> client = HttpClient::Connect("127.0.0.1", port);
+  ASSERT_TRUE(client.ok());
+  const json body = {
+      {"prompt", "In the beginning"}, {"max_tokens", 200}, {"ignore_eos", true}, {"stream", true}};
+  ASSERT_TRUE((*client)->Send("POST", "/v1/completions", body.dump()).ok());
+  absl::StatusOr<HttpReply> head = (*client)->ReadHead();
+  ASSERT_TRUE(head.ok());
+  ASSERT_EQ(head->status, 200);
+  std::thread shutdown([&] { (*server)->Shutdown(absl::Seconds(20)); });
+  // While draining, the listener still answers.
+  absl::StatusOr<HttpReply> health;
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  do {
+    health = HttpRequest("127.0.0.1", port, "GET", "/health");
+  } while ((!health.ok() || health->status == 200) && absl::Now() < deadline);
+  ASSERT_TRUE(health.ok()) << health.status();
+  EXPECT_EQ(health->status, 503);
+  EXPECT_EQ(json::parse(health->body)["status"], "draining");
+  absl::StatusOr<HttpReply> refused =
+      HttpRequest("127.0.0.1", port, "POST", "/v1/completions", json({{"prompt", "x"}}).dump());
+  ASSERT_TRUE(refused.ok());
+  EXPECT_EQ(refused->status, 503);
+  EXPECT_EQ(refused->Header("retry-after"), "1");
+  // The running stream ends normally.
+  std::string rest;
+  while (true) {
+    absl::StatusOr<std::string> piece = (*client)->ReadBodyPiece();
+    ASSERT_TRUE(piece.ok()) << piece.status();
+    if (piece->empty()) break;
+    rest += *piece;
+  }
+  EXPECT_TRUE(absl::EndsWith(rest, "data: [DONE]\n\n"));
+  EXPECT_THAT(rest, HasSubstr("\"finish_reason\":\"length\""));
+  shutdown.join();
+}
+
+}  // namespace
+}  // namespace quill::testing

@@ -1,0 +1,198 @@
+// The official `openai` npm package against a live quill-server (started by
+// run_openai_test.py, which sets the environment below). Run with `node --test`.
+//
+//   QUILL_HTTP_URL, QUILL_METRICS_URL        the main server (kjv-1m)
+//   QUILL_TIGHT_HTTP_URL, QUILL_TIGHT_METRICS_URL
+//                                            a server whose KV pool holds one long request
+//                                            and whose queue holds one more
+//   QUILL_CLI, QUILL_GRPC_ADDR               the `quill` CLI and the main server's gRPC address
+
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import OpenAI from 'openai';
+
+const env = process.env;
+const client = new OpenAI({ baseURL: `${env.QUILL_HTTP_URL}/v1`, apiKey: 'unused', maxRetries: 0 });
+const tight = new OpenAI({ baseURL: `${env.QUILL_TIGHT_HTTP_URL}/v1`, apiKey: 'unused', maxRetries: 0 });
+const PROMPT = 'In the beginning';
+
+async function metric(url, name, labels = '') {
+  const text = await (await fetch(url)).text();
+  const line = text.split('\n').find((l) => l.startsWith(`${name}${labels} `) ||
+                                            (labels === '' && l.startsWith(`${name} `)));
+  assert.ok(line, `${name}${labels} not in /metrics`);
+  return Number(line.split(' ')[1]);
+}
+
+async function waitFor(what, check, timeoutMs = 10000) {
+  const end = Date.now() + timeoutMs;
+  while (Date.now() < end) {
+    if (await check()) return;
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  assert.fail(`timed out waiting for ${what}`);
+}
+
+// The gRPC stream of the same request, through the quill CLI (`generate --json`).
+function grpcText(args) {
+  const out = execFileSync(env.QUILL_CLI, ['generate', '--addr', env.QUILL_GRPC_ADDR, '--json', ...args],
+                           { encoding: 'utf8' });
+  return out.trim().split('\n').map((l) => JSON.parse(l).text ?? '').join('');
+}
+
+test('models.list echoes the served model', async () => {
+  const models = await client.models.list();
+  assert.equal(models.data.length, 1);
+  assert.equal(models.data[0].id, 'kjv-1m');
+  const one = await client.models.retrieve('kjv-1m');
+  assert.equal(one.id, 'kjv-1m');
+});
+
+test('non-streaming completion has text, usage and finish_reason', async () => {
+  const r = await client.completions.create({ model: 'whatever', prompt: PROMPT, max_tokens: 20,
+                                              temperature: 0 });
+  assert.equal(r.object, 'text_completion');
+  assert.equal(r.model, 'kjv-1m');
+  assert.equal(r.choices.length, 1);
+  assert.equal(r.choices[0].finish_reason, 'length');
+  assert.ok(r.choices[0].text.length > 0);
+  assert.equal(r.usage.completion_tokens, 20);
+  assert.equal(r.usage.total_tokens, r.usage.prompt_tokens + 20);
+  assert.equal(r.choices[0].text, grpcText(['--max-tokens', '20', PROMPT]));
+});
+
+test('streaming completion equals the non-streaming one and ends with usage', async () => {
+  const whole = await client.completions.create({ model: 'm', prompt: PROMPT, max_tokens: 20,
+                                                  temperature: 0 });
+  const stream = await client.completions.create({ model: 'm', prompt: PROMPT, max_tokens: 20,
+                                                   temperature: 0, stream: true,
+                                                   stream_options: { include_usage: true } });
+  let text = '';
+  let finish = null;
+  let usage = null;
+  let chunks = 0;
+  for await (const chunk of stream) {
+    ++chunks;
+    assert.equal(chunk.object, 'text_completion');
+    for (const choice of chunk.choices) {
+      assert.equal(finish, null, 'no choice after the finish_reason');
+      text += choice.text;
+      finish = choice.finish_reason;
+    }
+    if (chunk.usage) usage = chunk.usage;
+  }
+  assert.ok(chunks >= 3);
+  assert.equal(text, whole.choices[0].text);
+  assert.equal(finish, 'length');
+  assert.deepEqual(usage, whole.usage);
+});
+
+test('stop strings end the text before them with finish_reason stop', async () => {
+  const whole = await client.completions.create({ model: 'm', prompt: PROMPT, max_tokens: 40,
+                                                  temperature: 0 });
+  const text = whole.choices[0].text;
+  const cut = text.indexOf(' ', 1);
+  assert.ok(cut > 0);
+  const stop = text.slice(cut, cut + 4);
+  for (const stream of [false, true]) {
+    const r = await client.completions.create({ model: 'm', prompt: PROMPT, max_tokens: 40,
+                                                temperature: 0, stop: [stop], stream });
+    let got = '';
+    let finish = null;
+    if (stream) {
+      for await (const chunk of r) {
+        for (const c of chunk.choices) { got += c.text; finish = c.finish_reason ?? finish; }
+      }
+    } else {
+      got = r.choices[0].text;
+      finish = r.choices[0].finish_reason;
+    }
+    assert.equal(got, text.slice(0, cut), `stream=${stream}`);
+    assert.equal(finish, 'stop');
+  }
+});
+
+test('a seed reproduces the gRPC stream of the same request', async () => {
+  const args = { model: 'm', prompt: 'And God said', max_tokens: 32, temperature: 0.8,
+                 top_p: 0.95, seed: 4242 };
+  const a = await client.completions.create(args);
+  const b = await client.completions.create({ ...args, stream: false });
+  assert.equal(a.choices[0].text, b.choices[0].text);
+  const grpc = grpcText(['--max-tokens', '32', '--temperature', '0.8', '--top-p', '0.95',
+                         '--seed', '4242', 'And God said']);
+  assert.equal(a.choices[0].text, grpc);
+  const other = await client.completions.create({ ...args, seed: 4243 });
+  assert.notEqual(other.choices[0].text, a.choices[0].text);
+});
+
+test('invalid input is a 400 naming the field', async () => {
+  for (const [extra, param] of [[{ n: 2 }, 'n'], [{ temperature: -1 }, 'temperature'],
+                                [{ max_tokens: 100000 }, 'max_tokens']]) {
+    await assert.rejects(
+      client.completions.create({ model: 'm', prompt: PROMPT, ...extra }),
+      (e) => {
+        assert.ok(e instanceof OpenAI.BadRequestError, String(e));
+        assert.equal(e.status, 400);
+        assert.equal(e.param, param);
+        assert.equal(e.type, 'invalid_request_error');
+        return true;
+      });
+  }
+  await assert.rejects(client.models.retrieve('no-such-model'),
+                       (e) => e instanceof OpenAI.NotFoundError && e.status === 404);
+});
+
+test('a full queue is a 429 with Retry-After', async () => {
+  // The tight server runs one 240-token request at a time (its KV pool) and queues one
+  // more: of eight sent at once, the rest are refused at once.
+  const long = { model: 'm', prompt: PROMPT, max_tokens: 240, ignore_eos: true };
+  const results = await Promise.allSettled(
+    Array.from({ length: 8 }, () => tight.completions.create(long)));
+  const refused = results.filter((r) => r.status === 'rejected');
+  const served = results.filter((r) => r.status === 'fulfilled');
+  assert.ok(refused.length >= 1, 'no request was refused');
+  assert.ok(served.length >= 1, 'no request was served');
+  for (const r of refused) {
+    assert.ok(r.reason instanceof OpenAI.RateLimitError, String(r.reason));
+    assert.equal(r.reason.status, 429);
+    assert.equal(r.reason.headers['retry-after'], '1');
+    assert.equal(r.reason.code, 'rate_limit_exceeded');
+  }
+  for (const r of served) assert.equal(r.value.usage.completion_tokens, 240);
+  await waitFor('every KV block back', async () =>
+    (await metric(env.QUILL_TIGHT_METRICS_URL, 'quill_kv_cache_blocks_used')) === 0);
+  assert.equal(await metric(env.QUILL_TIGHT_METRICS_URL, 'quill_requests_total',
+                            '{api="http",outcome="rejected"}'), refused.length);
+});
+
+test('aborting mid-stream frees the KV blocks', async () => {
+  const cancelled = '{api="http",outcome="cancelled"}';
+  // kjv-1m writes 240 tokens in a fraction of a second; on a loaded machine the whole
+  // answer may be out before the client reacts. Such a try ends as "length"; try again.
+  for (let attempt = 1; ; ++attempt) {
+    const before = await metric(env.QUILL_METRICS_URL, 'quill_requests_total', cancelled);
+    const controller = new AbortController();
+    const stream = await client.completions.create(
+      { model: 'm', prompt: PROMPT, max_tokens: 240, ignore_eos: true, stream: true },
+      { signal: controller.signal });
+    let seen = 0;
+    let finished = false;
+    // The package ends the iteration quietly (or with an abort error) once aborted.
+    try {
+      for await (const chunk of stream) {
+        if (chunk.choices.some((c) => c.finish_reason)) finished = true;
+        if (++seen === 3) controller.abort();
+      }
+    } catch (e) {
+      assert.ok(e instanceof OpenAI.APIUserAbortError || e.name === 'AbortError', String(e));
+    }
+    assert.ok(seen >= 3, `saw ${seen} chunks`);
+    if (finished && attempt < 5) continue;
+    assert.ok(!finished, 'every try finished before the abort');
+    await waitFor('the cancellation', async () =>
+      (await metric(env.QUILL_METRICS_URL, 'quill_kv_cache_blocks_used')) === 0 &&
+      (await metric(env.QUILL_METRICS_URL, 'quill_requests_total', cancelled)) === before + 1);
+    return;
+  }
+});
