@@ -29,7 +29,10 @@ struct ServerOptions {
   int metrics_threads = 16;
   absl::Duration metrics_request_timeout = absl::Seconds(2);
   std::string http_host;     // empty = same as host
-  int http_port = 8080;      // OpenAI-compatible HTTP API; 0 = any free port; negative = off
+  // OpenAI-compatible HTTP API; 0 = any free port; negative = off. Off unless asked for
+  // (quill-server's --http-port defaults to 8080), so that code and tests building a
+  // Server never bind a fixed port they did not name.
+  int http_port = -1;
   int http_threads = 2;      // HTTP io threads (they only parse, format and copy bytes)
 
   engine::EngineOptions engine;

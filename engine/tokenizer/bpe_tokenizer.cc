@@ -1,6 +1,6 @@
 #include "engine/tokenizer/bpe_tokenizer.h"
 
-#include <queue>
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -37,6 +37,12 @@ struct BpeTokenizer::Symbol {
   uint32_t length;
   int32_t prev;
   int32_t next;
+};
+
+// Buffers reused across the words of one EncodeText call.
+struct BpeTokenizer::Scratch {
+  std::vector<Symbol> symbols;
+  std::vector<Candidate> queue;  // a heap in CandidateOrder
 };
 
 BpeTokenizer::BpeTokenizer(const VocabData& vocab, PreTokenizer pre, bool default_add_bos)
@@ -85,7 +91,7 @@ int32_t BpeTokenizer::InternPiece(const std::string& text) {
 absl::Status BpeTokenizer::EncodeText(absl::string_view text, bool /*after_special*/,
                                       std::vector<TokenId>* ids) const {
   if (text.size() > INT32_MAX) return absl::InvalidArgumentError("prompt is too long");
-  std::vector<Symbol> symbols;  // reused across words
+  Scratch scratch;
   return pre_.Split(text, [&](absl::string_view word) {
     if (!whole_words_.empty()) {
       const auto it = whole_words_.find(word);
@@ -94,13 +100,13 @@ absl::Status BpeTokenizer::EncodeText(absl::string_view text, bool /*after_speci
         return absl::OkStatus();
       }
     }
-    return EncodeWord(word, &symbols, ids);
+    return EncodeWord(word, scratch, ids);
   });
 }
 
-absl::Status BpeTokenizer::EncodeWord(absl::string_view word, std::vector<Symbol>* symbols_out,
+absl::Status BpeTokenizer::EncodeWord(absl::string_view word, Scratch& scratch,
                                       std::vector<TokenId>* ids) const {
-  std::vector<Symbol>& symbols = *symbols_out;
+  std::vector<Symbol>& symbols = scratch.symbols;
   symbols.clear();
   for (uint32_t i = 0; i < word.size(); ++i) {
     const int32_t index = static_cast<int32_t>(i);
@@ -108,20 +114,23 @@ absl::Status BpeTokenizer::EncodeWord(absl::string_view word, std::vector<Symbol
   }
   symbols.back().next = -1;
 
-  std::priority_queue<Candidate, std::vector<Candidate>, CandidateOrder> queue;
+  std::vector<Candidate>& queue = scratch.queue;
+  queue.clear();
   const auto try_add = [&](int32_t left, int32_t right) {
     if (left < 0 || right < 0) return;
     const auto it = merges_.find(PairKey(symbols[left].piece, symbols[right].piece));
     if (it == merges_.end()) return;
-    queue.push({it->second.rank, left, right, symbols[left].piece, symbols[right].piece,
-                it->second.result});
+    queue.push_back({it->second.rank, left, right, symbols[left].piece, symbols[right].piece,
+                     it->second.result});
+    std::push_heap(queue.begin(), queue.end(), CandidateOrder());
   };
   for (size_t i = 1; i < symbols.size(); ++i)
     try_add(static_cast<int32_t>(i - 1), static_cast<int32_t>(i));
 
   while (!queue.empty()) {
-    const Candidate c = queue.top();
-    queue.pop();
+    std::pop_heap(queue.begin(), queue.end(), CandidateOrder());
+    const Candidate c = queue.back();
+    queue.pop_back();
     Symbol& left = symbols[c.left];
     Symbol& right = symbols[c.right];
     // Stale if either side changed since: a symbol's piece only changes by growing, and

@@ -35,6 +35,7 @@ class BpeTokenizer final : public VocabTokenizer {
     int32_t result;  // piece index of the merged symbol
   };
   struct Symbol;
+  struct Scratch;
   // Piece index of `text`, adding it past the token ids if it is not a token.
   int32_t InternPiece(const std::string& text);
   static uint64_t PairKey(int32_t left, int32_t right) {
@@ -42,7 +43,7 @@ class BpeTokenizer final : public VocabTokenizer {
            static_cast<uint32_t>(right);
   }
   // INVALID_ARGUMENT if the word needs the token of a byte the vocabulary lacks.
-  absl::Status EncodeWord(absl::string_view word, std::vector<Symbol>* symbols,
+  absl::Status EncodeWord(absl::string_view word, Scratch& scratch,
                           std::vector<TokenId>* ids) const;
 
   // Piece indexes: a token id for every non-control token; strings that only occur in

@@ -1,10 +1,11 @@
 #include "engine/tokenizer/spm_tokenizer.h"
 
+#include <algorithm>
 #include <cstdint>
-#include <queue>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "engine/base/status_macros.h"
 #include "engine/tokenizer/utf8.h"
 
 namespace quill::engine {
@@ -46,6 +47,12 @@ struct SpmTokenizer::Symbol {
   int32_t next;
 };
 
+// Buffers reused across the segments of one EncodeText call.
+struct SpmTokenizer::Scratch {
+  std::vector<Symbol> symbols;
+  std::vector<Candidate> queue;  // a heap in CandidateOrder
+};
+
 SpmTokenizer::SpmTokenizer(const VocabData& vocab)
     : VocabTokenizer(vocab, /*default_add_bos=*/true),
       unk_id_(vocab.unk_id),
@@ -70,6 +77,18 @@ SpmTokenizer::SpmTokenizer(const VocabData& vocab)
         break;  // unknown, control and unused pieces are never produced from text
     }
   }
+  // Merges stay within words unless some piece has a U+2581 right after another character.
+  merges_stay_within_words_ = true;
+  for (const auto& entry : piece_to_id_) {
+    const absl::string_view piece = entry.first;
+    for (size_t pos = piece.find(kSpaceMarker, 1); pos != absl::string_view::npos;
+         pos = piece.find(kSpaceMarker, pos + 1)) {
+      if (pos < kSpaceMarker.size() ||
+          piece.substr(pos - kSpaceMarker.size(), kSpaceMarker.size()) != kSpaceMarker) {
+        merges_stay_within_words_ = false;
+      }
+    }
+  }
   InitTokenBytes(vocab.tokens);
 }
 
@@ -88,32 +107,54 @@ absl::Status SpmTokenizer::EncodeText(absl::string_view text, bool after_special
   }
   if (normalized.size() > INT32_MAX) return absl::InvalidArgumentError("prompt is too long");
 
+  const absl::string_view view(normalized);
+  Scratch scratch;
+  if (!merges_stay_within_words_) return EncodeSegment(view, scratch, ids);
+  // A word starts at each U+2581 that follows another character.
+  size_t start = 0;
+  for (size_t pos = view.find(kSpaceMarker, 1); pos != absl::string_view::npos;
+       pos = view.find(kSpaceMarker, pos + kSpaceMarker.size())) {
+    const bool after_marker =
+        pos >= start + kSpaceMarker.size() &&
+        view.substr(pos - kSpaceMarker.size(), kSpaceMarker.size()) == kSpaceMarker;
+    if (after_marker || pos == start) continue;
+    QUILL_RETURN_IF_ERROR(EncodeSegment(view.substr(start, pos - start), scratch, ids));
+    start = pos;
+  }
+  return EncodeSegment(view.substr(start), scratch, ids);
+}
+
+absl::Status SpmTokenizer::EncodeSegment(absl::string_view text, Scratch& scratch,
+                                         std::vector<TokenId>* ids) const {
   // One symbol per character, linked in text order.
-  std::vector<Symbol> symbols;
-  symbols.reserve(normalized.size());
-  for (uint32_t pos = 0; pos < normalized.size();) {
-    const uint32_t len = Utf8LengthFromLead(static_cast<uint8_t>(normalized[pos]));
+  std::vector<Symbol>& symbols = scratch.symbols;
+  symbols.clear();
+  for (uint32_t pos = 0; pos < text.size();) {
+    const uint32_t len = Utf8LengthFromLead(static_cast<uint8_t>(text[pos]));
     const int32_t index = static_cast<int32_t>(symbols.size());
     symbols.push_back({pos, len, index - 1, index + 1});
     pos += len;
   }
   symbols.back().next = -1;
 
-  const absl::string_view view(normalized);
-  std::priority_queue<Candidate, std::vector<Candidate>, CandidateOrder> queue;
+  std::vector<Candidate>& queue = scratch.queue;
+  queue.clear();
   const auto try_add = [&](int32_t left, int32_t right) {
     if (left < 0 || right < 0) return;
     const uint32_t length = symbols[left].length + symbols[right].length;
-    const auto it = piece_to_id_.find(view.substr(symbols[left].start, length));
+    const auto it = piece_to_id_.find(text.substr(symbols[left].start, length));
     if (it == piece_to_id_.end()) return;
-    queue.push({scores_[it->second], left, right, length});
+    queue.push_back({scores_[it->second], left, right, length});
+    std::push_heap(queue.begin(), queue.end(), CandidateOrder());
   };
-  for (size_t i = 1; i < symbols.size(); ++i)
+  for (size_t i = 1; i < symbols.size(); ++i) {
     try_add(static_cast<int32_t>(i - 1), static_cast<int32_t>(i));
+  }
 
   while (!queue.empty()) {
-    const Candidate c = queue.top();
-    queue.pop();
+    std::pop_heap(queue.begin(), queue.end(), CandidateOrder());
+    const Candidate c = queue.back();
+    queue.pop_back();
     Symbol& left = symbols[c.left];
     Symbol& right = symbols[c.right];
     // Stale if either side was merged since: symbols only grow or vanish.
@@ -130,8 +171,7 @@ absl::Status SpmTokenizer::EncodeText(absl::string_view text, bool after_special
   }
 
   for (int32_t i = 0; i >= 0; i = symbols[i].next) {
-    const absl::Status status = EmitSymbol(view.substr(symbols[i].start, symbols[i].length), ids);
-    if (!status.ok()) return status;
+    QUILL_RETURN_IF_ERROR(EmitSymbol(text.substr(symbols[i].start, symbols[i].length), ids));
   }
   return absl::OkStatus();
 }

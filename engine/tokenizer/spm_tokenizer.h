@@ -10,11 +10,17 @@
 namespace quill::engine {
 
 // SentencePiece BPE by score ("llama"): spaces become U+2581 (and one is prepended with
-// add_space_prefix, at the start and after every special token, as llama.cpp does), the text is
-// split into characters, and the adjacent pair whose concatenation is a piece with the highest
-// score is merged until none is left (ties: leftmost). A leftover character that is not a piece
-// becomes its <0xNN> byte pieces, or the unknown token without them. Only normal and user-defined
-// pieces take part, so control text such as "<s>" stays plain text.
+// add_space_prefix, at the start and after every special token, as llama.cpp does), the
+// text is split into characters, and the adjacent pair whose concatenation is a piece with
+// the highest score is merged until none is left (ties: leftmost). A leftover character
+// that is not a piece becomes its <0xNN> byte pieces, or the unknown token without them.
+// Only normal and user-defined pieces take part, so control text such as "<s>" stays
+// plain text.
+//
+// When no piece has a U+2581 after another character (true of SentencePiece models that
+// split by whitespace, such as Llama 2's), no merge can cross the start of a run of
+// U+2581, so the text is merged one such word at a time: the same result as merging it
+// whole, in a working set that stays in cache.
 class SpmTokenizer final : public VocabTokenizer {
  public:
   // `vocab` must have passed ValidateVocabData.
@@ -29,6 +35,10 @@ class SpmTokenizer final : public VocabTokenizer {
 
  private:
   struct Symbol;
+  struct Scratch;
+  // Merges `text` (normalized, non-empty) and appends its ids.
+  absl::Status EncodeSegment(absl::string_view text, Scratch& scratch,
+                             std::vector<TokenId>* ids) const;
   // Appends the id(s) of one final symbol.
   absl::Status EmitSymbol(absl::string_view piece, std::vector<TokenId>* ids) const;
 
@@ -37,6 +47,7 @@ class SpmTokenizer final : public VocabTokenizer {
   std::array<TokenId, 256> byte_to_id_;  // -1 if the byte has no piece
   TokenId unk_id_;
   bool add_space_prefix_;
+  bool merges_stay_within_words_ = false;  // see the class comment
 };
 
 }  // namespace quill::engine

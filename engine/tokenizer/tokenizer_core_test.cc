@@ -136,6 +136,22 @@ TEST(SpmTokenizerTest, AddSpacePrefixCanBeOff) {
   EXPECT_EQ(t->Decode({marker, a}, /*strip_leading_space=*/true), " a");
 }
 
+TEST(SpmTokenizerTest, APieceAcrossAWordStartIsStillMerged) {
+  // "a▁" ends in a word start, so the text cannot be merged word by word.
+  SpmBuilder b(false);
+  const TokenId marker = b.Add("\xE2\x96\x81", -5);
+  b.Add("a", -5);
+  const TokenId bb = b.Add("b", -5);
+  b.Add(
+      "\xE2\x96\x81"
+      "a",
+      -1);
+  const TokenId a_marker = b.Add("a\xE2\x96\x81", -0.5f);
+  auto t = b.Build();
+  // "▁a▁b": "a▁" (-0.5) beats "▁a" (-1).
+  EXPECT_THAT(EncodeOrDie(*t, "a b", false), ElementsAre(marker, a_marker, bb));
+}
+
 TEST(SpmTokenizerTest, UnknownCharactersFallBackToBytes) {
   SpmBuilder b(/*with_bytes=*/true);
   const TokenId marker = b.Add("\xE2\x96\x81", -5);

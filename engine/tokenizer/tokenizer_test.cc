@@ -6,11 +6,9 @@
 #include <dirent.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <fstream>
-#include <iostream>
 #include <memory>
 #include <random>
 #include <sstream>
@@ -278,12 +276,8 @@ TEST_P(VocabTest, LongPromptFinishes) {
       "\xF0\x9F\xA6\x99 12345   \n\t x=y+z; ";
   while (text.size() < 100 * 1024) text += block;
   text += std::string(5000, 'a');  // one long word (a single pre-tokenizer word for gpt2)
-  const auto start = std::chrono::steady_clock::now();
+  // Its speed is quill-tokenizer-bench's business; here only the result.
   const std::vector<TokenId> ids = EncodeOrDie(*tokenizer_, text, /*add_special=*/false);
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::cout << GetParam() << ": " << text.size() << " bytes -> " << ids.size() << " tokens in "
-            << seconds * 1e3 << " ms\n";
   EXPECT_GT(ids.size(), text.size() / 10);
   EXPECT_EQ(tokenizer_->Decode(ids, /*strip_leading_space=*/true), text);
 }
@@ -403,6 +397,41 @@ TEST_F(SpmFlagsTest, AddBosAndAddEos) {
   }
 }
 
+// Llama 2's pieces never continue past a word start, so its text is merged one word at a
+// time. A copy with one unreachable piece ("\x01▁", which no text here contains) that
+// breaks that rule is merged as one whole text, and must give the same ids.
+TEST_F(SpmFlagsTest, MergingWordByWordEqualsMergingTheWholeText) {
+  auto source = GgufFile::Open(base_);
+  ASSERT_TRUE(source.ok()) << source.status();
+  GgufWriter w;
+  ASSERT_TRUE(w.CopyKeys(**source, "tokenizer.").ok());
+  std::vector<std::string> tokens = *(*source)->GetStringArray("tokenizer.ggml.tokens");
+  std::vector<float> scores = *(*source)->GetFloatArray("tokenizer.ggml.scores");
+  std::vector<int32_t> types = *(*source)->GetInt32Array("tokenizer.ggml.token_type");
+  tokens.push_back("\x01\xE2\x96\x81");
+  scores.push_back(-1e9f);
+  types.push_back(1);
+  w.SetStringArray("tokenizer.ggml.tokens", tokens);
+  w.SetFloat32Array("tokenizer.ggml.scores", scores);
+  w.SetInt32Array("tokenizer.ggml.token_type", types);
+  const std::string path = absl::StrCat(::testing::TempDir(), "/spm_whole_text.gguf");
+  ASSERT_TRUE(w.WriteFile(path).ok());
+  auto whole = LoadTokenizer(path);
+  std::remove(path.c_str());
+  auto words = LoadTokenizer(base_);
+  ASSERT_NE(whole, nullptr);
+  ASSERT_NE(words, nullptr);
+  std::string long_text;
+  while (long_text.size() < 20 * 1024) {
+    long_text += "In  the   beginning\tGod\ncreated  caf\xC3\xA9  \xE6\x88\x91 12345  x=y; ";
+  }
+  std::vector<std::string> texts = texts_;
+  texts.push_back(long_text);
+  for (const std::string& text : texts) {
+    EXPECT_EQ(EncodeOrDie(*whole, text, true), EncodeOrDie(*words, text, true)) << text;
+  }
+}
+
 // --- FromGguf on written fixtures ------------------------------------------------------
 
 class FromGgufTest : public ::testing::Test {
@@ -490,6 +519,34 @@ TEST_F(FromGgufTest, UnknownPreTokenizerIsInvalidArgumentNamingIt) {
   EXPECT_EQ(Load(w).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// A real vocabulary file with its tokenizer.ggml.pre value overwritten in place (same
+// length, so the file stays well-formed): the reader opens it, the tokenizer refuses it
+// by name.
+TEST_F(FromGgufTest, FileWithAnUnknownPreTokenizer) {
+  const std::string model = SharedDir() + "/vocab/ggml-vocab-qwen2.gguf";
+  SKIP_IF_NO_SHARED(model);
+  std::string bytes;
+  ASSERT_TRUE(ReadFile(model, &bytes));
+  // The key, then its type (8: string), the value's length (5) and "qwen2".
+  const std::string key = "tokenizer.ggml.pre";
+  const size_t at = bytes.find(key);
+  ASSERT_NE(at, std::string::npos);
+  const size_t value = at + key.size() + 4 + 8;
+  ASSERT_EQ(bytes.substr(value, 5), "qwen2");
+  bytes.replace(value, 5, "qwen9");
+  const std::string path = absl::StrCat(::testing::TempDir(), "/qwen9-tiny.gguf");
+  {
+    std::ofstream out(path, std::ios::binary);
+    out << bytes;
+  }
+  auto file = GgufFile::Open(path);
+  ASSERT_TRUE(file.ok()) << file.status();
+  const auto t = Tokenizer::FromGguf(**file);
+  std::remove(path.c_str());
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(t.status().message()), HasSubstr("unsupported pre-tokenizer 'qwen9'"));
+}
+
 TEST_F(FromGgufTest, RejectsBadMetadata) {
   const auto kInvalid = absl::StatusCode::kInvalidArgument;
   {
@@ -526,6 +583,42 @@ TEST_F(FromGgufTest, RejectsBadMetadata) {
     GgufWriter w = ValidWriter();
     w.SetString("tokenizer.ggml.model", "gpt2");  // no byte-level alphabet
     EXPECT_EQ(Load(w).status().code(), kInvalid);
+  }
+  // The keys the end-of-generation set and the SentencePiece flags are read from.
+  const auto expect_invalid = [&](const GgufWriter& w, const std::string& mentions) {
+    const absl::Status status = Load(w).status();
+    EXPECT_EQ(status.code(), kInvalid) << mentions;
+    EXPECT_THAT(std::string(status.message()), HasSubstr(mentions));
+  };
+  {
+    GgufWriter w = ValidWriter();
+    w.SetUint32("tokenizer.ggml.eot_token_id", 5);
+    expect_invalid(w, "eot id 5 is out of range");
+  }
+  {
+    GgufWriter w = ValidWriter();
+    w.SetUint32("tokenizer.ggml.eom_token_id", 1u << 31);
+    expect_invalid(w, "tokenizer.ggml.eom_token_id");
+  }
+  {
+    GgufWriter w = ValidWriter();
+    w.SetString("tokenizer.ggml.eot_token_id", "<|eot_id|>");
+    expect_invalid(w, "tokenizer.ggml.eot_token_id");
+  }
+  {
+    GgufWriter w = ValidWriter();
+    w.SetUint32("tokenizer.ggml.add_space_prefix", 0);
+    expect_invalid(w, "tokenizer.ggml.add_space_prefix");
+  }
+  {
+    GgufWriter w = ValidWriter();
+    w.SetString("tokenizer.ggml.add_eos_token", "true");
+    expect_invalid(w, "tokenizer.ggml.add_eos_token");
+  }
+  {
+    GgufWriter w = ValidWriter();
+    w.SetInt32Array("tokenizer.ggml.token_type", std::vector<int32_t>{2, 3, 3, 1, 7});
+    expect_invalid(w, "token 4 has unknown type 7");
   }
 }
 
