@@ -8,14 +8,15 @@
 #
 # Usage: scripts/bench_quant.sh [model_dir]   (default /tmp/quill-bench-quant; the models,
 #   about 3 GB together, are made there once and reused). Env: QUILL_BUILD_DIR (build),
-#   BENCH_REPS (quill-bench --reps, default 2), BENCH_ROUNDS (default 2).
+#   BENCH_REPS (quill-bench --reps, default 2), BENCH_ROUNDS (default 2), BENCH_TYPES
+#   (default "q8_0 q4_0 q4_k_m").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build="${QUILL_BUILD_DIR:-build}"
 dir="${1:-/tmp/quill-bench-quant}"
 reps="${BENCH_REPS:-2}"
 rounds="${BENCH_ROUNDS:-2}"
-types=(q8_0 q4_0 q4_k_m)
+read -r -a types <<< "${BENCH_TYPES:-q8_0 q4_0 q4_k_m}"
 make_model="$build/engine/tools/quill-make-model"
 bench="$build/engine/tools/quill-bench"
 for tool in "$make_model" "$bench" /usr/bin/time; do
@@ -66,6 +67,7 @@ awk -F'\t' '{sum[$2 "\t" $3] += $4; n[$2 "\t" $3]++}
     for (test_i = 1; test_i <= 2; test_i++) {
       test = test_i == 1 ? "pp512" : "tg128"
       q8 = mean["q8_0\t" test]
+      if (q8 == 0) continue
       printf "%s mean t/s: q8_0 %.2f, q4_0 %.2f (%.2fx), q4_k_m %.2f (%.2fx)\n", test, q8,
         mean["q4_0\t" test], mean["q4_0\t" test] / q8, mean["q4_k_m\t" test], mean["q4_k_m\t" test] / q8
     }
