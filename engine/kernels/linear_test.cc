@@ -540,22 +540,35 @@ TEST(LinearCreate, DoesNotReadThePartsAfterReturning) {
 }
 
 TEST(LinearCreate, RefusesNonFiniteBlockScales) {
-  for (WeightType type : {WeightType::kQ8_0, WeightType::kQ4_0, WeightType::kQ4_1,
-                          WeightType::kQ4_K, WeightType::kQ5_K, WeightType::kQ6_K}) {
-    TestWeight w = MakeWeight(type, 4, 512, 6);
+  // Every block type, its scale d and (where it has one) its min: NaN, signalling NaN, +-inf.
+  const uint16_t kBad[] = {0x7E00, 0x7C01, 0x7C00, 0xFC00};
+  int checked = 0;
+  for (WeightType type :
+       {WeightType::kQ8_0, WeightType::kQ4_0, WeightType::kQ4_1, WeightType::kQ5_0,
+        WeightType::kQ5_1, WeightType::kQ4_K, WeightType::kQ5_K, WeightType::kQ6_K}) {
+    const TestWeight clean = MakeWeight(type, 4, 512, 6);
     quant::QuantType qt;
     ASSERT_TRUE(linear_internal::ToQuantType(type, &qt));
+    const quant::BlockFields f = quant::FieldsOf(qt);
     const int block_bytes = quant::BlockBytes(qt);
     const int64_t blocks_per_row = 512 / quant::BlockElements(qt);
-    // Row 2, its second block: NaN scale.
-    uint8_t* block = w.bytes.data() + (2 * blocks_per_row + 1) * block_bytes;
-    quant::StoreU16(block + quant::FieldsOf(qt).d, 0x7E00);
-    for (Precision p : {Precision::kExact, Precision::kFast}) {
-      auto linear = Linear::Create({w.view}, p, 4);
-      EXPECT_EQ(linear.status().code(), absl::StatusCode::kDataLoss) << TypeName(type);
-      EXPECT_THAT(linear.status().message(), HasSubstr("row 2 block 1")) << TypeName(type);
+    for (int field : {f.d, f.m}) {
+      if (field < 0) continue;
+      for (uint16_t bits : kBad) {
+        TestWeight w = clean;
+        w.view.data = w.bytes.data();
+        // Row 2, its second block.
+        quant::StoreU16(w.bytes.data() + (2 * blocks_per_row + 1) * block_bytes + field, bits);
+        for (Precision p : {Precision::kExact, Precision::kFast}) {
+          auto linear = Linear::Create({w.view}, p, 4);
+          EXPECT_EQ(linear.status().code(), absl::StatusCode::kDataLoss) << TypeName(type);
+          EXPECT_THAT(linear.status().message(), HasSubstr("row 2 block 1")) << TypeName(type);
+          ++checked;
+        }
+      }
     }
   }
+  EXPECT_EQ(checked, (8 + 4) * 4 * 2);  // Q4_1, Q5_1, Q4_K and Q5_K also have a min
 }
 
 TEST(DequantizeRow, BlockTypesPickTheirRow) {

@@ -1,9 +1,11 @@
 // llama-quantize's files of one small model (../shared/models/tinyllama-256-*.gguf): they load
 // and generate in both precisions, the fast int8 kernels stay close to the exact path,
-// corrupted block scales are refused, and the file's pages are let go after packing.
+// corrupted block scales and truncated block data are refused, and the file's pages are let go
+// after packing.
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -14,6 +16,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "engine/gguf/ggml_types.h"
 #include "engine/gguf/gguf_file.h"
 #include "engine/kv_cache/kv_cache.h"
 #include "engine/model/model.h"
@@ -118,30 +121,36 @@ std::vector<uint8_t> ReadAll(const std::string& path) {
 }
 
 TEST(QuantizedModels, NonFiniteScalesAreRefused) {
-  const std::string path = testing::SharedModelPath("tinyllama-256-Q4_K_M.gguf");
-  if (path.empty()) GTEST_SKIP() << "shared model not found (QUILL_SHARED_DIR)";
-  auto file = GgufFile::Open(path);
-  ASSERT_TRUE(file.ok()) << file.status();
-  const std::vector<uint8_t> original = ReadAll(path);
   struct Case {
+    const char* file;
     const char* tensor;
     int64_t block;
     uint16_t bits;  // written into the block's d (or dmin, field_m)
     bool field_m;
   };
-  for (const Case& c : {Case{"blk.0.attn_q.weight", 3, 0x7E00, false},    // NaN d (Q4_K)
-                        Case{"blk.1.ffn_down.weight", 7, 0x7C00, false},  // +inf d (Q6_K)
-                        Case{"blk.1.ffn_up.weight", 0, 0xFC00, true},     // -inf dmin (Q4_K)
-                        Case{"token_embd.weight", 31999, 0x7E00, false},  // the embedding
-                        Case{"output.weight", 12, 0x7C01, false}}) {      // signalling NaN
-    SCOPED_TRACE(c.tensor);
+  int checked = 0;
+  for (const Case& c :
+       {Case{"tinyllama-256-Q4_K_M.gguf", "blk.0.attn_q.weight", 3, 0x7E00, false},    // NaN d
+        Case{"tinyllama-256-Q4_K_M.gguf", "blk.1.ffn_down.weight", 7, 0x7C00, false},  // Q6_K
+        Case{"tinyllama-256-Q4_K_M.gguf", "blk.1.ffn_up.weight", 0, 0xFC00, true},     // -inf dmin
+        Case{"tinyllama-256-Q4_K_M.gguf", "token_embd.weight", 31999, 0x7E00, false},
+        Case{"tinyllama-256-Q4_K_M.gguf", "output.weight", 12, 0x7C01, false},       // sNaN
+        Case{"tinyllama-256-Q5_K_M.gguf", "blk.0.attn_q.weight", 5, 0x7E00, false},  // Q5_K
+        Case{"tinyllama-256-Q5_K_M.gguf", "blk.0.ffn_gate.weight", 1, 0x7C00, true},
+        Case{"tinyllama-256-Q4_0.gguf", "blk.1.attn_k.weight", 9, 0xFC00, false}}) {  // Q4_0
+    SCOPED_TRACE(absl::StrCat(c.file, " ", c.tensor));
+    const std::string path = testing::SharedModelPath(c.file);
+    if (path.empty()) GTEST_SKIP() << "shared model not found (QUILL_SHARED_DIR)";
+    auto file = GgufFile::Open(path);
+    ASSERT_TRUE(file.ok()) << file.status();
     const GgufTensorInfo* t = (*file)->FindTensor(c.tensor);
     ASSERT_NE(t, nullptr);
-    const quant::QuantType q =
-        t->type == GgmlType::kQ6_K ? quant::QuantType::kQ6_K : quant::QuantType::kQ4_K;
+    quant::QuantType q;
+    ASSERT_TRUE(ToQuantType(t->type, &q));
     const quant::BlockFields f = quant::FieldsOf(q);
-    std::vector<uint8_t> bytes = original;
     const int64_t field = c.field_m ? f.m : f.d;
+    ASSERT_GE(field, 0);
+    std::vector<uint8_t> bytes = ReadAll(path);
     quant::StoreU16(bytes.data() + t->file_offset + c.block * quant::BlockBytes(q) + field, c.bits);
     const std::string bad = ::testing::TempDir() + "/nan-scale.gguf";
     std::ofstream(bad, std::ios::binary)
@@ -153,7 +162,42 @@ TEST(QuantizedModels, NonFiniteScalesAreRefused) {
       EXPECT_THAT(m.status().message(), HasSubstr(c.tensor));
       EXPECT_THAT(m.status().message(), HasSubstr("NaN or infinite scale"));
     }
+    ++checked;
   }
+  EXPECT_EQ(checked, 8);
+}
+
+// A model file cut short anywhere in its block data is refused with a clean error naming a
+// tensor, never read past its end.
+TEST(QuantizedModels, TruncatedBlockDataIsRefused) {
+  const std::string path = testing::SharedModelPath("tinyllama-256-Q4_K_M.gguf");
+  if (path.empty()) GTEST_SKIP() << "shared model not found (QUILL_SHARED_DIR)";
+  auto file = GgufFile::Open(path);
+  ASSERT_TRUE(file.ok()) << file.status();
+  const std::vector<uint8_t> bytes = ReadAll(path);
+  uint64_t data_start = bytes.size();
+  for (const GgufTensorInfo& t : (*file)->tensors())
+    data_start = std::min(data_start, t.file_offset);
+  uint64_t data_end = 0;
+  for (const GgufTensorInfo& t : (*file)->tensors()) {
+    data_end = std::max(data_end, t.file_offset + t.size_bytes);
+  }
+  const uint64_t span = data_end - data_start;
+  const std::string cut = ::testing::TempDir() + "/truncated.gguf";
+  // Cuts inside the tensor data (past data_end only the padding would go).
+  for (uint64_t n : {data_start + 1, data_start + span / 3, data_start + span / 2, data_end - 100,
+                     data_end - 1}) {
+    SCOPED_TRACE(n);
+    std::ofstream(cut, std::ios::binary | std::ios::trunc)
+        .write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(n));
+    for (Precision p : {Precision::kExact, Precision::kFast}) {
+      auto m = Load(cut, p);
+      ASSERT_FALSE(m.ok());
+      EXPECT_EQ(m.status().code(), absl::StatusCode::kDataLoss) << m.status();
+      EXPECT_THAT(m.status().message(), HasSubstr("extends past the end")) << m.status();
+    }
+  }
+  std::remove(cut.c_str());
 }
 
 // ---------------------------------------------------------------------------------------

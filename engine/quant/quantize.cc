@@ -84,12 +84,16 @@ void QuantizeBlock(QuantType type, const float* x, uint8_t* block) {
     case QuantType::kQ8_0:
       return QuantizeQ8_0(x, block);
     case QuantType::kQ4_K:
-      return internal::QuantizeBlockQ4K(x, block);
+      internal::QuantizeBlockQ4K(x, block);
+      break;
     case QuantType::kQ5_K:
-      return internal::QuantizeBlockQ5K(x, block);
+      internal::QuantizeBlockQ5K(x, block);
+      break;
     case QuantType::kQ6_K:
-      return internal::QuantizeBlockQ6K(x, block);
+      internal::QuantizeBlockQ6K(x, block);
+      break;
   }
+  internal::RepairExact(type, x, block);
 }
 
 }  // namespace
@@ -113,6 +117,8 @@ absl::Status Quantize(QuantType type, const float* x, int64_t blocks, uint8_t* o
                                                      " (not finite)"));
     }
   }
+  // Blocks are independent: the k-quant searches are slow enough to use every core.
+#pragma omp parallel for schedule(dynamic, 64) if (blocks >= 256)
   for (int64_t b = 0; b < blocks; ++b) QuantizeBlock(type, x + b * elements, out + b * bytes);
   return absl::OkStatus();
 }

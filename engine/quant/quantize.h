@@ -19,6 +19,12 @@ namespace quill::engine::quant {
 //              the largest, and q recomputed from the stored scales;
 //   Q6_K:      per sub-block of 16 an x^2-weighted search over the scale, the 16 scales
 //              quantized to int8 against the largest, q recomputed from the stored scales.
+// The k-quant searches are not idempotent; when a super-block's values lie exactly on a
+// grid of the format (they are dequantized values) and the search's block does not
+// reproduce them, an exact encoding is looked for instead (quantize_exact.cc), so that
+// re-quantizing a dequantized tensor reproduces its values bit for bit. (Q6_K blocks with no
+// level at -32 have two such encodings, mirrored in sign; the one llama-quantize stored is
+// not always recoverable from the values.)
 // INVALID_ARGUMENT for a NaN or infinite value (naming its index).
 absl::Status Quantize(QuantType type, const float* x, int64_t blocks, uint8_t* out);
 
@@ -29,6 +35,10 @@ void QuantizeBlockQ5K(const float* x, uint8_t* block);
 void QuantizeBlockQ6K(const float* x, uint8_t* block);
 // Round to nearest, ties to even (saturating far outside the int range; NaN gives 0).
 int NearestInt(float v);
+// Replaces `block` (the search's result for super-block x of a k-quant type) by an encoding
+// that dequantizes to exactly x when x lies on a grid of the format and `block` does not
+// already reproduce it. True if it replaced the block.
+bool RepairExact(QuantType type, const float* x, uint8_t* block);
 }  // namespace internal
 
 }  // namespace quill::engine::quant
