@@ -1,6 +1,7 @@
 // libFuzzer target: arbitrary bytes as a GGUF file, through everything a model load reads
 // before the weights: GgufFile::Open (every count, length, type and offset validated),
-// ModelConfig::FromGguf + Validate + ComputeAccounting, Tokenizer::FromGguf, and a short
+// ModelConfig::FromGguf + Validate + ComputeAccounting + ResolveDecoder (each family's
+// metadata: soft-caps, sliding window, rope_freqs), Tokenizer::FromGguf, and a short
 // encode/decode with whatever tokenizer the file describes. Any crash, sanitizer report or
 // broken invariant (QUILL_CHECK aborts) is a finding.
 
@@ -15,6 +16,7 @@
 
 #include "engine/base/check.h"
 #include "engine/gguf/gguf_file.h"
+#include "engine/model/decoder_description.h"
 #include "engine/model/model_config.h"
 #include "engine/tokenizer/tokenizer.h"
 
@@ -77,6 +79,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const auto accounting =
         quill::engine::ComputeAccounting(*config, config->context_length, /*kv_element_bytes=*/4);
     QUILL_CHECK(accounting.total_params > 0 && accounting.kv_bytes_per_token > 0);
+    auto decoder = quill::engine::ResolveDecoder(gguf, *config);
+    if (decoder.ok()) QUILL_CHECK(!quill::engine::DecoderSummary(*decoder).empty());
   }
   auto tokenizer = quill::engine::Tokenizer::FromGguf(gguf);
   if (tokenizer.ok()) ExerciseTokenizer(**tokenizer);

@@ -6,8 +6,9 @@ The seeds are committed; rerun this only to change them:
     /usr/bin/python3 fuzz/make_seeds.py
 
   gguf_model_fuzzer  tiny GGUF files: a valid 1-layer Llama with a SentencePiece vocabulary,
-                     a valid GPT-2 (byte-level BPE) vocabulary-only file, and a few files
-                     broken in one field each (truncated, bad magic, huge count, wrong type).
+                     a valid GPT-2 (byte-level BPE) vocabulary-only file, the metadata of a
+                     Gemma 2, a Qwen2 and a GPT-2 model, and a few files broken in one field
+                     each (truncated, bad magic, huge count, wrong type).
   tokenizer_fuzzer   byte 0 selects the tokenizer and flags, the rest is the text.
   request_fuzzer     serialized quill.v1.GenerateRequest / TokenizeRequest messages.
   chat_template_fuzzer  byte 0 even: a template source; odd: byte 1 picks a template and
@@ -75,15 +76,17 @@ def spm_vocab():
     return tokens, scores, types
 
 
-def llama_model(vocab_kvs, vocab_size, d=8, heads=2, kv_heads=1, ffn=16, layers=1, ctx=32):
+def decoder_model(vocab_kvs, vocab_size, arch="llama", d=8, heads=2, kv_heads=1, ffn=16,
+                  layers=1, ctx=32, extra_kvs=(), norm_key="layer_norm_rms_epsilon"):
+    """A tiny decoder of `arch` with llama-style tensors (the fuzzer reads metadata only)."""
     hd = d // heads
-    kvs = [("general.architecture", STRING, "llama"), ("general.name", STRING, "fuzz-seed"),
-           ("llama.embedding_length", U32, d), ("llama.block_count", U32, layers),
-           ("llama.attention.head_count", U32, heads),
-           ("llama.attention.head_count_kv", U32, kv_heads),
-           ("llama.feed_forward_length", U32, ffn), ("llama.context_length", U32, ctx),
-           ("llama.rope.freq_base", F32, 10000.0),
-           ("llama.attention.layer_norm_rms_epsilon", F32, 1e-5)] + vocab_kvs
+    kvs = [("general.architecture", STRING, arch), ("general.name", STRING, "fuzz-seed"),
+           (arch + ".embedding_length", U32, d), (arch + ".block_count", U32, layers),
+           (arch + ".attention.head_count", U32, heads),
+           (arch + ".attention.head_count_kv", U32, kv_heads),
+           (arch + ".feed_forward_length", U32, ffn), (arch + ".context_length", U32, ctx),
+           (arch + ".rope.freq_base", F32, 10000.0),
+           (arch + ".attention." + norm_key, F32, 1e-5)] + list(extra_kvs) + vocab_kvs
     tensors = [("token_embd.weight", [d, vocab_size]), ("output_norm.weight", [d])]
     for i in range(layers):
         b = "blk.%d." % i
@@ -94,6 +97,10 @@ def llama_model(vocab_kvs, vocab_size, d=8, heads=2, kv_heads=1, ffn=16, layers=
                     (b + "ffn_gate.weight", [d, ffn]), (b + "ffn_up.weight", [d, ffn]),
                     (b + "ffn_down.weight", [ffn, d])]
     return gguf_file(kvs, tensors)
+
+
+def llama_model(vocab_kvs, vocab_size, **shape):
+    return decoder_model(vocab_kvs, vocab_size, "llama", **shape)
 
 
 def gpt2_vocab_kvs():
@@ -138,7 +145,20 @@ def gguf_seeds():
              "huge_tensor_count.gguf": spm_model[:8] + struct.pack("<Q", 1 << 62) +
              spm_model[16:400],
              "wrong_key_type.gguf": gguf_file([("general.architecture", U32, 7),
-                                               ("tokenizer.ggml.model", I32, 1)], [])}
+                                               ("tokenizer.ggml.model", I32, 1)], []),
+             # The other families' metadata (DecoderDescription / ResolveDecoder): Gemma 2's
+             # key_length, soft-caps and sliding window; GPT-2's LayerNorm epsilon.
+             "gemma2_model.gguf": decoder_model(
+                 spm_kvs, len(tokens), "gemma2", d=16, heads=2, kv_heads=1, layers=2,
+                 extra_kvs=[("gemma2.attention.key_length", U32, 16),
+                            ("gemma2.attention.value_length", U32, 16),
+                            ("gemma2.attn_logit_softcapping", F32, 50.0),
+                            ("gemma2.final_logit_softcapping", F32, 30.0),
+                            ("gemma2.attention.sliding_window", U32, 8)]),
+             "qwen2_model.gguf": decoder_model(spm_kvs, len(tokens), "qwen2", d=16, heads=4,
+                                               kv_heads=2),
+             "gpt2_model.gguf": decoder_model(gpt2_vocab_kvs(), 256 + 3, "gpt2",
+                                              norm_key="layer_norm_epsilon")}
     return seeds
 
 
