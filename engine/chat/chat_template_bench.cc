@@ -54,8 +54,7 @@ int main(int argc, char** argv) {
   ChatRenderOptions options;
   options.date = absl::CivilDay(2026, 1, 15);
 
-  std::printf("%-52s %8s %10s %10s %8s\n", "template", "bytes", "parse_us", "render_us",
-              "renders");
+  std::printf("%-52s %8s %10s %10s %8s\n", "template", "bytes", "parse_us", "render_us", "renders");
   std::vector<double> all;
   for (const Json& entry : reference["templates"]) {
     const std::string source = ReadFile(dir + entry["file"].get<std::string>());
@@ -90,8 +89,9 @@ int main(int argc, char** argv) {
   }
   std::sort(all.begin(), all.end());
   if (!all.empty()) {
-    std::printf("render time per template (median of %d): min %.1f us, median %.1f us, max %.1f us\n",
-                iterations, all.front(), all[all.size() / 2], all.back());
+    std::printf(
+        "render time per template (median of %d): min %.1f us, median %.1f us, max %.1f us\n",
+        iterations, all.front(), all[all.size() / 2], all.back());
   }
   return 0;
 }
