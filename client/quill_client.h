@@ -49,7 +49,7 @@ absl::Status FromGrpcStatus(const grpc::Status& status);
 // "LENGTH", "STOP", "EOS" or "UNSPECIFIED".
 absl::string_view FinishReasonName(quill::v1::FinishReason reason);
 
-// A cancellation handle for one Generate call. Thread-safe: Cancel() may be called from any
+// A cancellation handle for one Generate (or Chat) call. Thread-safe: Cancel() may be called from any
 // thread (including from inside the on_message callback), before, during or after the call.
 // Cancelling before the call starts makes the call return CANCELLED without sending it.
 // A GenerateCall is used by at most one Generate call at a time and must outlive it.
@@ -111,6 +111,18 @@ class QuillClient {
                                               absl::Duration timeout = absl::InfiniteDuration(),
                                               const ClientContextHook& hook = nullptr);
 
+  // Streams one chat turn: the server renders `request.messages` with its chat template and
+  // generates the answer as Generate does (FAILED_PRECONDITION when it has no template).
+  absl::Status Chat(const quill::v1::ChatRequest& request,
+                    const std::function<void(const quill::v1::GenerateResponse&)>& on_message,
+                    absl::Duration timeout = absl::InfiniteDuration(),
+                    const ClientContextHook& hook = nullptr, GenerateCall* call = nullptr);
+
+  // Chat, collecting the stream into a GenerateResult.
+  absl::StatusOr<GenerateResult> ChatText(const quill::v1::ChatRequest& request,
+                                          absl::Duration timeout = absl::InfiniteDuration(),
+                                          const ClientContextHook& hook = nullptr);
+
   absl::StatusOr<quill::v1::TokenizeResponse> Tokenize(
       const quill::v1::TokenizeRequest& request, absl::Duration timeout = absl::InfiniteDuration(),
       const ClientContextHook& hook = nullptr);
@@ -130,6 +142,13 @@ class QuillClient {
   const std::shared_ptr<grpc::Channel>& channel() const { return channel_; }
 
  private:
+  // The body of Generate and Chat: `start` begins the server stream on the prepared context.
+  absl::Status Stream(
+      const std::function<std::unique_ptr<grpc::ClientReader<quill::v1::GenerateResponse>>(
+          grpc::ClientContext*)>& start,
+      const std::function<void(const quill::v1::GenerateResponse&)>& on_message,
+      absl::Duration timeout, const ClientContextHook& hook, GenerateCall* call);
+
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<quill::v1::Generator::Stub> generator_;
   std::unique_ptr<grpc::health::v1::Health::Stub> health_;

@@ -10,6 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "engine/chat/chat_prompt.h"
 #include "engine/runtime/request.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "google/protobuf/message.h"
@@ -28,10 +29,15 @@ struct RequestLimits {
   // 0 = unknown (not checked).
   int64_t kv_capacity_tokens = 0;
   int max_stop_strings = 16;
-  int max_stop_bytes = 256;   // per stop string
+  int max_stop_bytes = 256;  // per stop string
   int max_stop_token_ids = 16;
   int max_logprobs = 20;
   int max_request_id_bytes = 128;
+  // Chat: messages per request, and bytes of all their roles and contents together (each
+  // byte is rendered and tokenized, so this bounds the work before the prompt length is
+  // known).
+  int max_chat_messages = 1024;
+  int64_t max_chat_content_bytes = 1 << 20;
 };
 
 // Offset of the first byte that is not part of well-formed UTF-8 (overlong forms,
@@ -51,8 +57,8 @@ absl::Status ParseRequest(const grpc::ByteBuffer& buffer, google::protobuf::Mess
 grpc::ByteBuffer SerializeResponse(const google::protobuf::Message& message);
 
 // Checks every field that does not need the tokenizer. INVALID_ARGUMENT naming the field:
-// request_id too long or not printable ASCII, no prompt, ids outside the vocabulary, max_tokens 0 or above the
-// limit, NaN/Inf/out-of-range sampling values, logprobs outside [0, max_logprobs],
+// request_id too long or not printable ASCII, no prompt, ids outside the vocabulary, max_tokens 0
+// or above the limit, NaN/Inf/out-of-range sampling values, logprobs outside [0, max_logprobs],
 // stop strings that are too many, too long, empty or not UTF-8, stop_token_ids outside
 // the vocabulary. Nothing is clamped.
 absl::Status ValidateGenerateRequest(const quill::v1::GenerateRequest& request,
@@ -62,9 +68,31 @@ absl::Status ValidateGenerateRequest(const quill::v1::GenerateRequest& request,
 // and builds the engine request. Also INVALID_ARGUMENT when the prompt is longer than
 // max_prompt_tokens or prompt + max_tokens does not fit the context. request_id and
 // deadline are copied/left for the caller to set.
-absl::StatusOr<engine::GenerationRequest> ToEngineRequest(
-    const quill::v1::GenerateRequest& request, const RequestLimits& limits,
-    const engine::Tokenizer& tokenizer);
+absl::StatusOr<engine::GenerationRequest> ToEngineRequest(const quill::v1::GenerateRequest& request,
+                                                          const RequestLimits& limits,
+                                                          const engine::Tokenizer& tokenizer);
+
+// Checks a Chat request before anything is rendered: request_id and the option fields as
+// ValidateGenerateRequest checks them (except that max_tokens 0 is allowed: the default),
+// and messages: not empty, at most max_chat_messages, every role non-empty, roles and
+// contents valid UTF-8 and at most max_chat_content_bytes together. INVALID_ARGUMENT
+// naming the field ("messages[2].role is empty").
+absl::Status ValidateChatRequest(const quill::v1::ChatRequest& request,
+                                 const RequestLimits& limits);
+
+// Validates `request`, renders and tokenizes its messages through `prompter` and builds the
+// engine request. max_tokens 0 becomes what the context (and KV pool) has left after the
+// prompt, up to limits.max_tokens. FAILED_PRECONDITION when the server has no chat template;
+// INVALID_ARGUMENT for what ValidateChatRequest refuses, a template that refuses the
+// conversation ("messages: ..."), a prompt longer than max_prompt_tokens, or one that leaves
+// no room for max_tokens.
+absl::StatusOr<engine::GenerationRequest> ToEngineChatRequest(
+    const quill::v1::ChatRequest& request, const RequestLimits& limits,
+    const engine::chat::ChatPrompter& prompter);
+
+// The generation options of a Chat request as a GenerateRequest without input (the two
+// messages share the option fields' names and numbers).
+quill::v1::GenerateRequest ChatOptions(const quill::v1::ChatRequest& request);
 
 // Proto sampling message -> engine sampling params (unset message = greedy; top_p 0 and
 // repetition_penalty 0 mean 1). Assumes ValidateGenerateRequest passed.

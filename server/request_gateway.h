@@ -8,12 +8,14 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "engine/chat/chat_prompt.h"
 #include "engine/runtime/engine.h"
 #include "engine/runtime/request.h"
 #include "engine/runtime/token_sink.h"
@@ -30,8 +32,11 @@ class RequestGateway {
   // `metrics` may be null; it must outlive the gateway.
   RequestGateway(QuillMetrics* metrics, std::string model_path);
 
-  // The engine is ready; it must outlive every front end. Called once.
-  void SetEngine(engine::Engine* engine);
+  // The engine is ready; it must outlive every front end. Called once. Chat prompts use
+  // `chat_template` (the server's --chat-template) or else the model's own template; with
+  // neither, chat requests are FAILED_PRECONDITION.
+  void SetEngine(engine::Engine* engine,
+                 std::optional<engine::chat::ChatTemplate> chat_template = std::nullopt);
   // New generations are refused with UNAVAILABLE from now on.
   void StartDraining();
 
@@ -55,6 +60,12 @@ class RequestGateway {
   absl::StatusOr<engine::GenerationRequest> Prepare(const quill::v1::GenerateRequest& request,
                                                     absl::Time deadline, Api api);
 
+  // Prepare for a chat: the messages are rendered by the chat template and tokenized
+  // (request_codec's ToEngineChatRequest). FAILED_PRECONDITION when the server has no chat
+  // template; otherwise errors as Prepare's. The rejection is counted either way.
+  absl::StatusOr<engine::GenerationRequest> PrepareChat(const quill::v1::ChatRequest& request,
+                                                        absl::Time deadline, Api api);
+
   // Engine::Submit. On error (RESOURCE_EXHAUSTED queue full, UNAVAILABLE draining,
   // ALREADY_EXISTS duplicate id, INVALID_ARGUMENT) the rejection is counted and `sink` is
   // never called; on OK it gets chunks and exactly one OnFinish.
@@ -70,12 +81,17 @@ class RequestGateway {
 
  private:
   std::string NewRequestId();
+  // Counts and logs a refused request; fills in id, deadline and front end otherwise.
+  absl::StatusOr<engine::GenerationRequest> FinishPrepare(
+      absl::StatusOr<engine::GenerationRequest> converted, absl::Time deadline, Api api);
 
   QuillMetrics* const metrics_;
   const std::string model_path_;
   // Written once by SetEngine before engine_ is published; read by handlers after.
   RequestLimits limits_;
   std::string model_name_;
+  // Set with the engine (chat needs the model's tokenizer).
+  std::optional<engine::chat::ChatPrompter> chat_prompter_;
   std::atomic<engine::Engine*> engine_{nullptr};
   std::atomic<bool> draining_{false};
   std::atomic<uint64_t> next_id_{1};

@@ -7,6 +7,8 @@
 #include <atomic>
 #include <chrono>
 #include <exception>
+#include <fstream>
+#include <sstream>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -78,19 +80,39 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
 Server::~Server() {
   Shutdown();
   StopExposer(std::move(exposer_),
-              options_.metrics_host.empty() ? options_.host : options_.metrics_host,
-              metrics_port_);
+              options_.metrics_host.empty() ? options_.host : options_.metrics_host, metrics_port_);
 }
 
 std::string Server::address() const { return JoinHostPort(options_.host, port_); }
 
 absl::Status Server::Start() {
+  if (absl::Status s = LoadChatTemplate(); !s.ok()) return s;
   metrics_ = std::make_unique<QuillMetrics>();
   gateway_ = std::make_unique<RequestGateway>(metrics_.get(), options_.model_path);
   if (absl::Status s = StartMetrics(); !s.ok()) return s;
   if (absl::Status s = StartGrpc(); !s.ok()) return s;
   if (absl::Status s = StartHttp(); !s.ok()) return s;
   return LoadModelAndEngine();
+}
+
+// Before anything binds a port: a bad template file is a configuration error.
+absl::Status Server::LoadChatTemplate() {
+  const std::string& path = options_.chat_template_path;
+  if (path.empty()) return absl::OkStatus();
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("--chat-template ", path, ": cannot open"));
+  std::ostringstream source;
+  source << in.rdbuf();
+  if (in.bad()) return absl::DataLossError(absl::StrCat("--chat-template ", path, ": read error"));
+  absl::StatusOr<engine::chat::ChatTemplate> parsed =
+      engine::chat::ChatTemplate::Parse(source.str());
+  if (!parsed.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--chat-template ", path, ": ", parsed.status().message()));
+  }
+  chat_template_ = *std::move(parsed);
+  spdlog::info("chat template from {}", path);
+  return absl::OkStatus();
 }
 
 absl::Status Server::StartMetrics() {
@@ -100,21 +122,24 @@ absl::Status Server::StartMetrics() {
   // civetweb options (see ServerOptions::metrics_threads); no keep-alive, so a connection
   // holds its thread only for one request.
   std::vector<std::string> civetweb = {
-      "listening_ports", bind,
-      "num_threads", std::to_string(options_.metrics_threads),
+      "listening_ports",
+      bind,
+      "num_threads",
+      std::to_string(options_.metrics_threads),
       "request_timeout_ms",
       std::to_string(absl::ToInt64Milliseconds(options_.metrics_request_timeout)),
-      "enable_keep_alive", "no",
+      "enable_keep_alive",
+      "no",
   };
   try {
     exposer_ = std::make_unique<prometheus::Exposer>(std::move(civetweb));
   } catch (const std::exception& e) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot serve metrics on ", bind, ": ", e.what()));
+    return absl::UnavailableError(absl::StrCat("cannot serve metrics on ", bind, ": ", e.what()));
   }
   exposer_->RegisterCollectable(metrics_->collectable());
   const std::vector<int> ports = exposer_->GetListeningPorts();
-  if (ports.empty()) return absl::UnavailableError(absl::StrCat("metrics: not listening on ", bind));
+  if (ports.empty())
+    return absl::UnavailableError(absl::StrCat("metrics: not listening on ", bind));
   metrics_port_ = ports.front();
   spdlog::info("metrics on http://{}/metrics", JoinHostPort(host, metrics_port_));
   return absl::OkStatus();
@@ -201,7 +226,8 @@ absl::Status Server::LoadModelAndEngine() {
   metrics_->SetModelWeightsBytes(weight_bytes);
   engine::Engine* e = engine_.get();
   metrics_->SetGaugeSource([e] { return e->gauges(); });
-  gateway_->SetEngine(e);
+  gateway_->SetEngine(e, std::move(chat_template_));
+  chat_template_.reset();
 
   const engine::EngineGauges gauges = e->gauges();
   const engine::EngineOptions& eo = e->options();
@@ -210,9 +236,8 @@ absl::Status Server::LoadModelAndEngine() {
       "kv cache: blocks={} block_size_tokens={} capacity_tokens={} bytes={} ({}) "
       "bytes_per_token={}",
       gauges.kv_blocks_total, eo.block_size_tokens,
-      static_cast<int64_t>(gauges.kv_blocks_total) * eo.block_size_tokens,
-      gauges.kv_bytes_total, HumanBytes(gauges.kv_bytes_total),
-      accounting.kv_bytes_per_token);
+      static_cast<int64_t>(gauges.kv_blocks_total) * eo.block_size_tokens, gauges.kv_bytes_total,
+      HumanBytes(gauges.kv_bytes_total), accounting.kv_bytes_per_token);
   spdlog::info(
       "limits: max_tokens={} max_prompt_tokens={} max_batch_tokens={} prefill_chunk_tokens={} "
       "max_running={} max_queue={} max_message_bytes={} drain_timeout={}",

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <set>
 #include <utility>
 
@@ -158,6 +159,7 @@ struct Model::Impl {
   std::unique_ptr<GgufFile> file;  // owns the mapping the embedding view points into
   ModelConfig config;
   std::unique_ptr<Tokenizer> tokenizer;
+  std::optional<std::string> chat_template;
 
   WeightView embedding;  // token_embd.weight, looked up row by row
   std::vector<Layer> layers;
@@ -221,6 +223,11 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const ModelOptions& options) 
   const ModelConfig& c = impl->config;
   QUILL_RETURN_IF_ERROR(c.Validate());
   QUILL_ASSIGN_OR_RETURN(impl->tokenizer, Tokenizer::FromGguf(file));
+  // Kept as text for the chat layer, which parses it: a bad template (or a value that is
+  // not a string) must not stop raw prompts from working.
+  if (absl::StatusOr<std::string> t = file.GetString("tokenizer.chat_template"); t.ok()) {
+    impl->chat_template = *std::move(t);
+  }
   if (impl->tokenizer->vocab_size() > c.vocab_size) {
     return absl::InvalidArgumentError(
         absl::StrCat("tokenizer has ", impl->tokenizer->vocab_size(),
@@ -334,6 +341,7 @@ Model::~Model() = default;
 const ModelConfig& Model::config() const { return impl_->config; }
 const Tokenizer& Model::tokenizer() const { return *impl_->tokenizer; }
 const ModelOptions& Model::options() const { return impl_->options; }
+const std::optional<std::string>& Model::chat_template() const { return impl_->chat_template; }
 int64_t Model::weight_bytes() const { return impl_->weight_bytes; }
 std::string Model::weight_type_name() const { return impl_->weight_type_name; }
 std::string Model::kernel_summary() const { return impl_->kernel_summary; }

@@ -32,6 +32,19 @@ void SetSampling(quill::v1::GenerateRequest* request, float temperature, float t
   request->mutable_sampling()->set_seed(seed);
 }
 
+namespace {
+
+// Appends one streamed message to `stream`.
+void Append(const quill::v1::GenerateResponse& response, Stream* stream) {
+  stream->ids.insert(stream->ids.end(), response.token_ids().begin(), response.token_ids().end());
+  stream->text += response.text();
+  for (const auto& lp : response.logprobs()) stream->logprobs.push_back(lp);
+  ++stream->messages;
+  stream->last = response;
+}
+
+}  // namespace
+
 Stream Collect(client::QuillClient& client, const quill::v1::GenerateRequest& request,
                absl::Duration timeout, client::GenerateCall* call,
                const std::function<void(const Stream&)>& on_message) {
@@ -39,16 +52,44 @@ Stream Collect(client::QuillClient& client, const quill::v1::GenerateRequest& re
   stream.status = client.Generate(
       request,
       [&](const quill::v1::GenerateResponse& response) {
-        stream.ids.insert(stream.ids.end(), response.token_ids().begin(),
-                          response.token_ids().end());
-        stream.text += response.text();
-        for (const auto& lp : response.logprobs()) stream.logprobs.push_back(lp);
-        ++stream.messages;
-        stream.last = response;
+        Append(response, &stream);
         if (on_message) on_message(stream);
       },
       timeout, /*hook=*/nullptr, call);
   return stream;
+}
+
+quill::v1::ChatRequest ChatRequestOf(
+    const std::vector<std::pair<std::string, std::string>>& messages, int max_tokens) {
+  quill::v1::ChatRequest r;
+  for (const auto& [role, content] : messages) {
+    quill::v1::ChatMessage* m = r.add_messages();
+    m->set_role(role);
+    m->set_content(content);
+  }
+  r.set_max_tokens(max_tokens);
+  return r;
+}
+
+Stream CollectChat(client::QuillClient& client, const quill::v1::ChatRequest& request,
+                   absl::Duration timeout) {
+  Stream stream;
+  stream.status = client.Chat(
+      request, [&](const quill::v1::GenerateResponse& response) { Append(response, &stream); },
+      timeout);
+  return stream;
+}
+
+absl::StatusOr<std::string> QuillRunRenderChat(const std::vector<std::string>& args) {
+  const std::string binary = BuildBinaryPath("engine/tools/quill-run");
+  if (binary.empty()) return absl::NotFoundError("quill-run is not built");
+  std::vector<std::string> argv = {binary, "--render-chat"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  int code = -1;
+  absl::StatusOr<std::string> out = RunAndCapture(argv, &code);
+  if (!out.ok()) return out.status();
+  if (code != 0) return absl::InternalError(absl::StrCat("quill-run exited ", code, ": ", *out));
+  return out;
 }
 
 absl::StatusOr<std::vector<int>> QuillRunIds(const std::vector<std::string>& args) {
