@@ -176,7 +176,7 @@ class HttpStreamer::Impl {
         chunked = true;
       }
       if (absl::StartsWith(lower, "content-length:")) {
-        absl::SimpleAtoi(absl::StripAsciiWhitespace(lower.substr(15)), &length);
+        if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(lower.substr(15)), &length)) length = -1;
       }
     }
     if (!chunked) {

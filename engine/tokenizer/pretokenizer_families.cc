@@ -14,7 +14,9 @@ constexpr absl::string_view kGpt2 =
     R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 
 // Llama 3 (tokenizer.json): letters may take one leading non-letter, digits go in
-// groups of up to three, punctuation keeps trailing newlines.
+// groups of up to three, punctuation keeps trailing newlines. The contractions are
+// caseless as published; llama.cpp spells them '[sS]... (ASCII only), which differs only
+// for U+017F (long s) after an apostrophe.
 constexpr absl::string_view kLlama3 =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
@@ -57,7 +59,10 @@ struct Family {
 };
 
 // Names as llama.cpp's converter writes them to tokenizer.ggml.pre; families that share
-// a pattern list share an entry.
+// a pattern list share an entry. Multi-pattern lists (Falcon, StarCoder, DeepSeek) are
+// llama.cpp's rendering of each family's Split sequence. "" and "default" take GPT-2's
+// pattern: a gpt2 vocabulary that names no family is GPT-2's (llama.cpp instead applies a
+// four-pattern approximation there and warns that quality will suffer).
 const std::vector<Family>& Families() {
   static const auto* const kFamilies = new std::vector<Family>{
       {{"gpt-2", "default", "", "phi-2", "mpt", "gpt-neox", "olmo"}, {kGpt2}, false, false},

@@ -519,6 +519,34 @@ TEST_F(FromGgufTest, UnknownPreTokenizerIsInvalidArgumentNamingIt) {
   EXPECT_EQ(Load(w).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// A real vocabulary file with its tokenizer.ggml.pre value overwritten in place (same
+// length, so the file stays well-formed): the reader opens it, the tokenizer refuses it
+// by name.
+TEST_F(FromGgufTest, FileWithAnUnknownPreTokenizer) {
+  const std::string model = SharedDir() + "/vocab/ggml-vocab-qwen2.gguf";
+  SKIP_IF_NO_SHARED(model);
+  std::string bytes;
+  ASSERT_TRUE(ReadFile(model, &bytes));
+  // The key, then its type (8: string), the value's length (5) and "qwen2".
+  const std::string key = "tokenizer.ggml.pre";
+  const size_t at = bytes.find(key);
+  ASSERT_NE(at, std::string::npos);
+  const size_t value = at + key.size() + 4 + 8;
+  ASSERT_EQ(bytes.substr(value, 5), "qwen2");
+  bytes.replace(value, 5, "qwen9");
+  const std::string path = absl::StrCat(::testing::TempDir(), "/qwen9-tiny.gguf");
+  {
+    std::ofstream out(path, std::ios::binary);
+    out << bytes;
+  }
+  auto file = GgufFile::Open(path);
+  ASSERT_TRUE(file.ok()) << file.status();
+  const auto t = Tokenizer::FromGguf(**file);
+  std::remove(path.c_str());
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(t.status().message()), HasSubstr("unsupported pre-tokenizer 'qwen9'"));
+}
+
 TEST_F(FromGgufTest, RejectsBadMetadata) {
   const auto kInvalid = absl::StatusCode::kInvalidArgument;
   {
@@ -555,6 +583,42 @@ TEST_F(FromGgufTest, RejectsBadMetadata) {
     GgufWriter w = ValidWriter();
     w.SetString("tokenizer.ggml.model", "gpt2");  // no byte-level alphabet
     EXPECT_EQ(Load(w).status().code(), kInvalid);
+  }
+  // The keys the end-of-generation set and the SentencePiece flags are read from.
+  const auto expect_invalid = [&](const GgufWriter& w, const std::string& mentions) {
+    const absl::Status status = Load(w).status();
+    EXPECT_EQ(status.code(), kInvalid) << mentions;
+    EXPECT_THAT(std::string(status.message()), HasSubstr(mentions));
+  };
+  {
+    GgufWriter w = ValidWriter();
+    w.SetUint32("tokenizer.ggml.eot_token_id", 5);
+    expect_invalid(w, "eot id 5 is out of range");
+  }
+  {
+    GgufWriter w = ValidWriter();
+    w.SetUint32("tokenizer.ggml.eom_token_id", 1u << 31);
+    expect_invalid(w, "tokenizer.ggml.eom_token_id");
+  }
+  {
+    GgufWriter w = ValidWriter();
+    w.SetString("tokenizer.ggml.eot_token_id", "<|eot_id|>");
+    expect_invalid(w, "tokenizer.ggml.eot_token_id");
+  }
+  {
+    GgufWriter w = ValidWriter();
+    w.SetUint32("tokenizer.ggml.add_space_prefix", 0);
+    expect_invalid(w, "tokenizer.ggml.add_space_prefix");
+  }
+  {
+    GgufWriter w = ValidWriter();
+    w.SetString("tokenizer.ggml.add_eos_token", "true");
+    expect_invalid(w, "tokenizer.ggml.add_eos_token");
+  }
+  {
+    GgufWriter w = ValidWriter();
+    w.SetInt32Array("tokenizer.ggml.token_type", std::vector<int32_t>{2, 3, 3, 1, 7});
+    expect_invalid(w, "token 4 has unknown type 7");
   }
 }
 

@@ -52,7 +52,8 @@ class Subprocess {
   };
   Subprocess() = default;
   void ReadLoop();
-  static bool OutputChanged(WaitArg* arg);
+  // Called by absl::Mutex::Await with mu_ held, which the analysis cannot see.
+  static bool OutputChanged(WaitArg* arg) ABSL_NO_THREAD_SAFETY_ANALYSIS;
 
   pid_t pid_ = -1;
   int out_fd_ = -1;
