@@ -367,9 +367,50 @@ absl::StatusOr<engine::GenerationRequest> ToEngineChatRequest(
     const v1::ChatRequest& request, const RequestLimits& limits,
     const engine::chat::ChatPrompter& prompter) {
   if (absl::Status s = ValidateChatRequest(request, limits); !s.ok()) return s;
-  std::vector<engine::chat::ChatMessage> messages;
-  messages.reserve(request.messages_size());
-  for (const v1::ChatMessage& m : request.messages()) messages.push_back({m.role(), m.content()});
+  nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+  for (const v1::ChatMessage& m : request.messages()) {
+    messages.push_back({{"role", m.role()}, {"content", m.content()}});
+  }
+  return ToEngineChatRequest(messages, ChatOptions(request), limits, prompter);
+}
+
+absl::Status ValidateChatMessages(const nlohmann::ordered_json& messages,
+                                  const RequestLimits& limits) {
+  if (!messages.is_array()) return Invalid("messages", "must be an array");
+  if (messages.empty()) return Invalid("messages", "is empty");
+  if (messages.size() > static_cast<size_t>(limits.max_chat_messages)) {
+    return Invalid("messages", absl::StrCat("has ", messages.size(), " messages; at most ",
+                                            limits.max_chat_messages, " are allowed"));
+  }
+  int64_t bytes = 0;
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const nlohmann::ordered_json& m = messages[i];
+    const std::string field = absl::StrCat("messages[", i, "]");
+    if (!m.is_object()) return Invalid(field, "must be an object");
+    auto role = m.find("role");
+    if (role == m.end() || !role->is_string() || role->get_ref<const std::string&>().empty()) {
+      return Invalid(absl::StrCat(field, ".role"), "must be a non-empty string");
+    }
+    bytes += static_cast<int64_t>(role->get_ref<const std::string&>().size());
+    if (auto content = m.find("content"); content != m.end() && content->is_string()) {
+      bytes += static_cast<int64_t>(content->get_ref<const std::string&>().size());
+    }
+  }
+  if (bytes > limits.max_chat_content_bytes) {
+    return Invalid("messages", absl::StrCat("hold ", bytes, " bytes of roles and content; at most ",
+                                            limits.max_chat_content_bytes, " are allowed"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<engine::GenerationRequest> ToEngineChatRequest(
+    const nlohmann::ordered_json& messages, const v1::GenerateRequest& options,
+    const RequestLimits& limits, const engine::chat::ChatPrompter& prompter) {
+  if (absl::Status s = ValidateRequestId(options.request_id(), limits); !s.ok()) return s;
+  if (absl::Status s = ValidateChatMessages(messages, limits); !s.ok()) return s;
+  if (absl::Status s = ValidateOptions(options, limits, /*max_tokens_default=*/true); !s.ok()) {
+    return s;
+  }
   absl::StatusOr<engine::chat::ChatPrompt> prompt = prompter.Build(messages);
   if (!prompt.ok()) return prompt.status();
   const int64_t prompt_tokens = static_cast<int64_t>(prompt->ids.size());
@@ -378,18 +419,19 @@ absl::StatusOr<engine::GenerationRequest> ToEngineChatRequest(
                                             " tokens; the longest prompt accepted is ",
                                             limits.max_prompt_tokens, " tokens"));
   }
-  v1::GenerateRequest options = ChatOptions(request);
-  if (options.max_tokens() == 0) {
+  v1::GenerateRequest resolved = options;
+  if (resolved.max_tokens() == 0) {
     int64_t room = limits.context_length - prompt_tokens;
-    if (limits.kv_capacity_tokens > 0)
+    if (limits.kv_capacity_tokens > 0) {
       room = std::min(room, limits.kv_capacity_tokens - prompt_tokens);
+    }
     if (room < 1) {
       return Invalid("messages", absl::StrCat("render to a prompt of ", prompt_tokens,
                                               " tokens, which leaves no room to generate"));
     }
-    options.set_max_tokens(static_cast<int32_t>(std::min<int64_t>(limits.max_tokens, room)));
+    resolved.set_max_tokens(static_cast<int32_t>(std::min<int64_t>(limits.max_tokens, room)));
   }
-  return BuildEngineRequest(options, std::move(prompt->ids), limits);
+  return BuildEngineRequest(resolved, std::move(prompt->ids), limits);
 }
 
 v1::FinishReason ToProtoFinishReason(engine::FinishReason reason) {

@@ -14,6 +14,7 @@
 #include "engine/runtime/request.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "google/protobuf/message.h"
+#include "nlohmann/json.hpp"
 #include "grpcpp/support/byte_buffer.h"
 #include "quill/v1/quill.pb.h"
 
@@ -81,14 +82,29 @@ absl::Status ValidateChatRequest(const quill::v1::ChatRequest& request,
                                  const RequestLimits& limits);
 
 // Validates `request`, renders and tokenizes its messages through `prompter` and builds the
-// engine request. max_tokens 0 becomes what the context (and KV pool) has left after the
-// prompt, up to limits.max_tokens. FAILED_PRECONDITION when the server has no chat template;
-// INVALID_ARGUMENT for what ValidateChatRequest refuses, a template that refuses the
-// conversation ("messages: ..."), a prompt longer than max_prompt_tokens, or one that leaves
-// no room for max_tokens.
+// engine request (the JSON overload below, after ValidateChatRequest).
 absl::StatusOr<engine::GenerationRequest> ToEngineChatRequest(
     const quill::v1::ChatRequest& request, const RequestLimits& limits,
     const engine::chat::ChatPrompter& prompter);
+
+// The shape every chat front end shares: `messages` a non-empty array of at most
+// max_chat_messages objects, each with a non-empty string "role"; string roles and contents
+// at most max_chat_content_bytes together. Other fields (and a non-string content) are the
+// template's business. INVALID_ARGUMENT naming the field.
+absl::Status ValidateChatMessages(const nlohmann::ordered_json& messages,
+                                  const RequestLimits& limits);
+
+// A chat turn from `messages` as the client sent them (an OpenAI message array, kept in
+// order: templates see every field, and tojson prints them as given) and the generation
+// options in `options` (a GenerateRequest without input). max_tokens 0 becomes what the
+// context (and KV pool) has left after the prompt, up to limits.max_tokens.
+// FAILED_PRECONDITION when the server has no chat template; INVALID_ARGUMENT for what
+// ValidateChatMessages or the option checks refuse, a template that refuses the
+// conversation ("messages: ..."), a prompt longer than max_prompt_tokens, or one that leaves
+// no room for max_tokens.
+absl::StatusOr<engine::GenerationRequest> ToEngineChatRequest(
+    const nlohmann::ordered_json& messages, const quill::v1::GenerateRequest& options,
+    const RequestLimits& limits, const engine::chat::ChatPrompter& prompter);
 
 // The generation options of a Chat request as a GenerateRequest without input (the two
 // messages share the option fields' names and numbers).

@@ -81,6 +81,18 @@ absl::StatusOr<engine::GenerationRequest> RequestGateway::PrepareChat(
   return FinishPrepare(ToEngineChatRequest(request, limits_, *chat_prompter_), deadline, api);
 }
 
+absl::StatusOr<engine::GenerationRequest> RequestGateway::PrepareChat(
+    const nlohmann::ordered_json& messages, const quill::v1::GenerateRequest& options,
+    absl::Time deadline, Api api) {
+  absl::Status serving = CheckServing();
+  if (!serving.ok()) {
+    RecordRejected(api);
+    return serving;
+  }
+  return FinishPrepare(ToEngineChatRequest(messages, options, limits_, *chat_prompter_), deadline,
+                       api);
+}
+
 absl::StatusOr<engine::GenerationRequest> RequestGateway::FinishPrepare(
     absl::StatusOr<engine::GenerationRequest> converted, absl::Time deadline, Api api) {
   if (!converted.ok()) {

@@ -19,6 +19,7 @@
 #include "engine/runtime/engine.h"
 #include "engine/runtime/request.h"
 #include "engine/runtime/token_sink.h"
+#include "nlohmann/json.hpp"
 #include "quill/v1/quill.pb.h"
 #include "server/metrics/quill_metrics.h"
 #include "server/request_codec.h"
@@ -64,6 +65,10 @@ class RequestGateway {
   // (request_codec's ToEngineChatRequest). FAILED_PRECONDITION when the server has no chat
   // template; otherwise errors as Prepare's. The rejection is counted either way.
   absl::StatusOr<engine::GenerationRequest> PrepareChat(const quill::v1::ChatRequest& request,
+                                                        absl::Time deadline, Api api);
+  // The same for an OpenAI message array and the options in `options` (HTTP).
+  absl::StatusOr<engine::GenerationRequest> PrepareChat(const nlohmann::ordered_json& messages,
+                                                        const quill::v1::GenerateRequest& options,
                                                         absl::Time deadline, Api api);
 
   // Engine::Submit. On error (RESOURCE_EXHAUSTED queue full, UNAVAILABLE draining,

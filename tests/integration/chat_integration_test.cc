@@ -58,12 +58,7 @@ std::string WriteTemp(const std::string& name, const std::string& text) {
 
 // The prompt quill-run renders for `messages` with `template_path` (and kjv's BOS/EOS text).
 absl::StatusOr<std::string> Render(const Messages& messages, const std::string& template_path) {
-  nlohmann::ordered_json json = nlohmann::ordered_json::array();
-  for (const auto& [role, content] : messages) {
-    json.push_back({{"role", role}, {"content", content}});
-  }
-  return QuillRunRenderChat({WriteTemp("messages.json", json.dump()), "-m", ModelPath(),
-                             "--chat-template", template_path});
+  return RenderChat(messages, ModelPath(), template_path);
 }
 
 class ChatTest : public ::testing::Test {

@@ -1,11 +1,17 @@
 #include "tests/integration/server_test_util.h"
 
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <fstream>
 #include <regex>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 #include "tests/testing/subprocess.h"
 #include "tests/testing/test_env.h"
 
@@ -120,6 +126,27 @@ absl::StatusOr<std::vector<int>> QuillRunIds(const std::vector<std::string>& arg
     ids.push_back(value);
   }
   return ids;
+}
+
+absl::StatusOr<std::string> RenderChat(
+    const std::vector<std::pair<std::string, std::string>>& messages, const std::string& model,
+    const std::string& template_path) {
+  nlohmann::ordered_json json = nlohmann::ordered_json::array();
+  for (const auto& [role, content] : messages) {
+    json.push_back({{"role", role}, {"content", content}});
+  }
+  static std::atomic<int> next{0};
+  const std::string path =
+      absl::StrCat(::testing::TempDir(), "/render_chat_", getpid(), "_", next++, ".json");
+  {
+    std::ofstream out(path, std::ios::binary);
+    out << json.dump();
+    if (!out) return absl::InternalError(absl::StrCat("cannot write ", path));
+  }
+  absl::StatusOr<std::string> rendered =
+      QuillRunRenderChat({path, "-m", model, "--chat-template", template_path});
+  std::remove(path.c_str());
+  return rendered;
 }
 
 absl::StatusOr<PromText> ScrapeUntil(int port, const std::function<bool(const PromText&)>& done,

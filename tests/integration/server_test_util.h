@@ -49,6 +49,11 @@ absl::StatusOr<std::vector<int>> QuillRunIds(const std::vector<std::string>& arg
 // Runs quill-run --render-chat with `args` and returns exactly what it printed (the chat
 // prompt), or INTERNAL with its output when it fails.
 absl::StatusOr<std::string> QuillRunRenderChat(const std::vector<std::string>& args);
+// The prompt quill-run renders for the (role, content) `messages` with `template_path` and
+// `model`'s BOS/EOS text.
+absl::StatusOr<std::string> RenderChat(
+    const std::vector<std::pair<std::string, std::string>>& messages, const std::string& model,
+    const std::string& template_path);
 
 // Scrapes 127.0.0.1:<port>/metrics until `done(text)` holds or `timeout` passes; returns
 // the last scrape.
