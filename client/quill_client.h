@@ -49,8 +49,8 @@ absl::Status FromGrpcStatus(const grpc::Status& status);
 // "LENGTH", "STOP", "EOS" or "UNSPECIFIED".
 absl::string_view FinishReasonName(quill::v1::FinishReason reason);
 
-// A cancellation handle for one Generate (or Chat) call. Thread-safe: Cancel() may be called from any
-// thread (including from inside the on_message callback), before, during or after the call.
+// A cancellation handle for one Generate (or Chat) call. Thread-safe: Cancel() may be called from
+// any thread (including from inside the on_message callback), before, during or after the call.
 // Cancelling before the call starts makes the call return CANCELLED without sending it.
 // A GenerateCall is used by at most one Generate call at a time and must outlive it.
 class GenerateCall {

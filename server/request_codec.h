@@ -14,8 +14,8 @@
 #include "engine/runtime/request.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "google/protobuf/message.h"
-#include "nlohmann/json.hpp"
 #include "grpcpp/support/byte_buffer.h"
+#include "nlohmann/json.hpp"
 #include "quill/v1/quill.pb.h"
 
 namespace quill::server {

@@ -400,7 +400,8 @@ std::vector<engine::TokenId> BytesWithBos(absl::string_view text) {
 TEST(ChatCodecTest, MessagesReachTheTemplateWithEveryFieldInTheClientsOrder) {
   ByteTokenizer tokenizer;
   const auto prompter = Prompter(tokenizer, "{% for m in messages %}{{ m | tojson }}{% endfor %}");
-  const auto messages = nlohmann::ordered_json::parse(R"([{"content": "c", "role": "user", "x": 1}])");
+  const auto messages =
+      nlohmann::ordered_json::parse(R"([{"content": "c", "role": "user", "x": 1}])");
   v1::GenerateRequest options;
   options.set_max_tokens(3);
   absl::StatusOr<engine::GenerationRequest> got =
@@ -421,7 +422,7 @@ TEST(ChatCodecTest, MaxTokensZeroIsWhatTheContextHasLeft) {
   absl::StatusOr<engine::GenerationRequest> got = ToEngineChatRequest(request, Limits(), prompter);
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(got->prompt_ids, BytesWithBos("abc"));
-  EXPECT_EQ(got->max_tokens, 40);  // limits.max_tokens
+  EXPECT_EQ(got->max_tokens, 40);        // limits.max_tokens
   m->set_content(std::string(30, 'a'));  // 31 tokens: 33 left
   got = ToEngineChatRequest(request, Limits(), prompter);
   ASSERT_TRUE(got.ok()) << got.status();
@@ -453,8 +454,8 @@ TEST(ChatCodecTest, MessagesAreBoundedAndShaped) {
       {R"([{"role":7}])", "messages[0].role"},
   };
   for (const auto& c : cases) {
-    absl::StatusOr<engine::GenerationRequest> got = ToEngineChatRequest(
-        nlohmann::ordered_json::parse(c.messages), options, limits, prompter);
+    absl::StatusOr<engine::GenerationRequest> got =
+        ToEngineChatRequest(nlohmann::ordered_json::parse(c.messages), options, limits, prompter);
     EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument) << c.messages;
     EXPECT_THAT(std::string(got.status().message()), ::testing::StartsWith(c.field)) << c.messages;
   }

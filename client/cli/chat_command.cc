@@ -120,7 +120,8 @@ int ChatCommand(const std::vector<std::string>& args) {
   parser.AddDouble("temperature", &f.temperature, "Sampling temperature; 0 is greedy.");
   parser.AddDouble("top-p", &f.top_p, "Nucleus sampling mass in (0, 1]; 0 is off.");
   parser.AddInt("top-k", &f.top_k, "Sample from the K most likely tokens; 0 is off.");
-  parser.AddDouble("min-p", &f.min_p, "Drop tokens less likely than min-p times the best; 0 is off.");
+  parser.AddDouble("min-p", &f.min_p,
+                   "Drop tokens less likely than min-p times the best; 0 is off.");
   parser.AddDouble("repetition-penalty", &f.repetition_penalty,
                    "Penalty (> 0) for tokens already seen; 0 or 1 is off.");
   parser.AddUint64("seed", &f.seed, "Sampling seed (each turn uses it).");

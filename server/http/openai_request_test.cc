@@ -78,7 +78,7 @@ TEST(OpenAiRequestTest, ChatMessagesAndLogprobs) {
   ASSERT_TRUE(r.ok()) << r.status();
   ASSERT_EQ(r->messages.size(), 3u);
   EXPECT_EQ(r->messages[1]["content"], "Hi there");  // text parts joined
-  EXPECT_TRUE(r->messages[2]["content"].is_null());   // left for the template
+  EXPECT_TRUE(r->messages[2]["content"].is_null());  // left for the template
   EXPECT_EQ(r->generate.max_tokens(), 9);
   EXPECT_EQ(r->max_tokens_field, "max_completion_tokens");
   EXPECT_TRUE(r->logprobs);
@@ -95,7 +95,8 @@ TEST(OpenAiRequestTest, ChatMessagesKeepTheirKeysAndOrder) {
   absl::StatusOr<OpenAiRequest> r = Chat(R"({"messages": [
       {"content": "c", "role": "user", "name": "ann", "zeta": {"b": 1, "a": 2}}]})");
   ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_EQ(r->messages.dump(), R"([{"content":"c","role":"user","name":"ann","zeta":{"b":1,"a":2}}])");
+  EXPECT_EQ(r->messages.dump(),
+            R"([{"content":"c","role":"user","name":"ann","zeta":{"b":1,"a":2}}])");
 }
 
 TEST(OpenAiRequestTest, BadInputNamesTheField) {
@@ -133,8 +134,7 @@ TEST(OpenAiRequestTest, BadInputNamesTheField) {
       {R"({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2})", "top_logprobs",
        true},
       {R"({"messages": [{"role": "user", "content": "x"}], "logprobs": 2})", "logprobs", true},
-      {R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": 0})", "max_tokens",
-       true},
+      {R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": 0})", "max_tokens", true},
       {R"({"messages": [{"role": "user", "content": "x"}], "max_completion_tokens": -3})",
        "max_completion_tokens", true},
       {R"({"messages": [{"role": "", "content": "x"}]})", "messages[0].role", true},

@@ -86,7 +86,8 @@ class ChatTest : public ::testing::Test {
   }
 
   // Chat(messages) and Generate(the rendered prompt) with the same options must agree.
-  static void ExpectChatEqualsGenerate(const Messages& messages, const v1::GenerateRequest& options) {
+  static void ExpectChatEqualsGenerate(const Messages& messages,
+                                       const v1::GenerateRequest& options) {
     absl::StatusOr<std::string> rendered = Render(messages, QwenTemplate());
     ASSERT_TRUE(rendered.ok()) << rendered.status();
     v1::GenerateRequest generate = options;
@@ -195,8 +196,7 @@ TEST_F(ChatTest, InvalidChatRequestsAreInvalidArgumentNamingTheField) {
       {"max_tokens negative", [](auto* r) { r->set_max_tokens(-1); }, "max_tokens"},
       {"prompt + max_tokens beyond the context", [](auto* r) { r->set_max_tokens(250); },
        "max_tokens"},
-      {"temperature NaN",
-       [](auto* r) { r->mutable_sampling()->set_temperature(std::nanf("")); },
+      {"temperature NaN", [](auto* r) { r->mutable_sampling()->set_temperature(std::nanf("")); },
        "sampling.temperature"},
       {"logprobs 21", [](auto* r) { r->set_logprobs(21); }, "logprobs"},
       {"empty stop string", [](auto* r) { r->add_stop(""); }, "stop[0]"},

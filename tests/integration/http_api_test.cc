@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <memory>
 #include <string>
-#include <utility>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -293,9 +293,9 @@ TEST_F(HttpApiTest, InvalidInputIs400NamingTheFieldAndCountsAsRejected) {
 
 TEST_F(HttpApiTest, ChatWithoutATemplateIs400WithTheReason) {
   // kjv-1m has no tokenizer.chat_template and this server no --chat-template.
-  const HttpReply reply = Post(
-      "/v1/chat/completions",
-      {{"messages", json::array({{{"role", "user"}, {"content", "hi"}}})}, {"max_tokens", 4}});
+  const HttpReply reply =
+      Post("/v1/chat/completions",
+           {{"messages", json::array({{{"role", "user"}, {"content", "hi"}}})}, {"max_tokens", 4}});
   EXPECT_EQ(reply.status, 400) << reply.body;
   const json error = json::parse(reply.body)["error"];
   EXPECT_EQ(error["type"], "invalid_request_error");
@@ -509,7 +509,8 @@ using Messages = std::vector<std::pair<std::string, std::string>>;
 
 json MessagesJson(const Messages& messages) {
   json out = json::array();
-  for (const auto& [role, content] : messages) out.push_back({{"role", role}, {"content", content}});
+  for (const auto& [role, content] : messages)
+    out.push_back({{"role", role}, {"content", content}});
   return out;
 }
 
@@ -544,8 +545,8 @@ class HttpChatTest : public ::testing::Test {
   }
 
   static HttpReply Post(const json& body) {
-    absl::StatusOr<HttpReply> reply = HttpRequest("127.0.0.1", server_->http_port(), "POST",
-                                                  "/v1/chat/completions", body.dump());
+    absl::StatusOr<HttpReply> reply =
+        HttpRequest("127.0.0.1", server_->http_port(), "POST", "/v1/chat/completions", body.dump());
     EXPECT_TRUE(reply.ok()) << reply.status();
     return reply.ok() ? *reply : HttpReply();
   }
@@ -631,8 +632,8 @@ TEST_F(HttpChatTest, StreamIsChatCompletionChunksWithDeltasEndingWithDone) {
   EXPECT_EQ(s.usage["completion_tokens"], 20);
   EXPECT_EQ(s.usage["total_tokens"], want.last.usage().prompt_tokens() + 20);
   // Without include_usage there is no usage chunk.
-  const SseResult bare = ParseStream(Post(
-      {{"messages", MessagesJson(kConversation)}, {"max_tokens", 5}, {"stream", true}}));
+  const SseResult bare = ParseStream(
+      Post({{"messages", MessagesJson(kConversation)}, {"max_tokens", 5}, {"stream", true}}));
   EXPECT_TRUE(bare.done);
   EXPECT_FALSE(bare.usage.is_object());
   EXPECT_FALSE(bare.chunks.back()["choices"].empty());
@@ -700,8 +701,8 @@ TEST_F(HttpChatTest, LogprobsInChatShape) {
 }
 
 TEST_F(HttpChatTest, WithoutMaxTokensTheAnswerMayFillTheContext) {
-  const HttpReply reply = Post(
-      {{"messages", MessagesJson(kConversation)}, {"temperature", 0}, {"ignore_eos", true}});
+  const HttpReply reply =
+      Post({{"messages", MessagesJson(kConversation)}, {"temperature", 0}, {"ignore_eos", true}});
   ASSERT_EQ(reply.status, 200) << reply.body;
   const json usage = json::parse(reply.body)["usage"];
   absl::StatusOr<v1::ModelInfo> info = grpc_->GetModelInfo();
