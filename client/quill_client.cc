@@ -1,6 +1,10 @@
 #include "client/quill_client.h"
 
+#include <cerrno>
 #include <chrono>
+#include <cstring>
+#include <fstream>
+#include <sstream>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -15,13 +19,14 @@
 namespace quill::client {
 namespace {
 
-// Applies the per-call deadline and the caller's hook to a fresh context.
-void PrepareContext(grpc::ClientContext* context, absl::Duration timeout,
-                    const ClientContextHook& hook) {
-  if (timeout != absl::InfiniteDuration()) {
-    context->set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+absl::StatusOr<std::string> ReadPem(const char* what, const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return absl::InvalidArgumentError(absl::StrCat(what, " ", path, ": ", std::strerror(errno)));
   }
-  if (hook) hook(context);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
 }
 
 }  // namespace
@@ -89,10 +94,49 @@ std::unique_ptr<QuillClient> QuillClient::Connect(absl::string_view address) {
       grpc::CreateChannel(std::string(address), grpc::InsecureChannelCredentials()));
 }
 
-QuillClient::QuillClient(std::shared_ptr<grpc::Channel> channel)
+absl::StatusOr<std::unique_ptr<QuillClient>> QuillClient::Connect(absl::string_view address,
+                                                                  const ConnectOptions& options) {
+  if (options.tls_cert_file.empty() != options.tls_key_file.empty()) {
+    return absl::InvalidArgumentError("--tls-cert and --tls-key must be given together");
+  }
+  std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
+  if (!options.tls_ca_file.empty() || !options.tls_cert_file.empty()) {
+    grpc::SslCredentialsOptions ssl;
+    if (!options.tls_ca_file.empty()) {
+      absl::StatusOr<std::string> ca = ReadPem("--tls-ca", options.tls_ca_file);
+      if (!ca.ok()) return ca.status();
+      ssl.pem_root_certs = *std::move(ca);  // empty: the system's roots
+    }
+    if (!options.tls_cert_file.empty()) {
+      absl::StatusOr<std::string> cert = ReadPem("--tls-cert", options.tls_cert_file);
+      if (!cert.ok()) return cert.status();
+      absl::StatusOr<std::string> key = ReadPem("--tls-key", options.tls_key_file);
+      if (!key.ok()) return key.status();
+      ssl.pem_cert_chain = *std::move(cert);
+      ssl.pem_private_key = *std::move(key);
+    }
+    credentials = grpc::SslCredentials(ssl);
+  }
+  return std::make_unique<QuillClient>(grpc::CreateChannel(std::string(address), credentials),
+                                       options.api_key);
+}
+
+QuillClient::QuillClient(std::shared_ptr<grpc::Channel> channel, std::string api_key)
     : channel_(std::move(channel)),
+      api_key_(std::move(api_key)),
       generator_(quill::v1::Generator::NewStub(channel_)),
       health_(grpc::health::v1::Health::NewStub(channel_)) {}
+
+void QuillClient::PrepareContext(grpc::ClientContext* context, absl::Duration timeout,
+                                 const ClientContextHook& hook) const {
+  if (timeout != absl::InfiniteDuration()) {
+    context->set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  }
+  // Plain metadata rather than call credentials, which gRPC sends only over TLS: a
+  // plaintext hop on loopback (or behind a TLS-terminating proxy) needs the key too.
+  if (!api_key_.empty()) context->AddMetadata("authorization", "Bearer " + api_key_);
+  if (hook) hook(context);
+}
 
 absl::Status QuillClient::WaitForConnected(absl::Duration timeout) {
   if (channel_->WaitForConnected(absl::ToChronoTime(absl::Now() + timeout))) {

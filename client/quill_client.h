@@ -85,14 +85,26 @@ struct GenerateResult {
   quill::v1::GenerateResponse last;  // carries finish_reason, usage and timings
 };
 
+// How to reach a server that uses TLS or API keys (all empty: plaintext, no key).
+struct ConnectOptions {
+  std::string tls_ca_file;    // PEM CAs to verify the server with; turns TLS on
+  std::string tls_cert_file;  // client certificate for mutual TLS (with tls_key_file)
+  std::string tls_key_file;
+  // Sent as `authorization: Bearer KEY` on every call (the health service ignores it).
+  std::string api_key;
+};
+
 // Thread-safe: one QuillClient (one channel) may serve many concurrent calls.
 class QuillClient {
  public:
   // Creates a client over an insecure channel to `address` ("host:port"). The channel
   // connects lazily; call WaitForConnected() to fail fast on a wrong address.
   static std::unique_ptr<QuillClient> Connect(absl::string_view address);
+  // The same with TLS and/or an API key. INVALID_ARGUMENT naming an unreadable file.
+  static absl::StatusOr<std::unique_ptr<QuillClient>> Connect(absl::string_view address,
+                                                              const ConnectOptions& options);
   // Uses an existing channel (custom credentials, service config, in-process channel).
-  explicit QuillClient(std::shared_ptr<grpc::Channel> channel);
+  explicit QuillClient(std::shared_ptr<grpc::Channel> channel, std::string api_key = "");
 
   // Blocks until the channel is READY, or returns DEADLINE_EXCEEDED (UNAVAILABLE is never
   // returned: a server that is down simply does not become ready within `timeout`).
@@ -148,8 +160,12 @@ class QuillClient {
           grpc::ClientContext*)>& start,
       const std::function<void(const quill::v1::GenerateResponse&)>& on_message,
       absl::Duration timeout, const ClientContextHook& hook, GenerateCall* call);
+  // Deadline, API key, then the caller's hook.
+  void PrepareContext(grpc::ClientContext* context, absl::Duration timeout,
+                      const ClientContextHook& hook) const;
 
   std::shared_ptr<grpc::Channel> channel_;
+  const std::string api_key_;
   std::unique_ptr<quill::v1::Generator::Stub> generator_;
   std::unique_ptr<grpc::health::v1::Health::Stub> health_;
 };

@@ -465,6 +465,11 @@ def check_compose(c, loaded, quill_job, grafana):
     grpc_port = int(env.get("QUILL_PORT", 50051))
     c.check(env.get("QUILL_HOST") == "0.0.0.0", "docker-compose.yml: quill needs QUILL_HOST=0.0.0.0")
     published = [str(p).split(":")[-1] for p in quill.get("ports", [])]
+    for service_name, service in services.items():
+        for port in service.get("ports", []):
+            c.check(str(port).startswith("127.0.0.1:"),
+                    "docker-compose.yml: %s publishes %r on every interface; publish on 127.0.0.1 "
+                    "only (no TLS or API keys are configured there)" % (service_name, port))
     c.check(str(grpc_port) in published, "docker-compose.yml: the gRPC port %d is not published" % grpc_port)
     drain = parse_go_duration(env.get("QUILL_DRAIN_TIMEOUT", "30s"))
     grace = parse_go_duration(str(quill.get("stop_grace_period", "10s")))

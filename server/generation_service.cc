@@ -36,8 +36,20 @@ std::string FileName(const std::string& path) {
 
 }  // namespace
 
-GenerationService::GenerationService(RequestGateway* gateway, Info info)
-    : gateway_(gateway), info_(std::move(info)) {}
+GenerationService::GenerationService(RequestGateway* gateway, Info info,
+                                     const ApiKeys* api_keys)
+    : gateway_(gateway), info_(std::move(info)), api_keys_(api_keys) {}
+
+absl::Status GenerationService::Authorize(const grpc::CallbackServerContext& context) const {
+  if (api_keys_ == nullptr) return absl::OkStatus();
+  // gRPC lower-cases metadata keys; a repeated header counts by its first value.
+  const auto& metadata = context.client_metadata();
+  const auto found = metadata.find("authorization");
+  const absl::string_view value =
+      found == metadata.end() ? absl::string_view()
+                              : absl::string_view(found->second.data(), found->second.size());
+  return api_keys_->Check(value);
+}
 
 grpc::ServerWriteReactor<grpc::ByteBuffer>* GenerationService::RejectGenerate(
     const absl::Status& status, bool counted) {
@@ -52,6 +64,7 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* GenerationService::RejectGenerate(
 
 grpc::ServerWriteReactor<grpc::ByteBuffer>* GenerationService::Generate(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* raw) {
+  if (absl::Status s = Authorize(*context); !s.ok()) return RejectGenerate(s, false);
   if (absl::Status s = gateway_->CheckServing(); !s.ok()) return RejectGenerate(s, false);
   v1::GenerateRequest request;
   if (absl::Status s = ParseRequest(*raw, &request); !s.ok()) return RejectGenerate(s, false);
@@ -65,6 +78,7 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* GenerationService::Generate(
 
 grpc::ServerWriteReactor<grpc::ByteBuffer>* GenerationService::Chat(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* raw) {
+  if (absl::Status s = Authorize(*context); !s.ok()) return RejectGenerate(s, false);
   if (absl::Status s = gateway_->CheckServing(); !s.ok()) return RejectGenerate(s, false);
   v1::ChatRequest request;
   if (absl::Status s = ParseRequest(*raw, &request); !s.ok()) return RejectGenerate(s, false);
@@ -95,7 +109,8 @@ grpc::ServerUnaryReactor* GenerationService::Tokenize(grpc::CallbackServerContex
                                                       const grpc::ByteBuffer* raw,
                                                       grpc::ByteBuffer* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  absl::Status status = gateway_->CheckServing();
+  absl::Status status = Authorize(*context);
+  if (status.ok()) status = gateway_->CheckServing();
   v1::TokenizeRequest request;
   if (status.ok()) status = ParseRequest(*raw, &request);
   if (!status.ok()) {
@@ -127,8 +142,10 @@ grpc::ServerUnaryReactor* GenerationService::GetModelInfo(
     grpc::CallbackServerContext* context, const v1::GetModelInfoRequest* /*request*/,
     v1::ModelInfo* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  if (absl::Status s = gateway_->CheckServing(); !s.ok()) {
-    reactor->Finish(ToGrpcStatus(s));
+  absl::Status status = Authorize(*context);
+  if (status.ok()) status = gateway_->CheckServing();
+  if (!status.ok()) {
+    reactor->Finish(ToGrpcStatus(status));
     return reactor;
   }
   *response =

@@ -11,6 +11,7 @@
 #include "quill/v1/quill.grpc.pb.h"
 #include "server/request_codec.h"
 #include "server/request_gateway.h"
+#include "server/security/api_keys.h"
 
 namespace quill::server {
 
@@ -32,8 +33,9 @@ class GenerationService final : public GeneratorServiceBase {
     std::string model_path;
     std::string precision;  // "fast" / "exact"
   };
-  // `gateway` must outlive the gRPC server.
-  GenerationService(RequestGateway* gateway, Info info);
+  // `gateway` and `api_keys` must outlive the gRPC server. `api_keys` null: every call is
+  // allowed; otherwise each must carry `authorization: Bearer KEY` (UNAUTHENTICATED).
+  GenerationService(RequestGateway* gateway, Info info, const ApiKeys* api_keys = nullptr);
 
   const RequestLimits& limits() const { return gateway_->limits(); }
 
@@ -57,9 +59,12 @@ class GenerationService final : public GeneratorServiceBase {
   // Starts the stream of an accepted request.
   grpc::ServerWriteReactor<grpc::ByteBuffer>* StartStream(engine::GenerationRequest request,
                                                           absl::Time deadline);
+  // OK, or UNAUTHENTICATED when API keys are in force and the call has no valid one.
+  absl::Status Authorize(const grpc::CallbackServerContext& context) const;
 
   RequestGateway* const gateway_;
   const Info info_;
+  const ApiKeys* const api_keys_;
 };
 
 // Builds GetModelInfo's answer from the engine's model and options.

@@ -112,6 +112,18 @@ ABSL_FLAG(absl::Duration, drain_timeout, absl::Seconds(30),
 ABSL_FLAG(quill::server::ByteSizeFlag, max_message_bytes, quill::server::ByteSizeFlag{4 << 20},
           "Largest request message accepted (larger ones fail with RESOURCE_EXHAUSTED over "
           "gRPC, 413 over HTTP).");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM certificate chain: serve gRPC and the HTTP API over TLS (with --tls-key).");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls-cert.");
+ABSL_FLAG(std::string, tls_client_ca, "",
+          "PEM CA certificates: require clients to present a certificate they signed "
+          "(mutual TLS).");
+ABSL_FLAG(std::string, api_keys_file, "",
+          "File of API keys, one per line ('#' comments): every gRPC call and HTTP API "
+          "request must send 'authorization: Bearer KEY' (health checks excepted). Re-read "
+          "on SIGHUP.");
+ABSL_FLAG(std::string, reflection, "auto",
+          "gRPC server reflection: true, false, or auto (on only when --host is loopback).");
 ABSL_FLAG(std::string, log_level, "info",
           "Log level: trace, debug, info, warn, error, critical or off.");
 
@@ -141,6 +153,11 @@ constexpr const char* kFlagNames[] = {
     "max_tokens_limit",
     "drain_timeout",
     "max_message_bytes",
+    "tls_cert",
+    "tls_key",
+    "tls_client_ca",
+    "api_keys_file",
+    "reflection",
     "log_level",
 };
 
@@ -153,7 +170,9 @@ constexpr char kUsage[] =
     "as underscores: QUILL_KV_CACHE_BYTES=2GiB); a flag on the command line wins. Dashes "
     "and underscores in flag names are interchangeable (--kv-cache-bytes, --kv_cache_bytes). "
     "SIGTERM/SIGINT drain gracefully (see --drain-timeout); a second signal (0.5 s or more "
-    "after the first) exits at once.";
+    "after the first) exits at once. SIGHUP re-reads --api-keys-file.\n\n"
+    "Exposed beyond this machine (--host 0.0.0.0), give it --tls-cert/--tls-key and "
+    "--api-keys-file: see the README's \"Security\" section.";
 
 // "--kv-cache-bytes=1G" -> "--kv_cache_bytes=1G" (absl flag names use underscores).
 std::vector<std::string> NormalizeFlagNames(int argc, char** argv) {
@@ -239,6 +258,19 @@ absl::StatusOr<ServerOptions> OptionsFromFlags(const char* exe) {
   options.engine.num_threads = absl::GetFlag(FLAGS_threads);
   options.drain_timeout = absl::GetFlag(FLAGS_drain_timeout);
   const int64_t max_message = absl::GetFlag(FLAGS_max_message_bytes).bytes;
+  options.tls.cert = absl::GetFlag(FLAGS_tls_cert);
+  options.tls.key = absl::GetFlag(FLAGS_tls_key);
+  options.tls.client_ca = absl::GetFlag(FLAGS_tls_client_ca);
+  options.api_keys_file = absl::GetFlag(FLAGS_api_keys_file);
+  const std::string reflection = absl::GetFlag(FLAGS_reflection);
+  if (reflection == "true" || reflection == "on") {
+    options.reflection = true;
+  } else if (reflection == "false" || reflection == "off") {
+    options.reflection = false;
+  } else if (reflection != "auto") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--reflection must be true, false or auto, got '", reflection, "'"));
+  }
 
   if (options.port < 0 || options.port > 65535) {
     return absl::InvalidArgumentError(absl::StrCat("--port ", options.port, " is not a port"));
@@ -287,14 +319,23 @@ absl::StatusOr<ServerOptions> OptionsFromFlags(const char* exe) {
 }
 
 // Waits for SIGTERM/SIGINT (blocked in every thread; no work in a signal handler), then
-// drains. A second signal during the drain exits at once; one arriving within
+// drains; SIGHUP meanwhile re-reads the API keys. A second signal during the drain exits at once; one arriving within
 // kSameSignalWindow of the first is taken as the same request (`timeout` and some process
 // managers signal both the process and its group).
 constexpr absl::Duration kSameSignalWindow = absl::Milliseconds(500);
 
+void ReloadApiKeys(Server& server) {
+  if (absl::Status s = server.ReloadApiKeys(); !s.ok()) {
+    spdlog::error("SIGHUP: {}; the previous keys stay in force", s.ToString());
+  }
+}
+
 int ServeUntilSignalled(Server& server, const sigset_t& signals) {
   int sig = 0;
-  while (sigwait(&signals, &sig) != 0) {
+  while (true) {
+    if (sigwait(&signals, &sig) != 0) continue;
+    if (sig != SIGHUP) break;
+    ReloadApiKeys(server);
   }
   const absl::Time first = absl::Now();
   spdlog::info("received {}; shutting down gracefully (drain timeout {})", strsignal(sig),
@@ -308,6 +349,10 @@ int ServeUntilSignalled(Server& server, const sigset_t& signals) {
   while (!done.load()) {
     siginfo_t info;
     if (sigtimedwait(&signals, &info, &poll) > 0) {
+      if (info.si_signo == SIGHUP) {
+        ReloadApiKeys(server);
+        continue;
+      }
       if (absl::Now() - first < kSameSignalWindow) continue;
       spdlog::warn("received {} during the drain; exiting now", strsignal(info.si_signo));
       spdlog::shutdown();
@@ -356,6 +401,7 @@ int Main(int argc, char** argv) {
   sigemptyset(&signals);
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   spdlog::info("quill-server starting: model={} threads={}", options->model_path,

@@ -4,6 +4,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <exception>
@@ -22,12 +23,16 @@
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server.h"
 #include "grpcpp/server_builder.h"
+#include "grpcpp/impl/server_builder_option.h"
+#include "grpcpp/impl/server_builder_plugin.h"
 #include "prometheus/exposer.h"
 #include "server/generation_service.h"
 #include "server/http/http_server.h"
 #include "server/http/openai_api.h"
 #include "server/metrics/quill_metrics.h"
 #include "server/request_gateway.h"
+#include "server/security/api_keys.h"
+#include "server/security/tls_files.h"
 #include "spdlog/spdlog.h"
 
 namespace quill::server {
@@ -67,6 +72,40 @@ void StopExposer(std::unique_ptr<prometheus::Exposer> exposer, const std::string
   if (address != nullptr) freeaddrinfo(address);
 }
 
+// Server reflection on or off for one ServerBuilder. Linking grpc++_reflection registers
+// its plugin for every server the process builds; this option removes it, and adds one
+// back when wanted, so the choice is per server.
+class ReflectionOption final : public grpc::ServerBuilderOption {
+ public:
+  explicit ReflectionOption(bool enabled) : enabled_(enabled) {}
+  void UpdateArguments(grpc::ChannelArguments* /*args*/) override {}
+  void UpdatePlugins(std::vector<std::unique_ptr<grpc::ServerBuilderPlugin>>* plugins) override {
+    const std::string name = grpc::reflection::ProtoServerReflectionPlugin().name();
+    plugins->erase(std::remove_if(plugins->begin(), plugins->end(),
+                                  [&](const std::unique_ptr<grpc::ServerBuilderPlugin>& p) {
+                                    return p->name() == name;
+                                  }),
+                   plugins->end());
+    if (enabled_) plugins->push_back(std::make_unique<grpc::reflection::ProtoServerReflectionPlugin>());
+  }
+
+ private:
+  const bool enabled_;
+};
+
+// Plaintext, or TLS (mutual when a client CA is given) from the PEM files.
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> GrpcCredentials(const TlsFiles& files) {
+  if (!files.enabled()) return grpc::InsecureServerCredentials();
+  absl::StatusOr<TlsPem> pem = ReadTlsFiles(files);
+  if (!pem.ok()) return pem.status();
+  grpc::SslServerCredentialsOptions ssl(
+      pem->client_ca.empty() ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
+                             : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+  ssl.pem_root_certs = pem->client_ca;
+  ssl.pem_key_cert_pairs.push_back({pem->private_key, pem->cert_chain});
+  return grpc::SslServerCredentials(ssl);
+}
+
 }  // namespace
 
 Server::Server(const ServerOptions& options) : options_(options) {}
@@ -89,6 +128,13 @@ absl::Status Server::Start() {
   if (absl::Status s = LoadChatTemplate(); !s.ok()) return s;
   metrics_ = std::make_unique<QuillMetrics>();
   gateway_ = std::make_unique<RequestGateway>(metrics_.get(), options_.model_path);
+  if (!options_.api_keys_file.empty()) {
+    absl::StatusOr<std::unique_ptr<ApiKeys>> keys = ApiKeys::Load(options_.api_keys_file);
+    if (!keys.ok()) return keys.status();
+    api_keys_ = *std::move(keys);
+    spdlog::info("api keys: {} from {}; gRPC calls and HTTP API requests need one",
+                 api_keys_->size(), options_.api_keys_file);
+  }
   if (absl::Status s = StartMetrics(); !s.ok()) return s;
   if (absl::Status s = StartGrpc(); !s.ok()) return s;
   if (absl::Status s = StartHttp(); !s.ok()) return s;
@@ -149,13 +195,17 @@ absl::Status Server::StartGrpc() {
   GenerationService::Info info;
   info.model_path = options_.model_path;
   info.precision = std::string(PrecisionName(options_.precision));
-  service_ = std::make_unique<GenerationService>(gateway_.get(), std::move(info));
+  service_ = std::make_unique<GenerationService>(gateway_.get(), std::move(info), api_keys_.get());
 
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
+      GrpcCredentials(options_.tls);
+  if (!credentials.ok()) return credentials.status();
   grpc::EnableDefaultHealthCheckService(true);
-  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
+  reflection_ = options_.reflection.value_or(IsLoopbackHost(options_.host));
+  builder.SetOption(std::make_unique<ReflectionOption>(reflection_));
   const std::string bind = JoinHostPort(options_.host, options_.port);
-  builder.AddListeningPort(bind, grpc::InsecureServerCredentials(), &port_);
+  builder.AddListeningPort(bind, *credentials, &port_);
   builder.RegisterService(service_.get());
   builder.SetMaxReceiveMessageSize(options_.max_receive_message_bytes);
   // gRPC enables SO_REUSEPORT by default, so a second server on a busy port would silently
@@ -167,7 +217,10 @@ absl::Status Server::StartGrpc() {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", bind));
   }
   SetHealth(false);  // until the model is loaded
-  spdlog::info("listening on {}", address());
+  spdlog::info("listening on {} ({}{}, reflection {})", address(),
+               options_.tls.enabled() ? "TLS" : "plaintext",
+               options_.tls.client_ca.empty() ? "" : ", client certificates required",
+               reflection_ ? "on" : "off");
   return absl::OkStatus();
 }
 
@@ -179,13 +232,21 @@ absl::Status Server::StartHttp() {
   http_options.port = options_.http_port;
   http_options.threads = options_.http_threads;
   http_options.max_body_bytes = options_.max_receive_message_bytes;
-  http_api_ = std::make_unique<http::OpenAiApi>(gateway_.get());
+  if (options_.tls.enabled()) {
+    absl::StatusOr<TlsPem> pem = ReadTlsFiles(options_.tls);
+    if (!pem.ok()) return pem.status();
+    http_options.tls_cert_chain = pem->cert_chain;
+    http_options.tls_private_key = pem->private_key;
+    http_options.tls_client_ca = pem->client_ca;
+  }
+  http_api_ = std::make_unique<http::OpenAiApi>(gateway_.get(), api_keys_.get());
   absl::StatusOr<std::unique_ptr<http::HttpServer>> server =
       http::HttpServer::Start(http_options, http_api_.get());
   if (!server.ok()) return server.status();
   http_server_ = *std::move(server);
   http_port_ = http_server_->port();
-  spdlog::info("http on http://{}", JoinHostPort(http_options.host, http_port_));
+  spdlog::info("http on {}://{}", options_.tls.enabled() ? "https" : "http",
+               JoinHostPort(http_options.host, http_port_));
   return absl::OkStatus();
 }
 
@@ -246,6 +307,13 @@ absl::Status Server::LoadModelAndEngine() {
       absl::FormatDuration(options_.drain_timeout));
   SetHealth(true);
   spdlog::info("serving {} on {}", kServiceName, address());
+  return absl::OkStatus();
+}
+
+absl::Status Server::ReloadApiKeys() {
+  if (api_keys_ == nullptr) return absl::OkStatus();
+  if (absl::Status s = api_keys_->Reload(); !s.ok()) return s;
+  spdlog::info("api keys: reloaded {} from {}", api_keys_->size(), api_keys_->path());
   return absl::OkStatus();
 }
 

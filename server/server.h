@@ -22,6 +22,7 @@ class Exposer;
 
 namespace quill::server {
 
+class ApiKeys;
 class GenerationService;
 class QuillMetrics;
 class RequestGateway;
@@ -61,6 +62,11 @@ class Server {
   // Blocks until a Shutdown() has finished.
   void Wait() { shut_down_.WaitForNotification(); }
 
+  // Re-reads --api-keys-file (quill-server does on SIGHUP). OK without API keys. On error
+  // the keys in force stay.
+  absl::Status ReloadApiKeys();
+  bool reflection_enabled() const { return reflection_; }
+
   engine::Engine& engine() { return *engine_; }
   QuillMetrics& metrics() { return *metrics_; }
 
@@ -80,11 +86,13 @@ class Server {
   int http_port_ = -1;
   // --chat-template, parsed at startup; handed to the gateway with the engine.
   std::optional<engine::chat::ChatTemplate> chat_template_;
+  bool reflection_ = false;
 
   // Declaration order is destruction order reversed: the exposer (which reads the
   // metrics), the HTTP and gRPC servers (whose connections and reactors use the gateway
   // and the engine) go first.
   std::unique_ptr<QuillMetrics> metrics_;
+  std::unique_ptr<ApiKeys> api_keys_;
   std::unique_ptr<engine::Engine> engine_;
   std::unique_ptr<RequestGateway> gateway_;
   std::unique_ptr<GenerationService> service_;

@@ -124,6 +124,13 @@ absl::StatusOr<std::string> ResolveDefaultModel(absl::string_view exe_path,
                                           absl::StrJoin(candidates, ", ")));
 }
 
+bool IsLoopbackHost(absl::string_view host) {
+  if (absl::StartsWith(host, "[") && absl::EndsWith(host, "]")) {
+    host = host.substr(1, host.size() - 2);
+  }
+  return host == "localhost" || host == "::1" || absl::StartsWith(host, "127.");
+}
+
 std::string JoinHostPort(absl::string_view host, int port) {
   if (absl::StrContains(host, ':') && !absl::StartsWith(host, "[")) {
     return absl::StrCat("[", host, "]:", port);

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -9,6 +10,7 @@
 #include "absl/time/time.h"
 #include "engine/kernels/linear.h"
 #include "engine/runtime/engine.h"
+#include "server/security/tls_files.h"
 
 namespace quill::server {
 
@@ -41,6 +43,15 @@ struct ServerOptions {
 
   engine::EngineOptions engine;
 
+  // TLS on the gRPC and HTTP API listeners (not on /metrics: see README "Security").
+  TlsFiles tls;
+  // One API key per line; every gRPC call and HTTP API request must carry
+  // `authorization: Bearer KEY` (health checks excepted). Empty: no authentication.
+  std::string api_keys_file;
+  // gRPC server reflection. Unset: on only when `host` is a loopback address, so that a
+  // server reachable from the network does not describe itself to anyone who asks.
+  std::optional<bool> reflection;
+
   // Running streams get this long to finish on shutdown; the rest end UNAVAILABLE.
   absl::Duration drain_timeout = absl::Seconds(30);
   // After the drain, gRPC gets this long to flush the last messages before it cancels.
@@ -72,6 +83,9 @@ std::vector<std::string> DefaultModelCandidates(absl::string_view exe_path,
 // The first candidate that exists; NOT_FOUND listing them all otherwise.
 absl::StatusOr<std::string> ResolveDefaultModel(absl::string_view exe_path,
                                                 absl::string_view env_model);
+
+// "127.0.0.1", "::1", "localhost" (and the rest of 127/8): only this machine can connect.
+bool IsLoopbackHost(absl::string_view host);
 
 // "host:port", bracketing IPv6 literals.
 std::string JoinHostPort(absl::string_view host, int port);

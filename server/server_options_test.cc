@@ -115,5 +115,15 @@ TEST(JoinHostPortTest, BracketsIpv6) {
   EXPECT_EQ(JoinHostPort("[::1]", 1), "[::1]:1");
 }
 
+TEST(IsLoopbackHostTest, OnlyAddressesOfThisMachine) {
+  for (const char* host : {"127.0.0.1", "127.1.2.3", "localhost", "::1", "[::1]"}) {
+    EXPECT_TRUE(IsLoopbackHost(host)) << host;
+  }
+  for (const char* host : {"0.0.0.0", "::", "[::]", "", "10.0.0.1", "128.0.0.1", "example.com",
+                           "localhost.example.com", "::2"}) {
+    EXPECT_FALSE(IsLoopbackHost(host)) << host;
+  }
+}
+
 }  // namespace
 }  // namespace quill::server

@@ -17,7 +17,7 @@
 namespace quill::cli {
 
 int BenchCommand(const std::vector<std::string>& args) {
-  std::string addr = DefaultAddress();
+  ConnectionFlags connection;
   std::string http_addr;
   bench::BenchOptions options;
   int requests = -1;  // -1: 100, or no limit when --duration is given
@@ -34,7 +34,7 @@ int BenchCommand(const std::vector<std::string>& args) {
       "TTFT, inter-token latency (gap between streamed messages divided by their tokens), time "
       "per output token and end-to-end latency at p50/p90/p99 (nearest rank), and errors by "
       "status code. A progress line is updated on stderr about once a second.");
-  parser.AddString("addr", &addr, "Server address HOST:PORT (env QUILL_ADDR).");
+  connection.Register(parser);
   parser.AddString("api", &options.api,
                    "Front end to load: 'grpc' (Generate) or 'http' (the OpenAI-compatible "
                    "POST /v1/completions, streamed; one keep-alive connection per worker). The "
@@ -69,9 +69,12 @@ int BenchCommand(const std::vector<std::string>& args) {
     std::cerr << "error: --api must be grpc or http, got \"" << options.api << "\"\n";
     return kExitUsage;
   }
+  const std::string& addr = connection.addr;
   if (http_addr.empty()) http_addr = addr.substr(0, addr.rfind(':')) + ":8080";
 
-  std::unique_ptr<client::QuillClient> client = client::QuillClient::Connect(addr);
+  absl::StatusOr<std::unique_ptr<client::QuillClient>> connected = connection.Connect();
+  if (!connected.ok()) return PrintError(connected.status());
+  std::unique_ptr<client::QuillClient> client = *std::move(connected);
   absl::StatusOr<quill::v1::ModelInfo> info = client->GetModelInfo(absl::Seconds(30));
   if (!info.ok()) return PrintError(info.status());
   if (absl::Status status = bench::ValidateBenchOptions(options, *info); !status.ok()) {

@@ -20,7 +20,7 @@ namespace quill::cli {
 namespace {
 
 struct ChatFlags {
-  std::string addr = DefaultAddress();
+  ConnectionFlags connection;
   std::string system;
   int max_tokens = 0;
   double temperature = 0;
@@ -113,7 +113,7 @@ int ChatCommand(const std::vector<std::string>& args) {
       "answer, keeping the conversation: /reset starts over (keeping --system), Ctrl-D (end "
       "of input) quits. A failed turn prints the server's status on stderr and is dropped "
       "from the conversation; the exit code is then 1.");
-  parser.AddString("addr", &f.addr, "Server address HOST:PORT (env QUILL_ADDR).");
+  f.connection.Register(parser);
   parser.AddString("system", &f.system, "A system message that opens the conversation.");
   parser.AddInt("max-tokens", &f.max_tokens,
                 "Most tokens per answer; 0 lets the answer fill what the context has left.");
@@ -131,7 +131,9 @@ int ChatCommand(const std::vector<std::string>& args) {
   std::vector<std::string> positional;
   if (int code = ParseFlags(parser, args, &positional); code >= 0) return code;
 
-  std::unique_ptr<client::QuillClient> client = client::QuillClient::Connect(f.addr);
+  absl::StatusOr<std::unique_ptr<client::QuillClient>> connected = f.connection.Connect();
+  if (!connected.ok()) return PrintError(connected.status());
+  std::unique_ptr<client::QuillClient> client = *std::move(connected);
   Conversation conversation(f.system);
   if (!positional.empty()) {
     conversation.Add("user", absl::StrJoin(positional, " "));

@@ -14,6 +14,27 @@ std::string DefaultAddress() {
   return env != nullptr && *env != '\0' ? std::string(env) : std::string("127.0.0.1:50051");
 }
 
+ConnectionFlags::ConnectionFlags() {
+  const char* key = std::getenv("QUILL_API_KEY");
+  if (key != nullptr) options.api_key = key;
+}
+
+void ConnectionFlags::Register(FlagParser& parser) {
+  parser.AddString("addr", &addr, "Server address HOST:PORT (env QUILL_ADDR).");
+  parser.AddString("tls-ca", &options.tls_ca_file,
+                   "Use TLS, verifying the server with these PEM CA certificates.");
+  parser.AddString("tls-cert", &options.tls_cert_file,
+                   "PEM client certificate, for servers that require one (mutual TLS).");
+  parser.AddString("tls-key", &options.tls_key_file, "PEM private key of --tls-cert.");
+  parser.AddString("api-key", &options.api_key,
+                   "API key, sent as 'authorization: Bearer KEY' (env QUILL_API_KEY; prefer "
+                   "the environment: command lines are visible to other users).");
+}
+
+absl::StatusOr<std::unique_ptr<client::QuillClient>> ConnectionFlags::Connect() const {
+  return client::QuillClient::Connect(addr, options);
+}
+
 int ParseFlags(FlagParser& parser, const std::vector<std::string>& args,
                std::vector<std::string>* positional) {
   absl::StatusOr<std::vector<std::string>> parsed = parser.Parse(args);

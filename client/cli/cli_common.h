@@ -2,11 +2,14 @@
 
 // Helpers shared by the `quill` subcommands.
 
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "client/cli/flag_parser.h"
+#include "client/quill_client.h"
 #include "nlohmann/json.hpp"
 #include "quill/v1/quill.pb.h"
 
@@ -19,6 +22,18 @@ inline constexpr int kExitUsage = 2;
 
 // $QUILL_ADDR, or 127.0.0.1:50051.
 std::string DefaultAddress();
+
+// --addr, --tls-ca, --tls-cert, --tls-key and --api-key (default $QUILL_API_KEY), the
+// flags every subcommand that talks to a server shares.
+struct ConnectionFlags {
+  std::string addr = DefaultAddress();
+  client::ConnectOptions options;
+
+  ConnectionFlags();
+  void Register(FlagParser& parser);
+  // The client; INVALID_ARGUMENT for an unreadable certificate file.
+  absl::StatusOr<std::unique_ptr<client::QuillClient>> Connect() const;
+};
 
 // Parses `args` into `parser`'s flags. Returns -1 to go on, or the exit code to return now
 // (0 after printing --help, 2 after printing a usage error).

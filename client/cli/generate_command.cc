@@ -16,7 +16,7 @@ namespace quill::cli {
 namespace {
 
 struct GenerateFlags {
-  std::string addr = DefaultAddress();
+  ConnectionFlags connection;
   int max_tokens = 128;
   double temperature = 0;
   double top_p = 0;
@@ -91,7 +91,7 @@ int GenerateCommand(const std::vector<std::string>& args) {
       "are given) and writes the text to stdout as it arrives. The finish reason, token usage, "
       "time to first token and total time go to stderr. Exits 1 with the server's status code "
       "and message if the request fails.");
-  parser.AddString("addr", &f.addr, "Server address HOST:PORT (env QUILL_ADDR).");
+  f.connection.Register(parser);
   parser.AddInt("max-tokens", &f.max_tokens, "Most tokens to generate.");
   parser.AddDouble("temperature", &f.temperature, "Sampling temperature; 0 is greedy.");
   parser.AddDouble("top-p", &f.top_p, "Nucleus sampling mass in (0, 1]; 0 is off.");
@@ -118,7 +118,9 @@ int GenerateCommand(const std::vector<std::string>& args) {
     return kExitUsage;
   }
 
-  std::unique_ptr<client::QuillClient> client = client::QuillClient::Connect(f.addr);
+  absl::StatusOr<std::unique_ptr<client::QuillClient>> connected = f.connection.Connect();
+  if (!connected.ok()) return PrintError(connected.status());
+  std::unique_ptr<client::QuillClient> client = *std::move(connected);
   const quill::v1::GenerateRequest request = BuildRequest(f, std::move(prompt));
   using Clock = std::chrono::steady_clock;
   const Clock::time_point start = Clock::now();

@@ -62,14 +62,14 @@ void PrintModelInfo(const quill::v1::ModelInfo& m) {
 }  // namespace
 
 int TokenizeCommand(const std::vector<std::string>& args) {
-  std::string addr = DefaultAddress();
+  ConnectionFlags connection;
   bool add_special = false;
   bool json = false;
   absl::Duration timeout = absl::Seconds(30);
   FlagParser parser("quill tokenize [flags] [TEXT...]",
                     "Shows the model's token ids and pieces for TEXT (the words joined by spaces; "
                     "read from stdin when none are given), and the ids decoded back.");
-  parser.AddString("addr", &addr, "Server address HOST:PORT (env QUILL_ADDR).");
+  connection.Register(parser);
   parser.AddBool("add-special-tokens", &add_special, "Add BOS/EOS as the vocabulary says.");
   parser.AddDuration("timeout", &timeout, "RPC deadline.");
   parser.AddBool("json", &json, "Print {\"token_ids\", \"pieces\", \"text\"} as JSON.");
@@ -77,8 +77,10 @@ int TokenizeCommand(const std::vector<std::string>& args) {
   if (int code = ParseFlags(parser, args, &positional); code >= 0) return code;
   const std::string text = TextFromArgsOrStdin(positional);
 
+  absl::StatusOr<std::unique_ptr<client::QuillClient>> client = connection.Connect();
+  if (!client.ok()) return PrintError(client.status());
   absl::StatusOr<quill::v1::TokenizeResponse> response =
-      client::QuillClient::Connect(addr)->Tokenize(text, add_special, timeout);
+      (*client)->Tokenize(text, add_special, timeout);
   if (!response.ok()) return PrintError(response.status());
   if (json) {
     std::cout << DumpJson(ToJson(*response)) << "\n";
@@ -100,13 +102,13 @@ int TokenizeCommand(const std::vector<std::string>& args) {
 }
 
 int InfoCommand(const std::vector<std::string>& args) {
-  std::string addr = DefaultAddress();
+  ConnectionFlags connection;
   bool json = false;
   absl::Duration timeout = absl::Seconds(30);
   FlagParser parser("quill info [flags]",
                     "Shows the served model (architecture, shape, size, vocabulary) and the "
                     "server's limits (max tokens, batch, queue, KV cache).");
-  parser.AddString("addr", &addr, "Server address HOST:PORT (env QUILL_ADDR).");
+  connection.Register(parser);
   parser.AddDuration("timeout", &timeout, "RPC deadline.");
   parser.AddBool("json", &json, "Print the model info as one JSON object.");
   std::vector<std::string> positional;
@@ -115,8 +117,9 @@ int InfoCommand(const std::vector<std::string>& args) {
     std::cerr << "error: quill info takes no arguments (see --help)\n";
     return kExitUsage;
   }
-  absl::StatusOr<quill::v1::ModelInfo> info =
-      client::QuillClient::Connect(addr)->GetModelInfo(timeout);
+  absl::StatusOr<std::unique_ptr<client::QuillClient>> client = connection.Connect();
+  if (!client.ok()) return PrintError(client.status());
+  absl::StatusOr<quill::v1::ModelInfo> info = (*client)->GetModelInfo(timeout);
   if (!info.ok()) return PrintError(info.status());
   if (json) {
     std::cout << DumpJson(ToJson(*info), 2) << "\n";
@@ -127,14 +130,14 @@ int InfoCommand(const std::vector<std::string>& args) {
 }
 
 int HealthCommand(const std::vector<std::string>& args) {
-  std::string addr = DefaultAddress();
+  ConnectionFlags connection;
   std::string service;
   absl::Duration timeout = absl::Seconds(5);
   FlagParser parser("quill health [flags]",
                     "Calls the standard gRPC health service (grpc.health.v1.Health/Check) and "
                     "prints the status. Exits 0 if and only if it is SERVING, so it can serve as "
                     "a Docker HEALTHCHECK or an exec probe.");
-  parser.AddString("addr", &addr, "Server address HOST:PORT (env QUILL_ADDR).");
+  connection.Register(parser);
   parser.AddString("service", &service,
                    "Service to check: empty for the whole server, or quill.v1.Generator.");
   parser.AddDuration("timeout", &timeout, "RPC deadline.");
@@ -144,8 +147,9 @@ int HealthCommand(const std::vector<std::string>& args) {
     std::cerr << "error: quill health takes no arguments (see --help)\n";
     return kExitUsage;
   }
-  absl::StatusOr<client::HealthStatus> health =
-      client::QuillClient::Connect(addr)->Health(service, timeout);
+  absl::StatusOr<std::unique_ptr<client::QuillClient>> client = connection.Connect();
+  if (!client.ok()) return PrintError(client.status());
+  absl::StatusOr<client::HealthStatus> health = (*client)->Health(service, timeout);
   if (!health.ok()) return PrintError(health.status());
   std::cout << client::HealthStatusName(*health) << "\n";
   return *health == client::HealthStatus::kServing ? kExitOk : kExitFailure;

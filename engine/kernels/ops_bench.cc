@@ -77,6 +77,20 @@ int main(int argc, char** argv) {
     report("SwiGlu", 3.0 * rows * kFfn * 4, [&] {
       k::SwiGlu(gate_up.data(), rows, kFfn, ffn_out.data());
     });
+    // The kernels the other families add (Gemma 2, GPT-2, Qwen2) at the same shapes.
+    report("LayerNorm", 2 * row_bytes,
+           [&] { k::LayerNorm(x.data(), w.data(), y.data(), rows, kDim, 1e-5f, out.data()); });
+    report("Rope q neox", 2.0 * q.size() * 4, [&] {
+      k::Rope(q.data(), pos.data(), rows, kHeads, kHeadDim,
+              k::RopeSpec{kHeadDim, 10000.0f, k::RopeLayout::kNeox});
+    });
+    report("GeGlu", 3.0 * rows * kFfn * 4,
+           [&] { k::GeGlu(gate_up.data(), rows, kFfn, ffn_out.data()); });
+    report("Gelu", 2.0 * rows * kFfn * 4,
+           [&] { k::Gelu(gate_up.data(), int64_t{rows} * kFfn, ffn_out.data()); });
+    report("AddBias", 2 * row_bytes, [&] { k::AddBias(x.data(), w.data(), rows, kDim); });
+    report("SoftCap", 2.0 * rows * kFfn * 4,
+           [&] { k::SoftCap(ffn_out.data(), int64_t{rows} * kFfn, 30.0f); });
   }
   return 0;
 }

@@ -43,7 +43,8 @@ TokenId Argmax(const std::vector<float>& x) {
   return static_cast<TokenId>(std::max_element(x.begin(), x.end()) - x.begin());
 }
 
-class BatchInvarianceTest : public ::testing::Test {
+// The harness; TEST_F uses it as is, TEST_P (FamilyInvarianceTest) with a model file.
+class BatchInvarianceTest : public ::testing::TestWithParam<const char*> {
  protected:
   void Load(const std::string& name, Precision precision, int num_seqs = 8) {
     num_seqs_ = num_seqs;
@@ -342,6 +343,54 @@ TEST_F(BatchInvarianceTest, FastMiniBf16Among63OthersSameArgmax) {
   RecordProperty("mini_bf16_fast_64_max_abs_diff", absl::StrFormat("%.3g", diff));
   EXPECT_EQ(argmax_mismatches, 0);
 }
+
+// ---- One model of each family ------------------------------------------------------------
+// gpt2: learned positions, LayerNorm, fused QKV and biases; gemma2: soft-caps, a 32-token
+// sliding window on alternate layers (the prompts reach 61 tokens), post-norms, GEGLU;
+// qwen2: Q/K/V biases, NEOX RoPE; llama3: rope_freqs.
+
+class FamilyInvarianceTest : public BatchInvarianceTest {};
+
+TEST_P(FamilyInvarianceTest, ExactBatchedChunkedAndStaggeredBitForBit) {
+  Load(GetParam(), Precision::kExact);
+  if (IsSkipped()) return;
+  const int steps = 6;
+  RunResult together = RunTogether(steps, nullptr);
+  RunResult alone = RunAlone(steps, 0, &together);
+  ExpectIdentical(together, alone, "batched vs alone");
+  RunResult chunked = RunAlone(steps, 7, &together);
+  ExpectIdentical(together, chunked, "chunks of 7 vs batched whole prompts");
+  RunResult staggered = RunStaggered(steps, 5, &together);
+  ExpectIdentical(together, staggered, "continuous batching (chunks of 5) vs batched");
+}
+
+// Fast mode: the same argmax in every row, max|d| measured and printed.
+TEST_P(FamilyInvarianceTest, FastSameArgmax) {
+  Load(GetParam(), Precision::kFast);
+  if (IsSkipped()) return;
+  const int steps = 8;
+  RunResult together = RunTogether(steps, nullptr);
+  RunResult alone = RunAlone(steps, 0, &together);  // same inputs, compare outputs
+  RunResult staggered = RunStaggered(steps, 5, &together);
+  const int mismatches = ArgmaxMismatches(together, alone) + ArgmaxMismatches(together, staggered);
+  const double diff = std::max(MaxDiffAll(together, alone), MaxDiffAll(together, staggered));
+  std::cout << absl::StrFormat(
+      "[batch-invariance] %s fast: max|d| logits %.3g, argmax mismatches %d (%s)\n", GetParam(),
+      diff, mismatches, model_->kernel_summary());
+  RecordProperty("fast_max_abs_diff", absl::StrFormat("%.3g", diff));
+  EXPECT_EQ(mismatches, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, FamilyInvarianceTest,
+                         ::testing::Values("gpt2-tiny.gguf", "gemma2-tiny.gguf",
+                                           "gemma2-tiny-bf16.gguf", "qwen2-tiny.gguf",
+                                           "llama3-tiny.gguf"),
+                         [](const ::testing::TestParamInfo<const char*>& info) {
+                           std::string name = info.param;
+                           name = name.substr(0, name.find(".gguf"));
+                           for (char& c : name) c = std::isalnum(c) ? c : '_';
+                           return name;
+                         });
 
 }  // namespace
 }  // namespace quill::engine

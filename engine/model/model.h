@@ -11,6 +11,7 @@
 #include "engine/gguf/gguf_file.h"
 #include "engine/kernels/linear.h"
 #include "engine/kv_cache/kv_cache.h"
+#include "engine/model/batch_entry.h"
 #include "engine/model/model_config.h"
 #include "engine/model/model_profile.h"
 #include "engine/tokenizer/tokenizer.h"
@@ -23,17 +24,9 @@ struct ModelOptions {
   int max_batch_tokens = 512;  // most tokens one Forward() may carry (sizes all scratch)
 };
 
-// One sequence's part of a forward step: a chunk of its prompt (prefill) or its one new
-// token (decode).
-struct BatchEntry {
-  KvCache::SeqId seq = 0;
-  absl::Span<const TokenId> tokens;
-  int32_t first_pos = 0;     // absolute position of tokens[0]
-  bool want_logits = false;  // produce logits for the last of `tokens`
-};
-
-// A loaded Llama-family model: config, tokenizer and weights packed once for the chosen
-// precision, plus the scratch for one forward step. Forward() is called from one thread
+// A loaded decoder-only model of any supported family (ModelConfig::decoder says how it
+// computes): config, tokenizer and weights packed once for the chosen precision, plus the
+// scratch for one forward step. Forward() is called from one thread
 // (the engine thread, or quill-run's main thread); accessors are const and thread-safe.
 class Model {
  public:

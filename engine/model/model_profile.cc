@@ -17,14 +17,19 @@ std::string ModelProfile::Summary() const {
     sum.attention += l.attention;
     sum.o += l.o;
     sum.gate_up += l.gate_up;
-    sum.swiglu += l.swiglu;
+    sum.activation += l.activation;
     sum.down += l.down;
   }
-  const std::pair<const char*, double> rows[] = {
-      {"embed", embed},         {"norm+residual", sum.norm}, {"qkv matmul", sum.qkv},
-      {"rope+kv write", sum.rope_kv}, {"attention", sum.attention}, {"o matmul", sum.o},
-      {"gate_up matmul", sum.gate_up}, {"swiglu", sum.swiglu}, {"down matmul", sum.down},
-      {"lm_head", lm_head}};
+  const std::pair<const char*, double> rows[] = {{"embed", embed},
+                                                 {"norm+residual", sum.norm},
+                                                 {"qkv matmul", sum.qkv},
+                                                 {"rope+kv write", sum.rope_kv},
+                                                 {"attention", sum.attention},
+                                                 {"o matmul", sum.o},
+                                                 {"gate_up matmul", sum.gate_up},
+                                                 {"activation", sum.activation},
+                                                 {"down matmul", sum.down},
+                                                 {"lm_head", lm_head}};
   std::string out = absl::StrFormat("forward profile: %ld steps, %ld tokens, %.1f ms total\n",
                                     steps, tokens, total * 1e3);
   double accounted = 0;

@@ -10,13 +10,13 @@ namespace quill::engine {
 // overheads outside the matmuls.
 struct ModelProfile {
   struct LayerTimes {
-    double norm = 0;       // both RmsNorms and the residual adds
+    double norm = 0;       // the norms (and post-norms), biases and residual adds
     double qkv = 0;        // fused Q|K|V matmul
     double rope_kv = 0;    // q/k split, RoPE, K/V cache writes
     double attention = 0;  // PagedAttention
     double o = 0;          // output projection
-    double gate_up = 0;    // fused gate|up matmul
-    double swiglu = 0;
+    double gate_up = 0;    // fused gate|up (or up) matmul
+    double activation = 0;  // SwiGLU / GEGLU / GELU
     double down = 0;
   };
   double embed = 0;

@@ -354,7 +354,7 @@ absl::StatusOr<Options> OptionsFromFlags() {
   config.feed_forward_length = o.ffn;
   config.rope_dimension_count = config.head_dim;
   config.rope_freq_base = o.rope_base;
-  config.rms_norm_eps = o.rms_eps;
+  config.norm_eps = o.rms_eps;
   config.context_length = o.context;
   absl::Status valid = config.Validate();
   if (!valid.ok()) {

@@ -222,13 +222,19 @@ int RunInfo(const std::string& path) {
   std::printf("head_count           %ld (kv %ld, head_dim %ld)\n", static_cast<long>(c.head_count),
               static_cast<long>(c.head_count_kv), static_cast<long>(c.head_dim));
   std::printf("feed_forward_length  %ld\n", static_cast<long>(c.feed_forward_length));
-  std::printf("rope                 dim %ld, base %g\n", static_cast<long>(c.rope_dimension_count),
-              c.rope_freq_base);
-  std::printf("rms_norm_eps         %g\n", c.rms_norm_eps);
+  if (c.decoder.uses_rope()) {
+    std::printf("rope                 dim %ld, base %g\n",
+                static_cast<long>(c.rope_dimension_count), c.rope_freq_base);
+  } else {
+    std::printf("rope                 none\n");
+  }
+  std::printf("norm_eps             %g\n", c.norm_eps);
+  std::printf("decoder              %s\n", DecoderSummary(c.decoder).c_str());
   std::printf("tied_embeddings      %s\n", c.tied_embeddings ? "yes" : "no");
   std::printf("parameters           %s\n", Commas(f32.total_params).c_str());
   std::printf("  non-embedding      %s\n", Commas(f32.non_embedding_params).c_str());
   std::printf("  embedding          %s\n", Commas(f32.embedding_params).c_str());
+  std::printf("  positions          %s\n", Commas(f32.position_params).c_str());
   std::printf("  output (LM head)   %s\n", Commas(f32.output_params).c_str());
   std::printf("  per block          %s\n", Commas(f32.params_per_block).c_str());
   std::printf("FLOPs per token      %s (at context %ld)\n", Commas(f32.flops_per_token).c_str(),

@@ -53,7 +53,28 @@ def parse_args():
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     parser.add_argument("--timeout", type=float, default=60.0, help="deadline in seconds")
+    parser.add_argument("--tls-ca", help="use TLS, trusting these PEM CA certificates")
+    parser.add_argument("--tls-cert", help="PEM client certificate (mutual TLS)")
+    parser.add_argument("--tls-key", help="PEM private key of --tls-cert")
+    parser.add_argument("--api-key", default=os.environ.get("QUILL_API_KEY"),
+                        help="API key, sent as 'authorization: Bearer KEY' (env QUILL_API_KEY)")
     return parser.parse_args()
+
+
+def read_file(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def open_channel(args):
+    """Plaintext, or TLS (with a client certificate for mutual TLS)."""
+    if not (args.tls_ca or args.tls_cert):
+        return grpc.insecure_channel(args.addr)
+    credentials = grpc.ssl_channel_credentials(
+        root_certificates=read_file(args.tls_ca) if args.tls_ca else None,
+        private_key=read_file(args.tls_key) if args.tls_key else None,
+        certificate_chain=read_file(args.tls_cert) if args.tls_cert else None)
+    return grpc.secure_channel(args.addr, credentials)
 
 
 def main():
@@ -71,13 +92,16 @@ def main():
             sampling=pb2.SamplingParams(temperature=args.temperature, top_p=args.top_p,
                                         top_k=args.top_k, seed=args.seed),
             stop=args.stop)
-        with grpc.insecure_channel(args.addr) as channel:
+        # Plain metadata, not call credentials: gRPC sends those over TLS only, and a
+        # loopback server may use keys without TLS.
+        metadata = [("authorization", "Bearer " + args.api_key)] if args.api_key else None
+        with open_channel(args) as channel:
             stub = pb2_grpc.GeneratorStub(channel)
             start = time.monotonic()
             ttft = None
             last = None
             try:
-                for response in stub.Generate(request, timeout=args.timeout):
+                for response in stub.Generate(request, timeout=args.timeout, metadata=metadata):
                     if ttft is None and response.token_ids:
                         ttft = time.monotonic() - start
                     sys.stdout.write(response.text)

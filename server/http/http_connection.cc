@@ -72,22 +72,50 @@ void AppendChunk(absl::string_view data, std::string* out) {
 
 }  // namespace
 
+HttpConnection::Stream HttpConnection::MakeStream(net::ip::tcp::socket socket,
+                                                  net::ssl::context* tls) {
+  if (tls == nullptr) return Stream(std::in_place_index<0>, std::move(socket));
+  return Stream(std::in_place_index<1>, std::move(socket), *tls);
+}
+
 HttpConnection::HttpConnection(net::ip::tcp::socket socket, uint64_t id, HttpHandler* handler,
-                               const HttpServerOptions* options, ConnectionRegistry* registry)
+                               const HttpServerOptions* options, ConnectionRegistry* registry,
+                               net::ssl::context* tls)
     : id_(id),
       handler_(handler),
       options_(options),
       registry_(registry),
-      stream_(std::move(socket)) {}
+      stream_(MakeStream(std::move(socket), tls)) {}
 
 HttpConnection::~HttpConnection() { registry_->Remove(id_); }
 
+beast::tcp_stream& HttpConnection::tcp() {
+  return std::visit([](auto& stream) -> beast::tcp_stream& { return beast::get_lowest_layer(stream); },
+                    stream_);
+}
+
 void HttpConnection::Run() {
-  net::post(stream_.get_executor(), [self = shared_from_this()] { self->ReadHead(); });
+  net::post(tcp().get_executor(), [self = shared_from_this()] {
+    if (self->stream_.index() == 0) return self->ReadHead();
+    self->Handshake();
+  });
+}
+
+// TLS: the handshake must complete within the read timeout, like a request head.
+void HttpConnection::Handshake() {
+  tcp().expires_after(absl::ToChronoNanoseconds(options_->read_timeout));
+  std::get<1>(stream_).async_handshake(
+      net::ssl::stream_base::server, [self = shared_from_this()](beast::error_code ec) {
+        if (ec) {
+          spdlog::debug("http connection={} TLS handshake failed: {}", self->id_, ec.message());
+          return self->DoClose();
+        }
+        self->ReadHead();
+      });
 }
 
 void HttpConnection::CloseWhenIdle() {
-  net::post(stream_.get_executor(), [self = shared_from_this()] {
+  net::post(tcp().get_executor(), [self = shared_from_this()] {
     if (!self->response_active_) {
       self->DoClose();
     } else {
@@ -97,17 +125,17 @@ void HttpConnection::CloseWhenIdle() {
 }
 
 void HttpConnection::Close() {
-  net::post(stream_.get_executor(), [self = shared_from_this()] { self->ClientGone(); });
+  net::post(tcp().get_executor(), [self = shared_from_this()] { self->ClientGone(); });
 }
 
 void HttpConnection::StartResponse(uint64_t seq, std::shared_ptr<ResponseSource> source) {
-  net::post(stream_.get_executor(), [self = shared_from_this(), seq, source = std::move(source)] {
+  net::post(tcp().get_executor(), [self = shared_from_this(), seq, source = std::move(source)] {
     self->OnStart(seq, source);
   });
 }
 
 void HttpConnection::WakeResponse(uint64_t seq, std::shared_ptr<std::atomic<bool>> scheduled) {
-  net::post(stream_.get_executor(), [self = shared_from_this(), seq, scheduled] {
+  net::post(tcp().get_executor(), [self = shared_from_this(), seq, scheduled] {
     // Cleared before pulling: output arriving from now on schedules another pull.
     scheduled->store(false);
     if (seq == self->seq_) self->Pull();
@@ -122,10 +150,14 @@ void HttpConnection::ReadHead() {
   parser_.emplace();
   parser_->header_limit(static_cast<uint32_t>(options_->max_header_bytes));
   parser_->body_limit(static_cast<uint64_t>(options_->max_body_bytes));
-  stream_.expires_after(absl::ToChronoNanoseconds(options_->read_timeout));
-  bhttp::async_read_header(
-      stream_, buffer_, *parser_,
-      [self = shared_from_this()](beast::error_code ec, size_t) { self->OnHead(ec); });
+  tcp().expires_after(absl::ToChronoNanoseconds(options_->read_timeout));
+  std::visit(
+      [&](auto& stream) {
+        bhttp::async_read_header(
+            stream, buffer_, *parser_,
+            [self = shared_from_this()](beast::error_code ec, size_t) { self->OnHead(ec); });
+      },
+      stream_);
 }
 
 void HttpConnection::OnReadError(beast::error_code ec) {
@@ -155,10 +187,15 @@ void HttpConnection::OnHead(beast::error_code ec) {
   }
   if (beast::iequals(head[bhttp::field::expect], "100-continue")) {
     out_ = "HTTP/1.1 100 Continue\r\n\r\n";
-    stream_.expires_after(absl::ToChronoNanoseconds(options_->write_timeout));
-    net::async_write(
-        stream_, net::buffer(out_),
-        [self = shared_from_this()](beast::error_code ec, size_t) { self->OnContinueSent(ec); });
+    tcp().expires_after(absl::ToChronoNanoseconds(options_->write_timeout));
+    std::visit(
+        [&](auto& stream) {
+          net::async_write(stream, net::buffer(out_),
+                           [self = shared_from_this()](beast::error_code ec, size_t) {
+                             self->OnContinueSent(ec);
+                           });
+        },
+        stream_);
     return;
   }
   ReadBody();
@@ -170,15 +207,19 @@ void HttpConnection::OnContinueSent(beast::error_code ec) {
 }
 
 void HttpConnection::ReadBody() {
-  stream_.expires_after(absl::ToChronoNanoseconds(options_->read_timeout));
-  bhttp::async_read(
-      stream_, buffer_, *parser_,
-      [self = shared_from_this()](beast::error_code ec, size_t) { self->OnBody(ec); });
+  tcp().expires_after(absl::ToChronoNanoseconds(options_->read_timeout));
+  std::visit(
+      [&](auto& stream) {
+        bhttp::async_read(
+            stream, buffer_, *parser_,
+            [self = shared_from_this()](beast::error_code ec, size_t) { self->OnBody(ec); });
+      },
+      stream_);
 }
 
 void HttpConnection::OnBody(beast::error_code ec) {
   if (ec) return OnReadError(ec);
-  stream_.expires_never();
+  tcp().expires_never();
   Dispatch();
 }
 
@@ -206,7 +247,6 @@ void HttpConnection::Dispatch() {
   head_sent_ = false;
   chunked_ = false;
   WatchHangup();
-  // An authentication check (API keys) belongs here: it sees every request first.
   handler_->Handle(request, std::make_shared<RequestChannel>(weak_from_this(), seq_));
 }
 
@@ -278,10 +318,14 @@ void HttpConnection::Pull() {
 
 void HttpConnection::Write() {
   writing_ = true;
-  stream_.expires_after(absl::ToChronoNanoseconds(options_->write_timeout));
-  net::async_write(
-      stream_, net::buffer(out_),
-      [self = shared_from_this()](beast::error_code ec, size_t) { self->OnWrite(ec); });
+  tcp().expires_after(absl::ToChronoNanoseconds(options_->write_timeout));
+  std::visit(
+      [&](auto& stream) {
+        net::async_write(
+            stream, net::buffer(out_),
+            [self = shared_from_this()](beast::error_code ec, size_t) { self->OnWrite(ec); });
+      },
+      stream_);
 }
 
 void HttpConnection::OnWrite(beast::error_code ec) {
@@ -293,7 +337,7 @@ void HttpConnection::OnWrite(beast::error_code ec) {
     }
     return ClientGone();
   }
-  stream_.expires_never();
+  tcp().expires_never();
   if (last_in_flight_) return FinishResponse();
   Pull();
 }
@@ -305,14 +349,14 @@ void HttpConnection::FinishResponse() {
   if (close_after_ || !keep_alive_ || registry_->draining()) {
     // Let the client read everything before the FIN.
     beast::error_code ignored;
-    stream_.socket().shutdown(net::ip::tcp::socket::shutdown_send, ignored);
+    tcp().socket().shutdown(net::ip::tcp::socket::shutdown_send, ignored);
     return DoClose();
   }
   if (hangup_watch_) {
     // The readiness wait must end before the next read starts.
     read_after_watch_ = true;
     beast::error_code ignored;
-    stream_.socket().cancel(ignored);
+    tcp().socket().cancel(ignored);
     return;
   }
   ReadHead();
@@ -323,7 +367,7 @@ void HttpConnection::FinishResponse() {
 void HttpConnection::WatchHangup() {
   if (hangup_watch_ || closed_) return;
   hangup_watch_ = true;
-  stream_.socket().async_wait(
+  tcp().socket().async_wait(
       net::ip::tcp::socket::wait_read,
       [self = shared_from_this()](beast::error_code ec) { self->OnReadable(ec); });
 }
@@ -343,7 +387,7 @@ void HttpConnection::OnReadable(beast::error_code ec) {
   // Readable: either the client closed (EOF), or it sent more (a pipelined request, which
   // is read after this response).
   char byte;
-  const ssize_t n = ::recv(stream_.socket().native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+  const ssize_t n = ::recv(tcp().socket().native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
   if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
     return ClientGone();
   }
@@ -363,8 +407,8 @@ void HttpConnection::DoClose() {
   closed_ = true;
   // A response whose source was never attached learns of it in OnStart.
   beast::error_code ignored;
-  stream_.socket().shutdown(net::ip::tcp::socket::shutdown_both, ignored);
-  stream_.close();
+  tcp().socket().shutdown(net::ip::tcp::socket::shutdown_both, ignored);
+  tcp().close();
 }
 
 }  // namespace quill::server::http

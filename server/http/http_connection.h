@@ -16,13 +16,16 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <variant>
 
 #include "boost/asio/ip/tcp.hpp"
+#include "boost/asio/ssl/context.hpp"
 #include "boost/beast/core/error.hpp"
 #include "boost/beast/core/flat_buffer.hpp"
 #include "boost/beast/core/tcp_stream.hpp"
 #include "boost/beast/http/parser.hpp"
 #include "boost/beast/http/string_body.hpp"
+#include "boost/beast/ssl/ssl_stream.hpp"
 #include "server/http/http_exchange.h"
 #include "server/http/http_server.h"
 
@@ -38,10 +41,12 @@ class ConnectionRegistry {
 
 class HttpConnection final : public std::enable_shared_from_this<HttpConnection> {
  public:
-  // `handler`, `options` and `registry` must outlive the connection (the server's
-  // io_context, which holds the last references, is destroyed first).
+  // `handler`, `options`, `registry` and `tls` must outlive the connection (the server's
+  // io_context, which holds the last references, is destroyed first). `tls` null:
+  // plaintext; otherwise the connection starts with a TLS handshake.
   HttpConnection(boost::asio::ip::tcp::socket socket, uint64_t id, HttpHandler* handler,
-                 const HttpServerOptions* options, ConnectionRegistry* registry);
+                 const HttpServerOptions* options, ConnectionRegistry* registry,
+                 boost::asio::ssl::context* tls = nullptr);
   ~HttpConnection();
 
   // Any thread.
@@ -57,6 +62,14 @@ class HttpConnection final : public std::enable_shared_from_this<HttpConnection>
   void WakeResponse(uint64_t seq, std::shared_ptr<std::atomic<bool>> scheduled);
 
  private:
+  // Plaintext or TLS; reads and writes go through std::visit, timeouts and the socket
+  // through the TCP layer underneath either.
+  using Stream = std::variant<boost::beast::tcp_stream,
+                              boost::beast::ssl_stream<boost::beast::tcp_stream>>;
+  static Stream MakeStream(boost::asio::ip::tcp::socket socket, boost::asio::ssl::context* tls);
+  boost::beast::tcp_stream& tcp();
+
+  void Handshake();
   void ReadHead();
   void OnHead(boost::beast::error_code ec);
   void OnContinueSent(boost::beast::error_code ec);
@@ -81,7 +94,7 @@ class HttpConnection final : public std::enable_shared_from_this<HttpConnection>
   const HttpServerOptions* const options_;
   ConnectionRegistry* const registry_;
 
-  boost::beast::tcp_stream stream_;
+  Stream stream_;
   boost::beast::flat_buffer buffer_;
   std::optional<boost::beast::http::request_parser<boost::beast::http::string_body>> parser_;
 

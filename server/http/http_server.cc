@@ -15,6 +15,7 @@
 #include "boost/asio/io_context.hpp"
 #include "boost/asio/ip/tcp.hpp"
 #include "boost/asio/post.hpp"
+#include "boost/asio/ssl/context.hpp"
 #include "boost/asio/strand.hpp"
 #include "server/http/http_connection.h"
 #include "spdlog/spdlog.h"
@@ -34,7 +35,33 @@ class HttpServer::Impl final : public ConnectionRegistry {
 
   ~Impl() override { Shutdown(absl::ZeroDuration()); }
 
+  // The TLS context every connection shares (TLS 1.2 and 1.3 only).
+  absl::Status SetUpTls() {
+    if (options_.tls_cert_chain.empty()) return absl::OkStatus();
+    tls_.emplace(net::ssl::context::tls_server);
+    boost::system::error_code ec;
+    tls_->set_options(net::ssl::context::default_workarounds | net::ssl::context::no_sslv2 |
+                          net::ssl::context::no_sslv3 | net::ssl::context::no_tlsv1 |
+                          net::ssl::context::no_tlsv1_1 | net::ssl::context::single_dh_use,
+                      ec);
+    const auto pem = net::ssl::context::pem;
+    if (tls_->use_certificate_chain(net::buffer(options_.tls_cert_chain), ec); ec) {
+      return absl::InvalidArgumentError(absl::StrCat("http: --tls-cert: ", ec.message()));
+    }
+    if (tls_->use_private_key(net::buffer(options_.tls_private_key), pem, ec); ec) {
+      return absl::InvalidArgumentError(absl::StrCat("http: --tls-key: ", ec.message()));
+    }
+    if (!options_.tls_client_ca.empty()) {
+      if (tls_->add_certificate_authority(net::buffer(options_.tls_client_ca), ec); ec) {
+        return absl::InvalidArgumentError(absl::StrCat("http: --tls-client-ca: ", ec.message()));
+      }
+      tls_->set_verify_mode(net::ssl::verify_peer | net::ssl::verify_fail_if_no_peer_cert, ec);
+    }
+    return absl::OkStatus();
+  }
+
   absl::Status Bind() {
+    if (absl::Status s = SetUpTls(); !s.ok()) return s;
     boost::system::error_code ec;
     tcp::resolver resolver(ioc_);
     const std::string host = options_.host.empty() ? "0.0.0.0" : options_.host;
@@ -123,8 +150,8 @@ class HttpServer::Impl final : public ConnectionRegistry {
     if (draining_.load()) return;  // the acceptor closes at once
     // Token streams are many small writes: send each at once.
     socket.set_option(tcp::no_delay(true), ec);
-    auto connection =
-        std::make_shared<HttpConnection>(std::move(socket), next_id_++, handler_, &options_, this);
+    auto connection = std::make_shared<HttpConnection>(
+        std::move(socket), next_id_++, handler_, &options_, this, tls_ ? &*tls_ : nullptr);
     {
       absl::MutexLock lock(&mu_);
       connections_.emplace(next_id_ - 1, connection);
@@ -158,6 +185,7 @@ class HttpServer::Impl final : public ConnectionRegistry {
   mutable absl::Mutex mu_;
   std::map<uint64_t, std::weak_ptr<HttpConnection>> connections_ ABSL_GUARDED_BY(mu_);
 
+  std::optional<net::ssl::context> tls_;  // before the io_context: connections use it
   net::io_context ioc_;
   std::optional<net::executor_work_guard<net::io_context::executor_type>> work_;
   tcp::acceptor acceptor_;

@@ -6,9 +6,9 @@
 // slow reader only makes its own response coalesce (see ResponseSource) until its write
 // times out. Beast/Asio types stay inside server/http/*.cc.
 //
-// TLS and authentication: a connection is born in HttpServer's accept handler and a request
-// reaches the API only through HttpConnection::Dispatch; wrap the socket (ssl_stream) at the
-// former and check credentials at the latter.
+// TLS: with a certificate in the options every accepted connection is an ssl_stream that
+// handshakes first (within read_timeout). API keys are checked by the handler
+// (OpenAiApi::Handle), which sees every request first.
 
 #include <memory>
 #include <string>
@@ -32,12 +32,18 @@ struct HttpServerOptions {
   // A client that accepts no bytes of a response for this long is taken as gone (its
   // generation is cancelled and the connection closed).
   absl::Duration write_timeout = absl::Seconds(30);
+  // TLS (PEM text, not paths): empty cert = plaintext. With a client CA, clients must
+  // present a certificate it signed (mutual TLS).
+  std::string tls_cert_chain;
+  std::string tls_private_key;
+  std::string tls_client_ca;
 };
 
 class HttpServer {
  public:
   // Binds host:port and starts the threads. `handler` must outlive the server.
-  // UNAVAILABLE when the address cannot be bound (a busy port is refused: no SO_REUSEPORT).
+  // UNAVAILABLE when the address cannot be bound (a busy port is refused: no SO_REUSEPORT);
+  // INVALID_ARGUMENT when the TLS certificate or key cannot be used.
   static absl::StatusOr<std::unique_ptr<HttpServer>> Start(const HttpServerOptions& options,
                                                            HttpHandler* handler);
   ~HttpServer();  // Shutdown(zero) if not done yet.

@@ -49,8 +49,9 @@ absl::Status InOpenAiTerms(const absl::Status& status, const OpenAiRequest& requ
 
 }  // namespace
 
-OpenAiApi::OpenAiApi(RequestGateway* gateway)
+OpenAiApi::OpenAiApi(RequestGateway* gateway, const ApiKeys* api_keys)
     : gateway_(gateway),
+      api_keys_(api_keys),
       created_(absl::ToUnixSeconds(absl::Now())),
       seed_state_(std::random_device()()) {}
 
@@ -84,6 +85,15 @@ void OpenAiApi::Handle(const HttpRequest& request, std::shared_ptr<ResponseChann
     head.headers.emplace_back("Allow", allowed);
     channel->Respond(std::move(head), std::move(body));
   };
+  // Health stays open, for load balancers and Kubernetes probes.
+  if (api_keys_ != nullptr && path != "/health") {
+    if (absl::Status s = api_keys_->Check(request.Header("authorization")); !s.ok()) {
+      if (path == "/v1/completions" || path == "/v1/chat/completions") {
+        gateway_->RecordRejected(Api::kHttp);
+      }
+      return Fail(s, *channel);
+    }
+  }
   if (path == "/v1/completions" || path == "/v1/chat/completions") {
     if (!post) return wrong_method("POST");
     return Generate(request,

@@ -15,13 +15,15 @@
 #include "server/http/http_exchange.h"
 #include "server/http/openai_request.h"
 #include "server/request_gateway.h"
+#include "server/security/api_keys.h"
 
 namespace quill::server::http {
 
 class OpenAiApi final : public HttpHandler {
  public:
-  // `gateway` must outlive the HTTP server.
-  explicit OpenAiApi(RequestGateway* gateway);
+  // `gateway` and `api_keys` must outlive the HTTP server. `api_keys` null: no
+  // authentication; otherwise every route but /health needs `Authorization: Bearer KEY`.
+  explicit OpenAiApi(RequestGateway* gateway, const ApiKeys* api_keys = nullptr);
 
   void Handle(const HttpRequest& request, std::shared_ptr<ResponseChannel> channel) override;
   HttpResponseHead TransportError(int status, const std::string& message,
@@ -37,6 +39,7 @@ class OpenAiApi final : public HttpHandler {
   uint64_t NextSeed();
 
   RequestGateway* const gateway_;
+  const ApiKeys* const api_keys_;
   const int64_t created_;  // server start, Unix seconds (the model's "created")
   std::atomic<uint64_t> seed_state_;
 };

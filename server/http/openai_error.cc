@@ -113,6 +113,7 @@ std::string OpenAiErrorJson(const absl::Status& status) {
   nlohmann::json code;  // null, except where OpenAI has a well-known one
   if (status.code() == absl::StatusCode::kResourceExhausted) code = "rate_limit_exceeded";
   if (status.code() == absl::StatusCode::kUnavailable) code = "server_unavailable";
+  if (status.code() == absl::StatusCode::kUnauthenticated) code = "invalid_api_key";
   return ErrorJson(http_status, status.message(), param, code);
 }
 
@@ -122,6 +123,7 @@ HttpResponseHead OpenAiErrorResponse(const absl::Status& status, std::string* bo
   if (head.status == 429 || head.status == 503) {
     head.headers.emplace_back("Retry-After", absl::StrCat(kRetryAfterSeconds));
   }
+  if (head.status == 401) head.headers.emplace_back("WWW-Authenticate", "Bearer");
   *body = OpenAiErrorJson(status);
   return head;
 }

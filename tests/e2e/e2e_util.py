@@ -126,10 +126,11 @@ class QuillServer:
     health SERVING; always stops the process on exit.
     """
 
-    def __init__(self, extra_args=(), startup_timeout=60.0):
+    def __init__(self, extra_args=(), startup_timeout=60.0, health_args=()):
         require_binaries(SERVER, CLI)
         self.model = model_path()
         self.extra_args = list(extra_args)
+        self.health_args = list(health_args)  # e.g. --tls-ca for a TLS server
         self.startup_timeout = startup_timeout
         self.process = None
         self.log = None
@@ -172,12 +173,13 @@ class QuillServer:
                                    % (self.process.returncode, self.log.text()))
             listening = self.log.search(r"listening on 127\.0\.0\.1:(\d+)")
             metrics = self.log.search(r"metrics on http://127\.0\.0\.1:(\d+)/metrics")
-            http = self.log.search(r"http on http://127\.0\.0\.1:(\d+)")
+            http = self.log.search(r"http on https?://127\.0\.0\.1:(\d+)")
             if listening and metrics and http:
                 self.port = int(listening.group(1))
                 self.metrics_port = int(metrics.group(1))
                 self.http_port = int(http.group(1))
-                if run([CLI, "health", "--addr", self.addr, "--timeout", "2s"], timeout=10).returncode == 0:
+                if run([CLI, "health", "--addr", self.addr, "--timeout", "2s"] + self.health_args,
+                       timeout=10).returncode == 0:
                     return
             time.sleep(0.1)
         raise RuntimeError("quill-server not SERVING within %gs:\n%s"
