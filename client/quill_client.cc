@@ -150,13 +150,30 @@ absl::Status QuillClient::Generate(
     const quill::v1::GenerateRequest& request,
     const std::function<void(const quill::v1::GenerateResponse&)>& on_message,
     absl::Duration timeout, const ClientContextHook& hook, GenerateCall* call) {
+  return Stream(
+      [&](grpc::ClientContext* context) { return generator_->Generate(context, request); },
+      on_message, timeout, hook, call);
+}
+
+absl::Status QuillClient::Chat(
+    const quill::v1::ChatRequest& request,
+    const std::function<void(const quill::v1::GenerateResponse&)>& on_message,
+    absl::Duration timeout, const ClientContextHook& hook, GenerateCall* call) {
+  return Stream([&](grpc::ClientContext* context) { return generator_->Chat(context, request); },
+                on_message, timeout, hook, call);
+}
+
+absl::Status QuillClient::Stream(
+    const std::function<std::unique_ptr<grpc::ClientReader<quill::v1::GenerateResponse>>(
+        grpc::ClientContext*)>& start,
+    const std::function<void(const quill::v1::GenerateResponse&)>& on_message,
+    absl::Duration timeout, const ClientContextHook& hook, GenerateCall* call) {
   grpc::ClientContext context;
   PrepareContext(&context, timeout, hook);
   if (call != nullptr && !call->Attach(&context)) {
     return absl::CancelledError("cancelled before the call started");
   }
-  std::unique_ptr<grpc::ClientReader<quill::v1::GenerateResponse>> reader =
-      generator_->Generate(&context, request);
+  std::unique_ptr<grpc::ClientReader<quill::v1::GenerateResponse>> reader = start(&context);
   quill::v1::GenerateResponse response;
   while (reader->Read(&response)) {
     if (on_message) on_message(response);
@@ -166,21 +183,38 @@ absl::Status QuillClient::Generate(
   return FromGrpcStatus(status);
 }
 
+namespace {
+
+// Appends one streamed message to `result`.
+void Collect(const quill::v1::GenerateResponse& response, GenerateResult* result) {
+  if (result->request_id.empty()) result->request_id = response.request_id();
+  result->text += response.text();
+  result->token_ids.insert(result->token_ids.end(), response.token_ids().begin(),
+                           response.token_ids().end());
+  ++result->num_messages;
+  result->last = response;
+}
+
+}  // namespace
+
 absl::StatusOr<GenerateResult> QuillClient::GenerateText(const quill::v1::GenerateRequest& request,
                                                          absl::Duration timeout,
                                                          const ClientContextHook& hook) {
   GenerateResult result;
   absl::Status status = Generate(
-      request,
-      [&result](const quill::v1::GenerateResponse& response) {
-        if (result.request_id.empty()) result.request_id = response.request_id();
-        result.text += response.text();
-        result.token_ids.insert(result.token_ids.end(), response.token_ids().begin(),
-                                response.token_ids().end());
-        ++result.num_messages;
-        result.last = response;
-      },
-      timeout, hook);
+      request, [&result](const quill::v1::GenerateResponse& r) { Collect(r, &result); }, timeout,
+      hook);
+  if (!status.ok()) return status;
+  return result;
+}
+
+absl::StatusOr<GenerateResult> QuillClient::ChatText(const quill::v1::ChatRequest& request,
+                                                     absl::Duration timeout,
+                                                     const ClientContextHook& hook) {
+  GenerateResult result;
+  absl::Status status = Chat(
+      request, [&result](const quill::v1::GenerateResponse& r) { Collect(r, &result); }, timeout,
+      hook);
   if (!status.ok()) return status;
   return result;
 }

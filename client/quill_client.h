@@ -49,8 +49,8 @@ absl::Status FromGrpcStatus(const grpc::Status& status);
 // "LENGTH", "STOP", "EOS" or "UNSPECIFIED".
 absl::string_view FinishReasonName(quill::v1::FinishReason reason);
 
-// A cancellation handle for one Generate call. Thread-safe: Cancel() may be called from any
-// thread (including from inside the on_message callback), before, during or after the call.
+// A cancellation handle for one Generate (or Chat) call. Thread-safe: Cancel() may be called from
+// any thread (including from inside the on_message callback), before, during or after the call.
 // Cancelling before the call starts makes the call return CANCELLED without sending it.
 // A GenerateCall is used by at most one Generate call at a time and must outlive it.
 class GenerateCall {
@@ -123,6 +123,18 @@ class QuillClient {
                                               absl::Duration timeout = absl::InfiniteDuration(),
                                               const ClientContextHook& hook = nullptr);
 
+  // Streams one chat turn: the server renders `request.messages` with its chat template and
+  // generates the answer as Generate does (FAILED_PRECONDITION when it has no template).
+  absl::Status Chat(const quill::v1::ChatRequest& request,
+                    const std::function<void(const quill::v1::GenerateResponse&)>& on_message,
+                    absl::Duration timeout = absl::InfiniteDuration(),
+                    const ClientContextHook& hook = nullptr, GenerateCall* call = nullptr);
+
+  // Chat, collecting the stream into a GenerateResult.
+  absl::StatusOr<GenerateResult> ChatText(const quill::v1::ChatRequest& request,
+                                          absl::Duration timeout = absl::InfiniteDuration(),
+                                          const ClientContextHook& hook = nullptr);
+
   absl::StatusOr<quill::v1::TokenizeResponse> Tokenize(
       const quill::v1::TokenizeRequest& request, absl::Duration timeout = absl::InfiniteDuration(),
       const ClientContextHook& hook = nullptr);
@@ -142,6 +154,12 @@ class QuillClient {
   const std::shared_ptr<grpc::Channel>& channel() const { return channel_; }
 
  private:
+  // The body of Generate and Chat: `start` begins the server stream on the prepared context.
+  absl::Status Stream(
+      const std::function<std::unique_ptr<grpc::ClientReader<quill::v1::GenerateResponse>>(
+          grpc::ClientContext*)>& start,
+      const std::function<void(const quill::v1::GenerateResponse&)>& on_message,
+      absl::Duration timeout, const ClientContextHook& hook, GenerateCall* call);
   // Deadline, API key, then the caller's hook.
   void PrepareContext(grpc::ClientContext* context, absl::Duration timeout,
                       const ClientContextHook& hook) const;

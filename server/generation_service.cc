@@ -58,8 +58,8 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* GenerationService::RejectGenerate(
   if (!counted) gateway_->RecordRejected(Api::kGrpc);
   spdlog::debug("rejected generate: status={}", LogField(status.ToString()));
   // Never submitted, so the reactor never reaches the engine.
-  auto* reactor = new GenerateReactor(/*engine=*/nullptr, "", /*with_logprobs=*/false,
-                                      absl::InfiniteFuture());
+  auto* reactor =
+      new GenerateReactor(/*engine=*/nullptr, "", /*with_logprobs=*/false, absl::InfiniteFuture());
   reactor->Reject(status);
   return reactor;
 }
@@ -79,12 +79,30 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* GenerationService::Generate(
       gateway_->Prepare(request, deadline, Api::kGrpc);
   if (!converted.ok()) return RejectGenerate(converted.status(), /*counted=*/true);
 
-  auto* reactor = new GenerateReactor(gateway_->engine(), converted->request_id,
-                                      request.logprobs() > 0, deadline);
+  return StartStream(context, *std::move(converted), deadline);
+}
+
+grpc::ServerWriteReactor<grpc::ByteBuffer>* GenerationService::Chat(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* raw) {
+  if (absl::Status s = Authorize(*context); !s.ok()) return RejectGenerate(s, false);
+  if (absl::Status s = gateway_->CheckServing(); !s.ok()) return RejectGenerate(s, false);
+  v1::ChatRequest request;
+  if (absl::Status s = ParseRequest(*raw, &request); !s.ok()) return RejectGenerate(s, false);
+  const absl::Time deadline = DeadlineOf(*context);
+  absl::StatusOr<engine::GenerationRequest> converted =
+      gateway_->PrepareChat(request, deadline, Api::kGrpc);
+  if (!converted.ok()) return RejectGenerate(converted.status(), /*counted=*/true);
+  return StartStream(context, *std::move(converted), deadline);
+}
+
+grpc::ServerWriteReactor<grpc::ByteBuffer>* GenerationService::StartStream(
+    grpc::CallbackServerContext* context, engine::GenerationRequest request, absl::Time deadline) {
+  auto* reactor =
+      new GenerateReactor(gateway_->engine(), request.request_id, request.logprobs > 0, deadline);
   // The engine may start streaming before Submit returns; gRPC holds a reactor's
   // operations until the method returns it.
   const absl::Status submitted =
-      gateway_->Submit(*std::move(converted), reactor->channel(), Api::kGrpc);
+      gateway_->Submit(std::move(request), reactor->channel(), Api::kGrpc);
   if (!submitted.ok()) {
     // gRPC's retry policy honours this trailer; clients can also read it themselves.
     if (std::optional<absl::Duration> pushback = engine::RetryPushbackOf(submitted)) {

@@ -15,12 +15,13 @@
 
 namespace quill::server {
 
-// Generate and Tokenize are registered raw (ByteBuffer in and out) so that the request is
-// parsed by ParseRequest, which answers INVALID_ARGUMENT naming a non-UTF-8 string field
-// where the generated parser would make gRPC answer INTERNAL.
+// Generate, Chat and Tokenize are registered raw (ByteBuffer in and out) so that the
+// request is parsed by ParseRequest, which answers INVALID_ARGUMENT naming a non-UTF-8
+// string field where the generated parser would make gRPC answer INTERNAL.
 using GeneratorServiceBase = quill::v1::Generator::WithRawCallbackMethod_Generate<
-    quill::v1::Generator::WithRawCallbackMethod_Tokenize<
-        quill::v1::Generator::WithCallbackMethod_GetModelInfo<quill::v1::Generator::Service>>>;
+    quill::v1::Generator::WithRawCallbackMethod_Chat<
+        quill::v1::Generator::WithRawCallbackMethod_Tokenize<
+            quill::v1::Generator::WithCallbackMethod_GetModelInfo<quill::v1::Generator::Service>>>>;
 
 // The quill.v1.Generator service (thin: parse, then the shared RequestGateway validates
 // and submits). Handlers run on gRPC callback threads, never block, and reach the engine
@@ -40,6 +41,9 @@ class GenerationService final : public GeneratorServiceBase {
 
   grpc::ServerWriteReactor<grpc::ByteBuffer>* Generate(grpc::CallbackServerContext* context,
                                                        const grpc::ByteBuffer* request) override;
+  // Like Generate, for `messages` rendered by the chat template.
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* Chat(grpc::CallbackServerContext* context,
+                                                   const grpc::ByteBuffer* request) override;
   grpc::ServerUnaryReactor* Tokenize(grpc::CallbackServerContext* context,
                                      const grpc::ByteBuffer* request,
                                      grpc::ByteBuffer* response) override;
@@ -52,6 +56,11 @@ class GenerationService final : public GeneratorServiceBase {
   grpc::ServerWriteReactor<grpc::ByteBuffer>* RejectGenerate(const absl::Status& status,
                                                              bool counted);
 
+  // Starts the stream of an accepted request (a refusal carries retry pushback in
+  // `context`'s trailing metadata).
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* StartStream(grpc::CallbackServerContext* context,
+                                                          engine::GenerationRequest request,
+                                                          absl::Time deadline);
   // OK, or UNAUTHENTICATED when API keys are in force and the call has no valid one.
   absl::Status Authorize(const grpc::CallbackServerContext& context) const;
 

@@ -55,6 +55,11 @@ ABSL_FLAG(std::string, model, "",
           "GGUF model to serve. Default: the built-in kjv-1m model, looked up at "
           "<exe dir>/../share/quill/models/kjv-1m.gguf, <exe dir>/../../models/kjv-1m.gguf "
           "and ./models/kjv-1m.gguf.");
+ABSL_FLAG(std::string, chat_template, "",
+          "Jinja chat template file used for chat requests (gRPC Chat, /v1/chat/completions) "
+          "instead of the model's tokenizer.chat_template. Parsed at startup: a template that "
+          "does not parse stops the server with the error and its line. Without either, chat "
+          "requests fail with FAILED_PRECONDITION (raw prompts still work).");
 ABSL_FLAG(std::string, host, "127.0.0.1",
           "Address the gRPC server binds (0.0.0.0 for every interface).");
 ABSL_FLAG(int, port, 50051,
@@ -138,6 +143,7 @@ namespace {
 // Every flag above, for the QUILL_<NAME> environment fallback.
 constexpr const char* kFlagNames[] = {
     "model",
+    "chat_template",
     "host",
     "port",
     "metrics_host",
@@ -250,6 +256,7 @@ absl::StatusOr<ServerOptions> OptionsFromFlags(const char* exe) {
     if (!found.ok()) return found.status();
     options.model_path = *found;
   }
+  options.chat_template_path = absl::GetFlag(FLAGS_chat_template);
   absl::StatusOr<engine::kernels::Precision> precision =
       ParsePrecision(absl::GetFlag(FLAGS_precision));
   if (!precision.ok()) return precision.status();
@@ -402,8 +409,9 @@ int Main(int argc, char** argv) {
 
   spdlog::set_default_logger(spdlog::stderr_color_mt("quill-server"));
   if (!SetLogLevel(absl::GetFlag(FLAGS_log_level))) {
-    std::fprintf(stderr, "quill-server: --log-level must be trace, debug, info, warn, error, "
-                         "critical or off\n");
+    std::fprintf(stderr,
+                 "quill-server: --log-level must be trace, debug, info, warn, error, "
+                 "critical or off\n");
     return 2;
   }
   ApplyThreads(absl::GetFlag(FLAGS_threads));

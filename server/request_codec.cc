@@ -64,20 +64,19 @@ absl::Status ValidateSampling(const v1::SamplingParams& s) {
     return Invalid("sampling.min_p", absl::StrCat("must be in [0, 1], got ", s.min_p()));
   }
   if (!IsFinite(s.repetition_penalty()) || s.repetition_penalty() < 0) {
-    return Invalid("sampling.repetition_penalty",
-                   absl::StrCat("must be finite and > 0 (0 or unset means 1), got ",
-                                s.repetition_penalty()));
+    return Invalid(
+        "sampling.repetition_penalty",
+        absl::StrCat("must be finite and > 0 (0 or unset means 1), got ", s.repetition_penalty()));
   }
   return absl::OkStatus();
 }
 
-absl::Status ValidateIds(absl::string_view field, const google::protobuf::RepeatedField<int32_t>& ids,
-                         int64_t vocab_size) {
+absl::Status ValidateIds(absl::string_view field,
+                         const google::protobuf::RepeatedField<int32_t>& ids, int64_t vocab_size) {
   for (int i = 0; i < ids.size(); ++i) {
     if (ids[i] < 0 || ids[i] >= vocab_size) {
       return Invalid(absl::StrCat(field, "[", i, "]"),
-                     absl::StrCat("is ", ids[i], ", outside the vocabulary [0, ", vocab_size,
-                                  ")"));
+                     absl::StrCat("is ", ids[i], ", outside the vocabulary [0, ", vocab_size, ")"));
     }
   }
   return absl::OkStatus();
@@ -101,11 +100,97 @@ absl::Status ValidateStops(const v1::GenerateRequest& request, const RequestLimi
     }
   }
   if (request.stop_token_ids_size() > limits.max_stop_token_ids) {
-    return Invalid("stop_token_ids", absl::StrCat("has ", request.stop_token_ids_size(),
-                                                  " ids; at most ", limits.max_stop_token_ids,
-                                                  " are allowed"));
+    return Invalid("stop_token_ids",
+                   absl::StrCat("has ", request.stop_token_ids_size(), " ids; at most ",
+                                limits.max_stop_token_ids, " are allowed"));
   }
   return ValidateIds("stop_token_ids", request.stop_token_ids(), limits.vocab_size);
+}
+
+absl::Status ValidateRequestId(const std::string& request_id, const RequestLimits& limits) {
+  if (static_cast<int64_t>(request_id.size()) > limits.max_request_id_bytes) {
+    return Invalid("request_id", absl::StrCat("is ", request_id.size(), " bytes; at most ",
+                                              limits.max_request_id_bytes, " are allowed"));
+  }
+  return engine::CheckPrintableAscii("request_id", request_id);
+}
+
+// Every field but the input. With `max_tokens_default`, 0 is allowed (the caller picks).
+absl::Status ValidateOptions(const v1::GenerateRequest& request, const RequestLimits& limits,
+                             bool max_tokens_default) {
+  const bool defaulted = max_tokens_default && request.max_tokens() == 0;
+  if (!defaulted && (request.max_tokens() < 1 || request.max_tokens() > limits.max_tokens)) {
+    return Invalid("max_tokens", absl::StrCat("must be in [1, ", limits.max_tokens, "], got ",
+                                              request.max_tokens()));
+  }
+  if (absl::Status s = ValidateSampling(request.sampling()); !s.ok()) return s;
+  if (request.logprobs() < 0 || request.logprobs() > limits.max_logprobs) {
+    return Invalid("logprobs", absl::StrCat("must be in [0, ", limits.max_logprobs, "], got ",
+                                            request.logprobs()));
+  }
+  return ValidateStops(request, limits);
+}
+
+// The engine request for `prompt_ids` and the (validated) options of `request`:
+// INVALID_ARGUMENT when prompt + max_tokens exceeds the context or the KV pool.
+absl::StatusOr<engine::GenerationRequest> BuildEngineRequest(
+    const v1::GenerateRequest& request, std::vector<engine::TokenId> prompt_ids,
+    const RequestLimits& limits) {
+  const int64_t total = static_cast<int64_t>(prompt_ids.size()) + request.max_tokens();
+  if (total > limits.context_length) {
+    return Invalid("max_tokens",
+                   absl::StrCat("(", request.max_tokens(), ") + prompt (", prompt_ids.size(),
+                                " tokens) = ", total, " exceeds the context length (",
+                                limits.context_length, " tokens)"));
+  }
+  if (limits.kv_capacity_tokens > 0 && total > limits.kv_capacity_tokens) {
+    return Invalid("max_tokens",
+                   absl::StrCat("(", request.max_tokens(), ") + prompt (", prompt_ids.size(),
+                                " tokens) = ", total, " exceeds the KV cache pool (",
+                                limits.kv_capacity_tokens, " tokens)"));
+  }
+  engine::GenerationRequest out;
+  out.prompt_ids = std::move(prompt_ids);
+  out.request_id = request.request_id();
+  out.max_tokens = request.max_tokens();
+  out.sampling = ToEngineSampling(request);
+  out.stop.assign(request.stop().begin(), request.stop().end());
+  out.stop_token_ids.assign(request.stop_token_ids().begin(), request.stop_token_ids().end());
+  out.ignore_eos = request.ignore_eos();
+  out.logprobs = request.logprobs();
+  return out;
+}
+
+// INVALID_ARGUMENT naming the first string field of `bytes` (a serialized `descriptor`
+// message, nested messages included: "messages[1].content") that is not UTF-8; OK if
+// there is none or the bytes do not parse at all.
+absl::Status FindInvalidUtf8Field(const std::string& bytes,
+                                  const google::protobuf::Descriptor& descriptor,
+                                  const std::string& prefix, int depth) {
+  google::protobuf::UnknownFieldSet fields;
+  if (depth > 8 || !fields.ParseFromString(bytes)) return absl::OkStatus();
+  absl::flat_hash_map<int, int> occurrences;
+  for (int i = 0; i < fields.field_count(); ++i) {
+    const google::protobuf::UnknownField& field = fields.field(i);
+    if (field.type() != google::protobuf::UnknownField::TYPE_LENGTH_DELIMITED) continue;
+    const google::protobuf::FieldDescriptor* fd = descriptor.FindFieldByNumber(field.number());
+    if (fd == nullptr) continue;
+    const int index = occurrences[field.number()]++;
+    const std::string name =
+        absl::StrCat(prefix, fd->name(), fd->is_repeated() ? absl::StrCat("[", index, "]") : "");
+    if (fd->type() == google::protobuf::FieldDescriptor::TYPE_MESSAGE) {
+      if (absl::Status s = FindInvalidUtf8Field(field.length_delimited(), *fd->message_type(),
+                                                name + ".", depth + 1);
+          !s.ok()) {
+        return s;
+      }
+      continue;
+    }
+    if (fd->type() != google::protobuf::FieldDescriptor::TYPE_STRING) continue;
+    const int64_t bad = FirstInvalidUtf8(field.length_delimited());
+    if (bad >= 0) return Invalid(name, absl::StrCat("is not valid UTF-8 at byte ", bad));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -152,24 +237,8 @@ absl::Status ParseRequest(const grpc::ByteBuffer& buffer, google::protobuf::Mess
   // Protobuf does not say why it failed; the usual cause from real clients is a string
   // field holding bytes that are not UTF-8. Find it through the schema-less wire view.
   const std::string type = message->GetDescriptor()->full_name();
-  google::protobuf::UnknownFieldSet fields;
-  if (!fields.ParseFromString(bytes)) {
-    return absl::InvalidArgumentError(absl::StrCat("request is not a valid ", type, " message"));
-  }
-  const google::protobuf::Descriptor* descriptor = message->GetDescriptor();
-  absl::flat_hash_map<int, int> occurrences;
-  for (int i = 0; i < fields.field_count(); ++i) {
-    const google::protobuf::UnknownField& field = fields.field(i);
-    if (field.type() != google::protobuf::UnknownField::TYPE_LENGTH_DELIMITED) continue;
-    const google::protobuf::FieldDescriptor* fd = descriptor->FindFieldByNumber(field.number());
-    if (fd == nullptr || fd->type() != google::protobuf::FieldDescriptor::TYPE_STRING) continue;
-    const int index = occurrences[field.number()]++;
-    const int64_t bad = FirstInvalidUtf8(field.length_delimited());
-    if (bad >= 0) {
-      const std::string name =
-          fd->is_repeated() ? absl::StrCat(fd->name(), "[", index, "]") : fd->name();
-      return Invalid(name, absl::StrCat("is not valid UTF-8 at byte ", bad));
-    }
+  if (absl::Status s = FindInvalidUtf8Field(bytes, *message->GetDescriptor(), "", 0); !s.ok()) {
+    return s;
   }
   return absl::InvalidArgumentError(absl::StrCat("request is not a valid ", type, " message"));
 }
@@ -182,14 +251,7 @@ grpc::ByteBuffer SerializeResponse(const google::protobuf::Message& message) {
 
 absl::Status ValidateGenerateRequest(const v1::GenerateRequest& request,
                                      const RequestLimits& limits) {
-  if (static_cast<int64_t>(request.request_id().size()) > limits.max_request_id_bytes) {
-    return Invalid("request_id", absl::StrCat("is ", request.request_id().size(),
-                                              " bytes; at most ", limits.max_request_id_bytes,
-                                              " are allowed"));
-  }
-  if (absl::Status s = engine::CheckPrintableAscii("request_id", request.request_id()); !s.ok()) {
-    return s;
-  }
+  if (absl::Status s = ValidateRequestId(request.request_id(), limits); !s.ok()) return s;
   switch (request.input_case()) {
     case v1::GenerateRequest::kPrompt:
       if (request.prompt().empty()) {
@@ -226,16 +288,47 @@ absl::Status ValidateGenerateRequest(const v1::GenerateRequest& request,
     default:
       return Invalid("prompt", "is empty (set prompt or prompt_token_ids)");
   }
-  if (request.max_tokens() < 1 || request.max_tokens() > limits.max_tokens) {
-    return Invalid("max_tokens", absl::StrCat("must be in [1, ", limits.max_tokens, "], got ",
-                                              request.max_tokens()));
+  return ValidateOptions(request, limits, /*max_tokens_default=*/false);
+}
+
+absl::Status ValidateChatRequest(const v1::ChatRequest& request, const RequestLimits& limits) {
+  if (absl::Status s = ValidateRequestId(request.request_id(), limits); !s.ok()) return s;
+  if (request.messages().empty()) return Invalid("messages", "is empty");
+  if (request.messages_size() > limits.max_chat_messages) {
+    return Invalid("messages", absl::StrCat("has ", request.messages_size(), " messages; at most ",
+                                            limits.max_chat_messages, " are allowed"));
   }
-  if (absl::Status s = ValidateSampling(request.sampling()); !s.ok()) return s;
-  if (request.logprobs() < 0 || request.logprobs() > limits.max_logprobs) {
-    return Invalid("logprobs", absl::StrCat("must be in [0, ", limits.max_logprobs, "], got ",
-                                            request.logprobs()));
+  int64_t bytes = 0;
+  for (int i = 0; i < request.messages_size(); ++i) {
+    const v1::ChatMessage& m = request.messages(i);
+    const std::string field = absl::StrCat("messages[", i, "]");
+    if (m.role().empty()) return Invalid(absl::StrCat(field, ".role"), "is empty");
+    for (const auto& [name, text] :
+         {std::pair<const char*, const std::string&>("role", m.role()), {"content", m.content()}}) {
+      if (const int64_t bad = FirstInvalidUtf8(text); bad >= 0) {
+        return Invalid(absl::StrCat(field, ".", name),
+                       absl::StrCat("is not valid UTF-8 at byte ", bad));
+      }
+    }
+    bytes += static_cast<int64_t>(m.role().size() + m.content().size());
   }
-  return ValidateStops(request, limits);
+  if (bytes > limits.max_chat_content_bytes) {
+    return Invalid("messages", absl::StrCat("hold ", bytes, " bytes of roles and content; at most ",
+                                            limits.max_chat_content_bytes, " are allowed"));
+  }
+  return ValidateOptions(ChatOptions(request), limits, /*max_tokens_default=*/true);
+}
+
+v1::GenerateRequest ChatOptions(const v1::ChatRequest& request) {
+  v1::GenerateRequest options;
+  options.set_request_id(request.request_id());
+  options.set_max_tokens(request.max_tokens());
+  if (request.has_sampling()) *options.mutable_sampling() = request.sampling();
+  *options.mutable_stop() = request.stop();
+  *options.mutable_stop_token_ids() = request.stop_token_ids();
+  options.set_ignore_eos(request.ignore_eos());
+  options.set_logprobs(request.logprobs());
+  return options;
 }
 
 int64_t MaxBytesPerToken(const engine::Tokenizer& tokenizer) {
@@ -319,53 +412,108 @@ absl::StatusOr<engine::GenerationRequest> ToEngineRequest(const v1::GenerateRequ
                                                           const engine::Tokenizer& tokenizer) {
   if (absl::Status s = ValidateGenerateRequest(request, limits); !s.ok()) return s;
 
-  engine::GenerationRequest out;
+  std::vector<engine::TokenId> prompt_ids;
   if (request.input_case() == v1::GenerateRequest::kPrompt) {
     absl::StatusOr<std::vector<engine::TokenId>> ids =
         tokenizer.Encode(request.prompt(), /*add_special=*/true);
     if (!ids.ok()) {
       return absl::InvalidArgumentError(absl::StrCat("prompt: ", ids.status().message()));
     }
-    out.prompt_ids = *std::move(ids);
-    if (out.prompt_ids.empty()) return Invalid("prompt", "encodes to no tokens");
-    if (static_cast<int64_t>(out.prompt_ids.size()) > limits.max_prompt_tokens) {
-      return Invalid("prompt", absl::StrCat("is ", out.prompt_ids.size(),
+    prompt_ids = *std::move(ids);
+    if (prompt_ids.empty()) return Invalid("prompt", "encodes to no tokens");
+    if (static_cast<int64_t>(prompt_ids.size()) > limits.max_prompt_tokens) {
+      return Invalid("prompt", absl::StrCat("is ", prompt_ids.size(),
                                             " tokens; the longest prompt accepted is ",
                                             limits.max_prompt_tokens, " tokens"));
     }
   } else {
-    out.prompt_ids.assign(request.prompt_token_ids().ids().begin(),
-                          request.prompt_token_ids().ids().end());
+    prompt_ids.assign(request.prompt_token_ids().ids().begin(),
+                      request.prompt_token_ids().ids().end());
   }
-  const int64_t total = static_cast<int64_t>(out.prompt_ids.size()) + request.max_tokens();
-  if (total > limits.context_length) {
-    return Invalid("max_tokens",
-                   absl::StrCat("(", request.max_tokens(), ") + prompt (", out.prompt_ids.size(),
-                                " tokens) = ", total, " exceeds the context length (",
-                                limits.context_length, " tokens)"));
+  return BuildEngineRequest(request, std::move(prompt_ids), limits);
+}
+
+absl::StatusOr<engine::GenerationRequest> ToEngineChatRequest(
+    const v1::ChatRequest& request, const RequestLimits& limits,
+    const engine::chat::ChatPrompter& prompter) {
+  if (absl::Status s = ValidateChatRequest(request, limits); !s.ok()) return s;
+  nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+  for (const v1::ChatMessage& m : request.messages()) {
+    messages.push_back({{"role", m.role()}, {"content", m.content()}});
   }
-  if (limits.kv_capacity_tokens > 0 && total > limits.kv_capacity_tokens) {
-    return Invalid("max_tokens",
-                   absl::StrCat("(", request.max_tokens(), ") + prompt (", out.prompt_ids.size(),
-                                " tokens) = ", total, " exceeds the KV cache pool (",
-                                limits.kv_capacity_tokens, " tokens)"));
+  return ToEngineChatRequest(messages, ChatOptions(request), limits, prompter);
+}
+
+absl::Status ValidateChatMessages(const nlohmann::ordered_json& messages,
+                                  const RequestLimits& limits) {
+  if (!messages.is_array()) return Invalid("messages", "must be an array");
+  if (messages.empty()) return Invalid("messages", "is empty");
+  if (messages.size() > static_cast<size_t>(limits.max_chat_messages)) {
+    return Invalid("messages", absl::StrCat("has ", messages.size(), " messages; at most ",
+                                            limits.max_chat_messages, " are allowed"));
   }
-  out.request_id = request.request_id();
-  out.max_tokens = request.max_tokens();
-  out.sampling = ToEngineSampling(request);
-  out.stop.assign(request.stop().begin(), request.stop().end());
-  out.stop_token_ids.assign(request.stop_token_ids().begin(), request.stop_token_ids().end());
-  out.ignore_eos = request.ignore_eos();
-  out.logprobs = request.logprobs();
-  return out;
+  int64_t bytes = 0;
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const nlohmann::ordered_json& m = messages[i];
+    const std::string field = absl::StrCat("messages[", i, "]");
+    if (!m.is_object()) return Invalid(field, "must be an object");
+    auto role = m.find("role");
+    if (role == m.end() || !role->is_string() || role->get_ref<const std::string&>().empty()) {
+      return Invalid(absl::StrCat(field, ".role"), "must be a non-empty string");
+    }
+    bytes += static_cast<int64_t>(role->get_ref<const std::string&>().size());
+    if (auto content = m.find("content"); content != m.end() && content->is_string()) {
+      bytes += static_cast<int64_t>(content->get_ref<const std::string&>().size());
+    }
+  }
+  if (bytes > limits.max_chat_content_bytes) {
+    return Invalid("messages", absl::StrCat("hold ", bytes, " bytes of roles and content; at most ",
+                                            limits.max_chat_content_bytes, " are allowed"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<engine::GenerationRequest> ToEngineChatRequest(
+    const nlohmann::ordered_json& messages, const v1::GenerateRequest& options,
+    const RequestLimits& limits, const engine::chat::ChatPrompter& prompter) {
+  if (absl::Status s = ValidateRequestId(options.request_id(), limits); !s.ok()) return s;
+  if (absl::Status s = ValidateChatMessages(messages, limits); !s.ok()) return s;
+  if (absl::Status s = ValidateOptions(options, limits, /*max_tokens_default=*/true); !s.ok()) {
+    return s;
+  }
+  absl::StatusOr<engine::chat::ChatPrompt> prompt = prompter.Build(messages);
+  if (!prompt.ok()) return prompt.status();
+  const int64_t prompt_tokens = static_cast<int64_t>(prompt->ids.size());
+  if (prompt_tokens > limits.max_prompt_tokens) {
+    return Invalid("messages", absl::StrCat("render to a prompt of ", prompt_tokens,
+                                            " tokens; the longest prompt accepted is ",
+                                            limits.max_prompt_tokens, " tokens"));
+  }
+  v1::GenerateRequest resolved = options;
+  if (resolved.max_tokens() == 0) {
+    int64_t room = limits.context_length - prompt_tokens;
+    if (limits.kv_capacity_tokens > 0) {
+      room = std::min(room, limits.kv_capacity_tokens - prompt_tokens);
+    }
+    if (room < 1) {
+      return Invalid("messages", absl::StrCat("render to a prompt of ", prompt_tokens,
+                                              " tokens, which leaves no room to generate"));
+    }
+    resolved.set_max_tokens(static_cast<int32_t>(std::min<int64_t>(limits.max_tokens, room)));
+  }
+  return BuildEngineRequest(resolved, std::move(prompt->ids), limits);
 }
 
 v1::FinishReason ToProtoFinishReason(engine::FinishReason reason) {
   switch (reason) {
-    case engine::FinishReason::kLength: return v1::LENGTH;
-    case engine::FinishReason::kStop: return v1::STOP;
-    case engine::FinishReason::kEos: return v1::EOS;
-    default: return v1::FINISH_REASON_UNSPECIFIED;  // non-OK endings carry a gRPC status
+    case engine::FinishReason::kLength:
+      return v1::LENGTH;
+    case engine::FinishReason::kStop:
+      return v1::STOP;
+    case engine::FinishReason::kEos:
+      return v1::EOS;
+    default:
+      return v1::FINISH_REASON_UNSPECIFIED;  // non-OK endings carry a gRPC status
   }
 }
 

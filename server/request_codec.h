@@ -10,10 +10,12 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "engine/chat/chat_prompt.h"
 #include "engine/runtime/request.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "google/protobuf/message.h"
 #include "grpcpp/support/byte_buffer.h"
+#include "nlohmann/json.hpp"
 #include "quill/v1/quill.pb.h"
 
 namespace quill::server {
@@ -28,7 +30,7 @@ struct RequestLimits {
   // 0 = unknown (not checked).
   int64_t kv_capacity_tokens = 0;
   int max_stop_strings = 16;
-  int max_stop_bytes = 256;   // per stop string
+  int max_stop_bytes = 256;  // per stop string
   int max_stop_token_ids = 16;
   int max_logprobs = 20;
   int max_request_id_bytes = 128;
@@ -42,6 +44,11 @@ struct RequestLimits {
   // given the limits above: a bigger one is refused before it is parsed. 0 = not checked.
   int64_t max_generate_request_bytes = 0;
   int64_t max_tokenize_request_bytes = 0;
+  // Chat: messages per request, and bytes of all their roles and contents together (each
+  // byte is rendered and tokenized, so this bounds the work before the prompt length is
+  // known).
+  int max_chat_messages = 1024;
+  int64_t max_chat_content_bytes = 1 << 20;
 };
 
 // An upper bound on the bytes of text one token of `tokenizer` can stand for, so that text
@@ -76,8 +83,9 @@ grpc::ByteBuffer SerializeResponse(const google::protobuf::Message& message);
 
 // Checks every field that does not need the tokenizer. INVALID_ARGUMENT naming the field:
 // request_id too long or not printable ASCII, no prompt, a text prompt of more than
-// max_prompt_bytes bytes (checked before anything else reads it), ids outside the vocabulary, max_tokens 0 or above the
-// limit, NaN/Inf/out-of-range sampling values, logprobs outside [0, max_logprobs],
+// max_prompt_bytes bytes (checked before anything else reads it), ids outside the
+// vocabulary, max_tokens 0 or above the limit, NaN/Inf/out-of-range sampling values,
+// logprobs outside [0, max_logprobs],
 // stop strings that are too many, too long, empty or not UTF-8, stop_token_ids outside
 // the vocabulary. Nothing is clamped.
 absl::Status ValidateGenerateRequest(const quill::v1::GenerateRequest& request,
@@ -87,9 +95,46 @@ absl::Status ValidateGenerateRequest(const quill::v1::GenerateRequest& request,
 // and builds the engine request. Also INVALID_ARGUMENT when the prompt is longer than
 // max_prompt_tokens or prompt + max_tokens does not fit the context. request_id and
 // deadline are copied/left for the caller to set.
-absl::StatusOr<engine::GenerationRequest> ToEngineRequest(
-    const quill::v1::GenerateRequest& request, const RequestLimits& limits,
-    const engine::Tokenizer& tokenizer);
+absl::StatusOr<engine::GenerationRequest> ToEngineRequest(const quill::v1::GenerateRequest& request,
+                                                          const RequestLimits& limits,
+                                                          const engine::Tokenizer& tokenizer);
+
+// Checks a Chat request before anything is rendered: request_id and the option fields as
+// ValidateGenerateRequest checks them (except that max_tokens 0 is allowed: the default),
+// and messages: not empty, at most max_chat_messages, every role non-empty, roles and
+// contents valid UTF-8 and at most max_chat_content_bytes together. INVALID_ARGUMENT
+// naming the field ("messages[2].role is empty").
+absl::Status ValidateChatRequest(const quill::v1::ChatRequest& request,
+                                 const RequestLimits& limits);
+
+// Validates `request`, renders and tokenizes its messages through `prompter` and builds the
+// engine request (the JSON overload below, after ValidateChatRequest).
+absl::StatusOr<engine::GenerationRequest> ToEngineChatRequest(
+    const quill::v1::ChatRequest& request, const RequestLimits& limits,
+    const engine::chat::ChatPrompter& prompter);
+
+// The shape every chat front end shares: `messages` a non-empty array of at most
+// max_chat_messages objects, each with a non-empty string "role"; string roles and contents
+// at most max_chat_content_bytes together. Other fields (and a non-string content) are the
+// template's business. INVALID_ARGUMENT naming the field.
+absl::Status ValidateChatMessages(const nlohmann::ordered_json& messages,
+                                  const RequestLimits& limits);
+
+// A chat turn from `messages` as the client sent them (an OpenAI message array, kept in
+// order: templates see every field, and tojson prints them as given) and the generation
+// options in `options` (a GenerateRequest without input). max_tokens 0 becomes what the
+// context (and KV pool) has left after the prompt, up to limits.max_tokens.
+// FAILED_PRECONDITION when the server has no chat template; INVALID_ARGUMENT for what
+// ValidateChatMessages or the option checks refuse, a template that refuses the
+// conversation ("messages: ..."), a prompt longer than max_prompt_tokens, or one that leaves
+// no room for max_tokens.
+absl::StatusOr<engine::GenerationRequest> ToEngineChatRequest(
+    const nlohmann::ordered_json& messages, const quill::v1::GenerateRequest& options,
+    const RequestLimits& limits, const engine::chat::ChatPrompter& prompter);
+
+// The generation options of a Chat request as a GenerateRequest without input (the two
+// messages share the option fields' names and numbers).
+quill::v1::GenerateRequest ChatOptions(const quill::v1::ChatRequest& request);
 
 // The Tokenize RPC: INVALID_ARGUMENT ("text ...") for text of more than max_tokenize_bytes
 // bytes (refused before tokenizing), text that is not UTF-8, or text that encodes to more

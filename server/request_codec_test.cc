@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/chat/chat_prompt.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -32,7 +33,7 @@ class ByteTokenizer final : public engine::Tokenizer {
   absl::StatusOr<std::vector<engine::TokenId>> EncodeWithSpecialTokens(
       absl::string_view text, bool add_special,
       absl::Span<const engine::ByteRange> plain_ranges) const override {
-    return absl::UnimplementedError("not needed");
+    return Encode(text, add_special);  // no special tokens in this vocabulary
   }
   std::string TokenBytes(engine::TokenId id) const override {
     return id >= 3 ? std::string(1, static_cast<char>(id - 3)) : "";
@@ -462,6 +463,101 @@ TEST(ResponseCodecTest, FinalFields) {
   EXPECT_EQ(ToProtoFinishReason(engine::FinishReason::kStop), v1::STOP);
   EXPECT_EQ(ToProtoFinishReason(engine::FinishReason::kCancelled),
             v1::FINISH_REASON_UNSPECIFIED);
+}
+
+// ---------------------------------------------------------------------------------------
+// Chat
+
+engine::chat::ChatPrompter Prompter(const engine::Tokenizer& tokenizer, const char* source) {
+  absl::StatusOr<engine::chat::ChatTemplate> tmpl = engine::chat::ChatTemplate::Parse(source);
+  EXPECT_TRUE(tmpl.ok()) << tmpl.status();
+  return engine::chat::ChatPrompter(tokenizer, *std::move(tmpl));
+}
+
+std::vector<engine::TokenId> BytesWithBos(absl::string_view text) {
+  std::vector<engine::TokenId> ids = {1};
+  for (unsigned char c : text) ids.push_back(c + 3);
+  return ids;
+}
+
+TEST(ChatCodecTest, MessagesReachTheTemplateWithEveryFieldInTheClientsOrder) {
+  ByteTokenizer tokenizer;
+  const auto prompter = Prompter(tokenizer, "{% for m in messages %}{{ m | tojson }}{% endfor %}");
+  const auto messages =
+      nlohmann::ordered_json::parse(R"([{"content": "c", "role": "user", "x": 1}])");
+  v1::GenerateRequest options;
+  options.set_max_tokens(3);
+  absl::StatusOr<engine::GenerationRequest> got =
+      ToEngineChatRequest(messages, options, Limits(), prompter);
+  ASSERT_TRUE(got.ok()) << got.status();
+  // Jinja's tojson separators (Python json.dumps defaults), keys as sent.
+  EXPECT_EQ(got->prompt_ids, BytesWithBos(R"({"content": "c", "role": "user", "x": 1})"));
+  EXPECT_EQ(got->max_tokens, 3);
+}
+
+TEST(ChatCodecTest, MaxTokensZeroIsWhatTheContextHasLeft) {
+  ByteTokenizer tokenizer;
+  const auto prompter = Prompter(tokenizer, "{{ messages[0].content }}");
+  v1::ChatRequest request;
+  v1::ChatMessage* m = request.add_messages();
+  m->set_role("user");
+  m->set_content("abc");  // BOS + 3 = 4 tokens of the 64-token context
+  absl::StatusOr<engine::GenerationRequest> got = ToEngineChatRequest(request, Limits(), prompter);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->prompt_ids, BytesWithBos("abc"));
+  EXPECT_EQ(got->max_tokens, 40);        // limits.max_tokens
+  m->set_content(std::string(30, 'a'));  // 31 tokens: 33 left
+  got = ToEngineChatRequest(request, Limits(), prompter);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->max_tokens, 33);
+  m->set_content(std::string(63, 'a'));  // 64 tokens: over max_prompt_tokens
+  got = ToEngineChatRequest(request, Limits(), prompter);
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(got.status().message()), ::testing::StartsWith("messages"));
+}
+
+TEST(ChatCodecTest, MessagesAreBoundedAndShaped) {
+  ByteTokenizer tokenizer;
+  const auto prompter = Prompter(tokenizer, "x");
+  RequestLimits limits = Limits();
+  limits.max_chat_messages = 2;
+  limits.max_chat_content_bytes = 10;
+  v1::GenerateRequest options;
+  const struct {
+    const char* messages;
+    const char* field;
+  } cases[] = {
+      {R"([])", "messages is empty"},
+      {R"({"role": "user"})", "messages must be an array"},
+      {R"([{"role":"u"},{"role":"u"},{"role":"u"}])", "messages has 3 messages"},
+      {R"([{"role":"user","content":"0123456789"}])", "messages hold 14 bytes"},
+      {R"(["hi"])", "messages[0] must be an object"},
+      {R"([{"content":"x"}])", "messages[0].role"},
+      {R"([{"role":""}])", "messages[0].role"},
+      {R"([{"role":7}])", "messages[0].role"},
+  };
+  for (const auto& c : cases) {
+    absl::StatusOr<engine::GenerationRequest> got =
+        ToEngineChatRequest(nlohmann::ordered_json::parse(c.messages), options, limits, prompter);
+    EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument) << c.messages;
+    EXPECT_THAT(std::string(got.status().message()), ::testing::StartsWith(c.field)) << c.messages;
+  }
+}
+
+TEST(ChatCodecTest, NoTemplateIsFailedPrecondition) {
+  ByteTokenizer tokenizer;
+  const engine::chat::ChatPrompter none =
+      engine::chat::ChatPrompter::ForModel(tokenizer, std::nullopt, std::nullopt);
+  v1::ChatRequest request;
+  v1::ChatMessage* m = request.add_messages();
+  m->set_role("user");
+  m->set_content("hi");
+  EXPECT_EQ(ToEngineChatRequest(request, Limits(), none).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  // The request's own errors come first.
+  m->set_role("");
+  EXPECT_EQ(ToEngineChatRequest(request, Limits(), none).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -16,7 +16,8 @@ namespace quill::server {
 RequestGateway::RequestGateway(QuillMetrics* metrics, std::string model_path)
     : metrics_(metrics), model_path_(std::move(model_path)), id_salt_(std::random_device()()) {}
 
-void RequestGateway::SetEngine(engine::Engine* engine) {
+void RequestGateway::SetEngine(engine::Engine* engine,
+                               std::optional<engine::chat::ChatTemplate> chat_template) {
   const engine::ModelConfig& config = engine->model().config();
   const engine::EngineOptions& options = engine->options();
   const engine::EngineGauges gauges = engine->gauges();
@@ -38,6 +39,14 @@ void RequestGateway::SetEngine(engine::Engine* engine) {
       limits.max_generate_request_bytes, limits.max_tokenize_request_bytes);
   limits_ = limits;
   model_name_ = ServedModelName(*engine, model_path_);
+  const char* source = chat_template.has_value() ? "--chat-template" : "the model's";
+  chat_prompter_ = engine::chat::ChatPrompter::ForModel(
+      engine->model().tokenizer(), std::move(chat_template), engine->model().chat_template());
+  if (chat_prompter_->available()) {
+    spdlog::info("chat template: {}", source);
+  } else {
+    spdlog::warn("chat unavailable: {}", chat_prompter_->unavailable_reason());
+  }
   engine_.store(engine, std::memory_order_release);
 }
 
@@ -65,8 +74,34 @@ absl::StatusOr<engine::GenerationRequest> RequestGateway::Prepare(
     RecordRejected(api);
     return serving;
   }
-  absl::StatusOr<engine::GenerationRequest> converted =
-      ToEngineRequest(request, limits_, engine()->model().tokenizer());
+  return FinishPrepare(ToEngineRequest(request, limits_, engine()->model().tokenizer()), deadline,
+                       api);
+}
+
+absl::StatusOr<engine::GenerationRequest> RequestGateway::PrepareChat(
+    const quill::v1::ChatRequest& request, absl::Time deadline, Api api) {
+  absl::Status serving = CheckServing();
+  if (!serving.ok()) {
+    RecordRejected(api);
+    return serving;
+  }
+  return FinishPrepare(ToEngineChatRequest(request, limits_, *chat_prompter_), deadline, api);
+}
+
+absl::StatusOr<engine::GenerationRequest> RequestGateway::PrepareChat(
+    const nlohmann::ordered_json& messages, const quill::v1::GenerateRequest& options,
+    absl::Time deadline, Api api) {
+  absl::Status serving = CheckServing();
+  if (!serving.ok()) {
+    RecordRejected(api);
+    return serving;
+  }
+  return FinishPrepare(ToEngineChatRequest(messages, options, limits_, *chat_prompter_), deadline,
+                       api);
+}
+
+absl::StatusOr<engine::GenerationRequest> RequestGateway::FinishPrepare(
+    absl::StatusOr<engine::GenerationRequest> converted, absl::Time deadline, Api api) {
   if (!converted.ok()) {
     RecordRejected(api);
     spdlog::debug("rejected request api={} status={}", std::string(ApiName(api)),

@@ -8,15 +8,18 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "engine/chat/chat_prompt.h"
 #include "engine/runtime/engine.h"
 #include "engine/runtime/request.h"
 #include "engine/runtime/token_sink.h"
+#include "nlohmann/json.hpp"
 #include "quill/v1/quill.pb.h"
 #include "server/metrics/quill_metrics.h"
 #include "server/request_codec.h"
@@ -30,8 +33,11 @@ class RequestGateway {
   // `metrics` may be null; it must outlive the gateway.
   RequestGateway(QuillMetrics* metrics, std::string model_path);
 
-  // The engine is ready; it must outlive every front end. Called once.
-  void SetEngine(engine::Engine* engine);
+  // The engine is ready; it must outlive every front end. Called once. Chat prompts use
+  // `chat_template` (the server's --chat-template) or else the model's own template; with
+  // neither, chat requests are FAILED_PRECONDITION.
+  void SetEngine(engine::Engine* engine,
+                 std::optional<engine::chat::ChatTemplate> chat_template = std::nullopt);
   // New generations are refused with UNAVAILABLE from now on.
   void StartDraining();
 
@@ -59,6 +65,15 @@ class RequestGateway {
   // which refuses text over max_tokenize_bytes before tokenizing it and output over
   // max_tokenize_tokens ids (INVALID_ARGUMENT naming the limit).
   absl::StatusOr<quill::v1::TokenizeResponse> Tokenize(const quill::v1::TokenizeRequest& request);
+  // Prepare for a chat: the messages are rendered by the chat template and tokenized
+  // (request_codec's ToEngineChatRequest). FAILED_PRECONDITION when the server has no chat
+  // template; otherwise errors as Prepare's. The rejection is counted either way.
+  absl::StatusOr<engine::GenerationRequest> PrepareChat(const quill::v1::ChatRequest& request,
+                                                        absl::Time deadline, Api api);
+  // The same for an OpenAI message array and the options in `options` (HTTP).
+  absl::StatusOr<engine::GenerationRequest> PrepareChat(const nlohmann::ordered_json& messages,
+                                                        const quill::v1::GenerateRequest& options,
+                                                        absl::Time deadline, Api api);
 
   // Engine::Submit. On error (RESOURCE_EXHAUSTED queue full, UNAVAILABLE draining,
   // ALREADY_EXISTS duplicate id, INVALID_ARGUMENT) the rejection is counted, and
@@ -76,12 +91,17 @@ class RequestGateway {
 
  private:
   std::string NewRequestId();
+  // Counts and logs a refused request; fills in id, deadline and front end otherwise.
+  absl::StatusOr<engine::GenerationRequest> FinishPrepare(
+      absl::StatusOr<engine::GenerationRequest> converted, absl::Time deadline, Api api);
 
   QuillMetrics* const metrics_;
   const std::string model_path_;
   // Written once by SetEngine before engine_ is published; read by handlers after.
   RequestLimits limits_;
   std::string model_name_;
+  // Set with the engine (chat needs the model's tokenizer).
+  std::optional<engine::chat::ChatPrompter> chat_prompter_;
   std::atomic<engine::Engine*> engine_{nullptr};
   std::atomic<bool> draining_{false};
   std::atomic<uint64_t> next_id_{1};

@@ -8,6 +8,8 @@
 #include <atomic>
 #include <chrono>
 #include <exception>
+#include <fstream>
+#include <sstream>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -117,13 +119,13 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
 Server::~Server() {
   Shutdown();
   StopExposer(std::move(exposer_),
-              options_.metrics_host.empty() ? options_.host : options_.metrics_host,
-              metrics_port_);
+              options_.metrics_host.empty() ? options_.host : options_.metrics_host, metrics_port_);
 }
 
 std::string Server::address() const { return JoinHostPort(options_.host, port_); }
 
 absl::Status Server::Start() {
+  if (absl::Status s = LoadChatTemplate(); !s.ok()) return s;
   metrics_ = std::make_unique<QuillMetrics>();
   gateway_ = std::make_unique<RequestGateway>(metrics_.get(), options_.model_path);
   if (!options_.api_keys_file.empty()) {
@@ -139,6 +141,26 @@ absl::Status Server::Start() {
   return LoadModelAndEngine();
 }
 
+// Before anything binds a port: a bad template file is a configuration error.
+absl::Status Server::LoadChatTemplate() {
+  const std::string& path = options_.chat_template_path;
+  if (path.empty()) return absl::OkStatus();
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("--chat-template ", path, ": cannot open"));
+  std::ostringstream source;
+  source << in.rdbuf();
+  if (in.bad()) return absl::DataLossError(absl::StrCat("--chat-template ", path, ": read error"));
+  absl::StatusOr<engine::chat::ChatTemplate> parsed =
+      engine::chat::ChatTemplate::Parse(source.str());
+  if (!parsed.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--chat-template ", path, ": ", parsed.status().message()));
+  }
+  chat_template_ = *std::move(parsed);
+  spdlog::info("chat template from {}", path);
+  return absl::OkStatus();
+}
+
 absl::Status Server::StartMetrics() {
   if (options_.metrics_port < 0) return absl::OkStatus();
   const std::string host = options_.metrics_host.empty() ? options_.host : options_.metrics_host;
@@ -146,21 +168,24 @@ absl::Status Server::StartMetrics() {
   // civetweb options (see ServerOptions::metrics_threads); no keep-alive, so a connection
   // holds its thread only for one request.
   std::vector<std::string> civetweb = {
-      "listening_ports", bind,
-      "num_threads", std::to_string(options_.metrics_threads),
+      "listening_ports",
+      bind,
+      "num_threads",
+      std::to_string(options_.metrics_threads),
       "request_timeout_ms",
       std::to_string(absl::ToInt64Milliseconds(options_.metrics_request_timeout)),
-      "enable_keep_alive", "no",
+      "enable_keep_alive",
+      "no",
   };
   try {
     exposer_ = std::make_unique<prometheus::Exposer>(std::move(civetweb));
   } catch (const std::exception& e) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot serve metrics on ", bind, ": ", e.what()));
+    return absl::UnavailableError(absl::StrCat("cannot serve metrics on ", bind, ": ", e.what()));
   }
   exposer_->RegisterCollectable(metrics_->collectable());
   const std::vector<int> ports = exposer_->GetListeningPorts();
-  if (ports.empty()) return absl::UnavailableError(absl::StrCat("metrics: not listening on ", bind));
+  if (ports.empty())
+    return absl::UnavailableError(absl::StrCat("metrics: not listening on ", bind));
   metrics_port_ = ports.front();
   spdlog::info("metrics on http://{}/metrics", JoinHostPort(host, metrics_port_));
   return absl::OkStatus();
@@ -263,7 +288,8 @@ absl::Status Server::LoadModelAndEngine() {
   metrics_->SetModelWeightsBytes(weight_bytes);
   engine::Engine* e = engine_.get();
   metrics_->SetGaugeSource([e] { return e->gauges(); });
-  gateway_->SetEngine(e);
+  gateway_->SetEngine(e, std::move(chat_template_));
+  chat_template_.reset();
 
   const engine::EngineGauges gauges = e->gauges();
   const engine::EngineOptions& eo = e->options();

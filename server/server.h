@@ -1,6 +1,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/base/thread_annotations.h"
@@ -8,6 +9,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "engine/chat/chat_template.h"
 #include "engine/runtime/engine.h"
 #include "server/server_options.h"
 
@@ -36,7 +38,8 @@ class Server {
   // Serves /metrics, starts gRPC with health NOT_SERVING, loads the model, starts the
   // engine, then turns health SERVING. Blocks until all of that is done. Errors: the
   // model loader's (NOT_FOUND, INVALID_ARGUMENT, DATA_LOSS) with the path, the engine's,
-  // or UNAVAILABLE when a port cannot be bound.
+  // UNAVAILABLE when a port cannot be bound, or, before anything starts, NOT_FOUND /
+  // INVALID_ARGUMENT (with the line) for a chat_template_path that cannot be read or parsed.
   static absl::StatusOr<std::unique_ptr<Server>> Create(const ServerOptions& options);
   ~Server();  // Shutdown() with the configured drain timeout, if not done yet.
 
@@ -70,6 +73,7 @@ class Server {
  private:
   explicit Server(const ServerOptions& options);
   absl::Status Start();
+  absl::Status LoadChatTemplate();
   absl::Status StartMetrics();
   absl::Status StartGrpc();
   absl::Status StartHttp();
@@ -80,6 +84,8 @@ class Server {
   int port_ = 0;
   int metrics_port_ = -1;
   int http_port_ = -1;
+  // --chat-template, parsed at startup; handed to the gateway with the engine.
+  std::optional<engine::chat::ChatTemplate> chat_template_;
   bool reflection_ = false;
 
   // Declaration order is destruction order reversed: the exposer (which reads the

@@ -18,10 +18,14 @@ namespace quill::server {
 // tests fill it directly).
 struct ServerOptions {
   std::string model_path;
+  // A Jinja chat template file that replaces the model's tokenizer.chat_template; empty =
+  // the model's (without one, chat requests are FAILED_PRECONDITION). Parsed at startup:
+  // a template that does not parse fails Server::Create.
+  std::string chat_template_path;
   engine::kernels::Precision precision = engine::kernels::Precision::kFast;
 
   std::string host = "127.0.0.1";
-  int port = 50051;  // 0 = any free port (see Server::port())
+  int port = 50051;          // 0 = any free port (see Server::port())
   std::string metrics_host;  // empty = same as host
   int metrics_port = 9090;   // 0 = any free port; negative = no metrics endpoint
   // The /metrics HTTP server gives each open connection a thread of its own, and drops a
@@ -30,12 +34,12 @@ struct ServerOptions {
   // `metrics_request_timeout` each, so scrapes keep being answered.
   int metrics_threads = 16;
   absl::Duration metrics_request_timeout = absl::Seconds(2);
-  std::string http_host;     // empty = same as host
+  std::string http_host;  // empty = same as host
   // OpenAI-compatible HTTP API; 0 = any free port; negative = off. Off unless asked for
   // (quill-server's --http-port defaults to 8080), so that code and tests building a
   // Server never bind a fixed port they did not name.
   int http_port = -1;
-  int http_threads = 2;      // HTTP io threads (they only parse, format and copy bytes)
+  int http_threads = 2;  // HTTP io threads (they only parse, format and copy bytes)
 
   engine::EngineOptions engine;
 

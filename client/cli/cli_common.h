@@ -56,6 +56,7 @@ nlohmann::json ToJson(const quill::v1::TokenizeResponse& response);
 
 // Subcommands; each receives the words after its name.
 int GenerateCommand(const std::vector<std::string>& args);
+int ChatCommand(const std::vector<std::string>& args);
 int TokenizeCommand(const std::vector<std::string>& args);
 int InfoCommand(const std::vector<std::string>& args);
 int HealthCommand(const std::vector<std::string>& args);

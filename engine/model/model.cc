@@ -1,5 +1,7 @@
 #include "engine/model/model.h"
 
+#include <optional>
+#include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -15,6 +17,7 @@ struct Model::Impl {
   std::unique_ptr<GgufFile> file;  // owns the mapping the token embedding points into
   ModelConfig config;
   std::unique_ptr<Tokenizer> tokenizer;
+  std::optional<std::string> chat_template;
   ModelWeights weights;
   std::unique_ptr<ForwardPass> forward;  // reads config and weights above
   ModelProfile profile;
@@ -36,6 +39,11 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const ModelOptions& options) 
   const ModelConfig& c = impl->config;
   QUILL_RETURN_IF_ERROR(c.Validate());
   QUILL_ASSIGN_OR_RETURN(impl->tokenizer, Tokenizer::FromGguf(file));
+  // Kept as text for the chat layer, which parses it: a bad template (or a value that is
+  // not a string) must not stop raw prompts from working.
+  if (absl::StatusOr<std::string> t = file.GetString("tokenizer.chat_template"); t.ok()) {
+    impl->chat_template = *std::move(t);
+  }
   if (impl->tokenizer->vocab_size() > c.vocab_size) {
     return absl::InvalidArgumentError(absl::StrCat("tokenizer has ", impl->tokenizer->vocab_size(),
                                                    " tokens but token_embd.weight only ",
@@ -56,6 +64,7 @@ Model::~Model() = default;
 
 const ModelConfig& Model::config() const { return impl_->config; }
 const Tokenizer& Model::tokenizer() const { return *impl_->tokenizer; }
+const std::optional<std::string>& Model::chat_template() const { return impl_->chat_template; }
 const ModelOptions& Model::options() const { return impl_->options; }
 int64_t Model::weight_bytes() const { return impl_->weights.bytes; }
 std::string Model::weight_type_name() const { return impl_->weights.type_name; }

@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,8 @@ class Model {
   const ModelConfig& config() const;
   const Tokenizer& tokenizer() const;
   const ModelOptions& options() const;
+  // The GGUF's tokenizer.chat_template source, unparsed; nullopt when the file has none.
+  const std::optional<std::string>& chat_template() const;
   int64_t weight_bytes() const;      // bytes of packed weights held in memory
   std::string weight_type_name() const;  // e.g. "BF16", "Q8_0", "F32" (of the matmul weights)
   std::string kernel_summary() const;    // which matmul kernels were chosen

@@ -303,6 +303,21 @@ TEST_F(EngineFakeTest, EndOfTurnEndsLikeEos) {
   EXPECT_EQ(sink->info().completion_tokens, 2);
 }
 
+// ignore_eos covers the whole end-of-generation set: an end-of-turn token is then emitted
+// like any other token.
+TEST_F(EngineFakeTest, IgnoreEosKeepsGoingPastEndOfTurn) {
+  shared_->end_of_turn = Letter('d');
+  Start();
+  auto sink = std::make_shared<RecordingSink>();
+  GenerationRequest r = Request("r", {kBos, Letter('a')}, 4);
+  r.ignore_eos = true;
+  ASSERT_TRUE(engine_->Submit(r, sink).ok());
+  ASSERT_TRUE(sink->Wait());
+  EXPECT_EQ(sink->ids(),
+            (std::vector<TokenId>{Letter('b'), Letter('c'), Letter('d'), Letter('e')}));
+  EXPECT_EQ(sink->info().reason, FinishReason::kLength);
+}
+
 TEST_F(EngineFakeTest, IgnoreEosKeepsGoing) {
   Start();
   auto sink = std::make_shared<RecordingSink>();

@@ -154,13 +154,13 @@ void OpenAiApi::Generate(const HttpRequest& request, Endpoint endpoint,
     gateway_->RecordRejected(Api::kHttp);
     return Fail(parsed.status(), *channel);
   }
-  if (endpoint == Endpoint::kChatCompletions) {
-    // TODO(#9): render the chat template once engine/chat lands.
-    gateway_->RecordRejected(Api::kHttp);
-    return Fail(absl::UnimplementedError("chat completions are not available yet"), *channel);
-  }
+  // Chat renders the messages with the chat template (FAILED_PRECONDITION, a 400, without
+  // one); both then go the way gRPC's Generate and Chat go.
   absl::StatusOr<engine::GenerationRequest> prepared =
-      gateway_->Prepare(parsed->generate, absl::InfiniteFuture(), Api::kHttp);
+      endpoint == Endpoint::kChatCompletions
+          ? gateway_->PrepareChat(parsed->messages, parsed->generate, absl::InfiniteFuture(),
+                                  Api::kHttp)
+          : gateway_->Prepare(parsed->generate, absl::InfiniteFuture(), Api::kHttp);
   if (!prepared.ok()) return Fail(InOpenAiTerms(prepared.status(), *parsed), *channel);
 
   ResponseFormat format;

@@ -10,7 +10,8 @@
 namespace quill::server::http {
 namespace {
 
-using json = nlohmann::json;
+// Ordered: chat messages reach the template with their keys in the client's order.
+using json = nlohmann::ordered_json;
 
 constexpr int kMaxJsonDepth = 64;
 
@@ -154,16 +155,13 @@ absl::Status ParsePrompt(const json& body, quill::v1::GenerateRequest* out) {
   return absl::OkStatus();
 }
 
-// content: a string, null, or an array of {"type": "text", "text": ...} parts.
-absl::Status ParseContent(const std::string& field, const json& content, std::string* out) {
-  if (content.is_null()) return absl::OkStatus();
-  if (content.is_string()) {
-    *out = content.get<std::string>();
-    return absl::OkStatus();
-  }
-  if (!content.is_array()) return Invalid(field, "must be a string or an array of text parts");
-  for (size_t i = 0; i < content.size(); ++i) {
-    const json& part = content[i];
+// content: a string, null, or an array of {"type": "text", "text": ...} parts (joined).
+absl::Status ParseContent(const std::string& field, json* content) {
+  if (content->is_null() || content->is_string()) return absl::OkStatus();
+  if (!content->is_array()) return Invalid(field, "must be a string or an array of text parts");
+  std::string joined;
+  for (size_t i = 0; i < content->size(); ++i) {
+    const json& part = (*content)[i];
     const std::string name = absl::StrCat(field, "[", i, "]");
     if (!part.is_object()) return Invalid(name, "must be an object");
     const json* type = Find(part, "type");
@@ -174,34 +172,32 @@ absl::Status ParseContent(const std::string& field, const json& content, std::st
     if (text == nullptr || !text->is_string()) {
       return Invalid(absl::StrCat(name, ".text"), "must be a string");
     }
-    *out += text->get<std::string>();
+    joined += text->get<std::string>();
   }
+  *content = std::move(joined);
   return absl::OkStatus();
 }
 
-absl::Status ParseMessages(const json& body, std::vector<ChatMessage>* out) {
+absl::Status ParseMessages(const json& body, json* out) {
   const json* m = Find(body, "messages");
   if (m == nullptr) return Invalid("messages", "is required");
   if (!m->is_array()) return Invalid("messages", "must be an array");
   if (m->empty()) return Invalid("messages", "is empty");
-  for (size_t i = 0; i < m->size(); ++i) {
-    const json& message = (*m)[i];
+  *out = *m;
+  for (size_t i = 0; i < out->size(); ++i) {
+    json& message = (*out)[i];
     const std::string field = absl::StrCat("messages[", i, "]");
     if (!message.is_object()) return Invalid(field, "must be an object");
-    ChatMessage parsed;
     const json* role = Find(message, "role");
     if (role == nullptr || !role->is_string() || role->get<std::string>().empty()) {
       return Invalid(absl::StrCat(field, ".role"), "must be a non-empty string");
     }
-    parsed.role = role->get<std::string>();
     auto content = message.find("content");
     if (content != message.end()) {
-      if (absl::Status s = ParseContent(absl::StrCat(field, ".content"), *content, &parsed.content);
-          !s.ok()) {
+      if (absl::Status s = ParseContent(absl::StrCat(field, ".content"), &*content); !s.ok()) {
         return s;
       }
     }
-    out->push_back(std::move(parsed));
   }
   return absl::OkStatus();
 }
@@ -343,6 +339,10 @@ absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(absl::string_view body, Endpoin
   if (completion_given) out.max_tokens_field = "max_completion_tokens";
   out.max_tokens_given = given || completion_given;
   if (out.max_tokens_given) {
+    // Chat reads 0 as "fit the context"; from a client it is out of range.
+    if (endpoint == Endpoint::kChatCompletions && max_tokens < 1) {
+      return Invalid(out.max_tokens_field, absl::StrCat("must be >= 1, got ", max_tokens));
+    }
     out.generate.set_max_tokens(max_tokens);
   } else if (endpoint == Endpoint::kCompletions) {
     out.generate.set_max_tokens(kDefaultCompletionMaxTokens);

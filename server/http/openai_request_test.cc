@@ -77,8 +77,8 @@ TEST(OpenAiRequestTest, ChatMessagesAndLogprobs) {
       "max_completion_tokens": 9, "logprobs": true, "top_logprobs": 0})");
   ASSERT_TRUE(r.ok()) << r.status();
   ASSERT_EQ(r->messages.size(), 3u);
-  EXPECT_EQ(r->messages[1].content, "Hi there");
-  EXPECT_EQ(r->messages[2].content, "");
+  EXPECT_EQ(r->messages[1]["content"], "Hi there");  // text parts joined
+  EXPECT_TRUE(r->messages[2]["content"].is_null());  // left for the template
   EXPECT_EQ(r->generate.max_tokens(), 9);
   EXPECT_EQ(r->max_tokens_field, "max_completion_tokens");
   EXPECT_TRUE(r->logprobs);
@@ -88,6 +88,15 @@ TEST(OpenAiRequestTest, ChatMessagesAndLogprobs) {
   r = Chat(R"({"messages": [{"role": "user", "content": "x"}]})");
   ASSERT_TRUE(r.ok());
   EXPECT_FALSE(r->max_tokens_given);
+}
+
+TEST(OpenAiRequestTest, ChatMessagesKeepTheirKeysAndOrder) {
+  // Templates see every field, and tojson prints a message's keys in the client's order.
+  absl::StatusOr<OpenAiRequest> r = Chat(R"({"messages": [
+      {"content": "c", "role": "user", "name": "ann", "zeta": {"b": 1, "a": 2}}]})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->messages.dump(),
+            R"([{"content":"c","role":"user","name":"ann","zeta":{"b":1,"a":2}}])");
 }
 
 TEST(OpenAiRequestTest, BadInputNamesTheField) {
@@ -125,6 +134,11 @@ TEST(OpenAiRequestTest, BadInputNamesTheField) {
       {R"({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2})", "top_logprobs",
        true},
       {R"({"messages": [{"role": "user", "content": "x"}], "logprobs": 2})", "logprobs", true},
+      {R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": 0})", "max_tokens", true},
+      {R"({"messages": [{"role": "user", "content": "x"}], "max_completion_tokens": -3})",
+       "max_completion_tokens", true},
+      {R"({"messages": [{"role": "", "content": "x"}]})", "messages[0].role", true},
+      {R"({"messages": ["hi"]})", "messages[0]", true},
   };
   for (const auto& c : cases) {
     absl::StatusOr<OpenAiRequest> r = c.chat ? Chat(c.body) : Completions(c.body);

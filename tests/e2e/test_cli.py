@@ -118,9 +118,9 @@ class CliTest(unittest.TestCase):
         for args in (["help"], ["--help"]):
             r = run([CLI] + args)
             self.assertEqual(r.returncode, 0)
-            for command in ("generate", "tokenize", "info", "health", "bench"):
+            for command in ("generate", "chat", "tokenize", "info", "health", "bench"):
                 self.assertIn(command, r.stdout)
-        for command in ("generate", "tokenize", "info", "health", "bench"):
+        for command in ("generate", "chat", "tokenize", "info", "health", "bench"):
             r = run([CLI, command, "--help"])
             self.assertEqual(r.returncode, 0, command)
             self.assertIn("--addr", r.stdout)

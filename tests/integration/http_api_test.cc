@@ -2,9 +2,11 @@
 // precision): the OpenAI-compatible HTTP API driven by a raw HTTP/1.1 client, compared
 // with the gRPC stream of the same request, with /metrics scraped for the counters.
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -325,6 +327,21 @@ TEST_F(HttpApiTest, PromptTooLongInBytesIs400NamingTheLimit) {
             1);
 }
 
+TEST_F(HttpApiTest, ChatWithoutATemplateIs400WithTheReason) {
+  // kjv-1m has no tokenizer.chat_template and this server no --chat-template.
+  const HttpReply reply =
+      Post("/v1/chat/completions",
+           {{"messages", json::array({{{"role", "user"}, {"content", "hi"}}})}, {"max_tokens", 4}});
+  EXPECT_EQ(reply.status, 400) << reply.body;
+  const json error = json::parse(reply.body)["error"];
+  EXPECT_EQ(error["type"], "invalid_request_error");
+  EXPECT_THAT(error["message"].get<std::string>(), HasSubstr("no chat template"));
+  EXPECT_THAT(error["message"].get<std::string>(), HasSubstr("--chat-template"));
+  // Raw prompts still work.
+  EXPECT_EQ(Post("/v1/completions", {{"prompt", "In the beginning"}, {"max_tokens", 2}}).status,
+            200);
+}
+
 TEST_F(HttpApiTest, UnknownPathsAre404AndWrongMethods405) {
   HttpReply reply = Get("/v1/nothing");
   EXPECT_EQ(reply.status, 404);
@@ -515,6 +532,248 @@ TEST_F(HttpApiTest, MisbehavingClientsLeaveTheServerServingWithNothingHeld) {
   const HttpReply reply =
       Post("/v1/completions", {{"prompt", "In the beginning"}, {"max_tokens", 4}});
   EXPECT_EQ(reply.status, 200) << reply.body;
+}
+
+// ---------------------------------------------------------------------------------------
+// /v1/chat/completions, on a server with --chat-template (kjv-1m has no template of its
+// own). The expected answers come from gRPC Generate on the prompt `quill-run
+// --render-chat` prints for the same messages and template, never from the chat code.
+
+std::string QwenTemplate() { return SharedPath("chat_templates/Qwen-Qwen2.5-7B-Instruct.jinja"); }
+
+using Messages = std::vector<std::pair<std::string, std::string>>;
+
+json MessagesJson(const Messages& messages) {
+  json out = json::array();
+  for (const auto& [role, content] : messages)
+    out.push_back({{"role", role}, {"content", content}});
+  return out;
+}
+
+const Messages kConversation = {{"system", "You are a preacher."},
+                                {"user", "Who made the heaven and the earth?"},
+                                {"assistant", "God created the heaven and the earth."},
+                                {"user", "And then?"}};
+
+class HttpChatTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (ModelPath().empty() || QwenTemplate().empty()) return;
+    server::ServerOptions options = TestOptions();
+    options.chat_template_path = QwenTemplate();
+    absl::StatusOr<std::unique_ptr<server::Server>> server = server::Server::Create(options);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = std::move(*server).release();
+    grpc_ = client::QuillClient::Connect(server_->address()).release();
+  }
+  static void TearDownTestSuite() {
+    delete grpc_;
+    grpc_ = nullptr;
+    delete server_;
+    server_ = nullptr;
+  }
+  void SetUp() override {
+    if (ModelPath().empty() || QwenTemplate().empty()) {
+      GTEST_SKIP() << "shared assets not found (QUILL_SHARED_DIR)";
+    }
+    if (BuildBinaryPath("engine/tools/quill-run").empty()) GTEST_SKIP() << "quill-run not built";
+    ASSERT_NE(server_, nullptr);
+  }
+
+  static HttpReply Post(const json& body) {
+    absl::StatusOr<HttpReply> reply =
+        HttpRequest("127.0.0.1", server_->http_port(), "POST", "/v1/chat/completions", body.dump());
+    EXPECT_TRUE(reply.ok()) << reply.status();
+    return reply.ok() ? *reply : HttpReply();
+  }
+
+  // gRPC Generate on the rendered prompt of `messages` with `options`.
+  static Stream Expected(const Messages& messages, v1::GenerateRequest options) {
+    absl::StatusOr<std::string> rendered = RenderChat(messages, ModelPath(), QwenTemplate());
+    EXPECT_TRUE(rendered.ok()) << rendered.status();
+    options.set_prompt(rendered.value_or(""));
+    Stream s = Collect(*grpc_, options);
+    EXPECT_TRUE(s.status.ok()) << s.status;
+    return s;
+  }
+
+  static server::Server* server_;
+  static client::QuillClient* grpc_;
+};
+server::Server* HttpChatTest::server_ = nullptr;
+client::QuillClient* HttpChatTest::grpc_ = nullptr;
+
+TEST_F(HttpChatTest, ChatCompletionEqualsGenerateOnTheRenderedPrompt) {
+  const Stream want = Expected(kConversation, TextRequest("", 24));
+  const HttpReply reply = Post({{"model", "anything"},
+                                {"messages", MessagesJson(kConversation)},
+                                {"max_tokens", 24},
+                                {"temperature", 0},
+                                {"some_future_field", {{"x", 1}}}});  // ignored
+  ASSERT_EQ(reply.status, 200) << reply.body;
+  EXPECT_EQ(reply.Header("content-type"), "application/json");
+  const json body = json::parse(reply.body);
+  EXPECT_EQ(body["object"], "chat.completion");
+  EXPECT_EQ(body["model"], "kjv-1m");
+  EXPECT_TRUE(absl::StartsWith(body["id"].get<std::string>(), "chatcmpl-"));
+  ASSERT_EQ(body["choices"].size(), 1u);
+  const json& choice = body["choices"][0];
+  EXPECT_EQ(choice["index"], 0);
+  EXPECT_EQ(choice["message"]["role"], "assistant");
+  EXPECT_EQ(choice["message"]["content"], want.text);
+  EXPECT_EQ(choice["finish_reason"], want.last.finish_reason() == v1::LENGTH ? "length" : "stop");
+  EXPECT_EQ(body["usage"]["prompt_tokens"], want.last.usage().prompt_tokens());
+  EXPECT_EQ(body["usage"]["completion_tokens"], want.last.usage().completion_tokens());
+  EXPECT_EQ(body["usage"]["total_tokens"],
+            want.last.usage().prompt_tokens() + want.last.usage().completion_tokens());
+  // max_completion_tokens is max_tokens' newer name.
+  const HttpReply again = Post({{"messages", MessagesJson(kConversation)},
+                                {"max_completion_tokens", 24},
+                                {"temperature", 0}});
+  ASSERT_EQ(again.status, 200) << again.body;
+  EXPECT_EQ(json::parse(again.body)["choices"][0]["message"]["content"], want.text);
+}
+
+TEST_F(HttpChatTest, StreamIsChatCompletionChunksWithDeltasEndingWithDone) {
+  const Stream want = Expected(kConversation, TextRequest("", 20));
+  const HttpReply reply = Post({{"messages", MessagesJson(kConversation)},
+                                {"max_tokens", 20},
+                                {"temperature", 0},
+                                {"stream", true},
+                                {"stream_options", {{"include_usage", true}}}});
+  ASSERT_EQ(reply.status, 200) << reply.body;
+  const SseResult s = ParseStream(reply);
+  EXPECT_EQ(s.content_type, "text/event-stream");
+  EXPECT_TRUE(s.done);
+  EXPECT_EQ(s.text, want.text);
+  EXPECT_EQ(s.finish_reason, "length");
+  ASSERT_GE(s.chunks.size(), 3u);
+  // The first chunk names the role; every chunk is a chat.completion.chunk of one id.
+  EXPECT_EQ(s.chunks[0]["choices"][0]["delta"]["role"], "assistant");
+  for (size_t i = 0; i < s.chunks.size(); ++i) {
+    const json& chunk = s.chunks[i];
+    EXPECT_EQ(chunk["object"], "chat.completion.chunk");
+    EXPECT_EQ(chunk["id"], s.chunks[0]["id"]);
+    EXPECT_TRUE(absl::StartsWith(chunk["id"].get<std::string>(), "chatcmpl-"));
+    if (i > 0 && !chunk["choices"].empty()) {
+      EXPECT_FALSE(chunk["choices"][0]["delta"].contains("role")) << chunk.dump();
+    }
+  }
+  // The last choice chunk has the finish_reason; then the usage chunk, without choices.
+  const json& last_choice = s.chunks[s.chunks.size() - 2];
+  EXPECT_EQ(last_choice["choices"][0]["finish_reason"], "length");
+  EXPECT_TRUE(s.chunks.back()["choices"].empty());
+  ASSERT_TRUE(s.usage.is_object());
+  EXPECT_EQ(s.usage["prompt_tokens"], want.last.usage().prompt_tokens());
+  EXPECT_EQ(s.usage["completion_tokens"], 20);
+  EXPECT_EQ(s.usage["total_tokens"], want.last.usage().prompt_tokens() + 20);
+  // Without include_usage there is no usage chunk.
+  const SseResult bare = ParseStream(
+      Post({{"messages", MessagesJson(kConversation)}, {"max_tokens", 5}, {"stream", true}}));
+  EXPECT_TRUE(bare.done);
+  EXPECT_FALSE(bare.usage.is_object());
+  EXPECT_FALSE(bare.chunks.back()["choices"].empty());
+}
+
+TEST_F(HttpChatTest, SeededSamplingAndExtrasEqualGenerate) {
+  v1::GenerateRequest options = TextRequest("", 32);
+  SetSampling(&options, 0.9f, 0.95f, 1234);
+  options.mutable_sampling()->set_top_k(40);
+  options.mutable_sampling()->set_min_p(0.01f);
+  options.mutable_sampling()->set_repetition_penalty(1.1f);
+  const Stream want = Expected(kConversation, options);
+  const json body = {{"messages", MessagesJson(kConversation)},
+                     {"max_tokens", 32},
+                     {"temperature", 0.9},
+                     {"top_p", 0.95},
+                     {"top_k", 40},
+                     {"min_p", 0.01},
+                     {"repetition_penalty", 1.1},
+                     {"seed", 1234}};
+  for (bool stream : {false, true}) {
+    json b = body;
+    b["stream"] = stream;
+    const HttpReply reply = Post(b);
+    ASSERT_EQ(reply.status, 200) << reply.body;
+    const std::string text =
+        stream ? ParseStream(reply).text
+               : json::parse(reply.body)["choices"][0]["message"]["content"].get<std::string>();
+    EXPECT_EQ(text, want.text) << "stream=" << stream;
+  }
+}
+
+TEST_F(HttpChatTest, StopStringEndsWithStop) {
+  const Stream want = Expected(kConversation, TextRequest("", 40));
+  ASSERT_GE(want.text.size(), 8u);
+  const std::string stop = want.text.substr(4, 3);
+  const HttpReply reply = Post({{"messages", MessagesJson(kConversation)},
+                                {"max_tokens", 40},
+                                {"temperature", 0},
+                                {"stop", stop}});
+  ASSERT_EQ(reply.status, 200) << reply.body;
+  const json body = json::parse(reply.body);
+  EXPECT_EQ(body["choices"][0]["finish_reason"], "stop");
+  EXPECT_EQ(body["choices"][0]["message"]["content"], want.text.substr(0, want.text.find(stop)));
+}
+
+TEST_F(HttpChatTest, LogprobsInChatShape) {
+  v1::GenerateRequest options = TextRequest("", 4);
+  options.set_logprobs(2);
+  const Stream want = Expected(kConversation, options);
+  const HttpReply reply = Post({{"messages", MessagesJson(kConversation)},
+                                {"max_tokens", 4},
+                                {"temperature", 0},
+                                {"logprobs", true},
+                                {"top_logprobs", 2}});
+  ASSERT_EQ(reply.status, 200) << reply.body;
+  const json content = json::parse(reply.body)["choices"][0]["logprobs"]["content"];
+  ASSERT_EQ(content.size(), 4u);
+  ASSERT_EQ(want.logprobs.size(), 4u);
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_TRUE(content[i]["token"].is_string());
+    EXPECT_FLOAT_EQ(content[i]["logprob"].get<float>(), want.logprobs[i].logprob());
+    EXPECT_EQ(content[i]["top_logprobs"].size(), 2u);
+  }
+}
+
+TEST_F(HttpChatTest, WithoutMaxTokensTheAnswerMayFillTheContext) {
+  const HttpReply reply =
+      Post({{"messages", MessagesJson(kConversation)}, {"temperature", 0}, {"ignore_eos", true}});
+  ASSERT_EQ(reply.status, 200) << reply.body;
+  const json usage = json::parse(reply.body)["usage"];
+  absl::StatusOr<v1::ModelInfo> info = grpc_->GetModelInfo();
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(usage["total_tokens"].get<int64_t>(),
+            std::min<int64_t>(info->context_length(),
+                              usage["prompt_tokens"].get<int64_t>() + info->limits().max_tokens()));
+}
+
+TEST_F(HttpChatTest, InvalidChatIs400NamingTheField) {
+  const json ok_messages = MessagesJson(kConversation);
+  const struct {
+    json body;
+    const char* param;
+  } cases[] = {
+      {{{"max_tokens", 3}}, "messages"},
+      {{{"messages", json::array()}}, "messages"},
+      {{{"messages", json::array({{{"role", ""}, {"content", "x"}}})}}, "messages"},
+      {{{"messages", json::array({{{"content", "x"}}})}}, "messages"},
+      {{{"messages", json::array({{{"role", "user"}, {"content", 5}}})}}, "messages"},
+      {{{"messages", ok_messages}, {"n", 2}}, "n"},
+      {{{"messages", ok_messages}, {"max_tokens", 0}}, "max_tokens"},
+      {{{"messages", ok_messages}, {"max_tokens", 250}}, "max_tokens"},
+      {{{"messages", ok_messages}, {"max_completion_tokens", 100000}}, "max_completion_tokens"},
+      {{{"messages", ok_messages}, {"temperature", -1}}, "temperature"},
+      {{{"messages", ok_messages}, {"top_logprobs", 3}}, "top_logprobs"},
+      {{{"messages", ok_messages}, {"logprobs", true}, {"top_logprobs", 50}}, "top_logprobs"},
+  };
+  for (const auto& c : cases) {
+    const HttpReply reply = Post(c.body);
+    EXPECT_EQ(reply.status, 400) << c.body.dump() << " -> " << reply.body;
+    const json error = json::parse(reply.body)["error"];
+    EXPECT_EQ(error["type"], "invalid_request_error") << reply.body;
+    EXPECT_EQ(error["param"], c.param) << c.body.dump() << " -> " << reply.body;
+  }
 }
 
 // A server of its own: a KV pool that holds one long request and a queue of 2.

@@ -119,6 +119,10 @@ TEST_F(SecurityTest, ApiKeysGuardEveryGrpcCallButHealth) {
             absl::StatusCode::kUnauthenticated);
   EXPECT_EQ(anonymous->GetModelInfo(absl::Seconds(10)).status().code(),
             absl::StatusCode::kUnauthenticated);
+  // Chat is checked before anything else (this server has no chat template).
+  const v1::ChatRequest chat = ChatRequestOf({{"user", "In the beginning"}}, 4);
+  EXPECT_EQ(anonymous->ChatText(chat, absl::Seconds(10)).status().code(),
+            absl::StatusCode::kUnauthenticated);
   // Health stays open, for load balancers and probes.
   absl::StatusOr<client::HealthStatus> health = anonymous->Health("", absl::Seconds(10));
   ASSERT_TRUE(health.ok()) << health.status();
@@ -140,6 +144,9 @@ TEST_F(SecurityTest, ApiKeysGuardEveryGrpcCallButHealth) {
     EXPECT_TRUE(GenerateStatus(**client).ok()) << key;
     EXPECT_TRUE((*client)->Tokenize("In the beginning").ok()) << key;
     EXPECT_TRUE((*client)->GetModelInfo(absl::Seconds(10)).ok()) << key;
+    EXPECT_EQ((*client)->ChatText(chat, absl::Seconds(10)).status().code(),
+              absl::StatusCode::kFailedPrecondition)
+        << key;
   }
 }
 

@@ -634,6 +634,17 @@ TEST_F(ServerTest, OversizedTextIsRefusedByItsSize) {
   EXPECT_THAT(std::string(t.status().message()), HasSubstr("tokens; Tokenize returns at most 256"));
 }
 
+TEST_F(ServerTest, ChatWithoutATemplateIsFailedPreconditionAndPromptsStillWork) {
+  // kjv-1m has no tokenizer.chat_template and this server has no --chat-template.
+  const Stream chat = CollectChat(*client_, ChatRequestOf({{"user", "In the beginning"}}, 8));
+  EXPECT_EQ(chat.status.code(), absl::StatusCode::kFailedPrecondition) << chat.status;
+  EXPECT_THAT(std::string(chat.status.message()), HasSubstr("chat template"));
+  EXPECT_EQ(chat.messages, 0);
+  const Stream raw = Collect(*client_, TextRequest("In the beginning", 8));
+  EXPECT_TRUE(raw.status.ok()) << raw.status;
+  EXPECT_EQ(raw.ids.size(), 8u);
+}
+
 TEST_F(ServerTest, OversizeMessageIsRefusedByTheTransport) {
   // Above the 4 MiB receive limit: gRPC refuses it before any handler runs.
   const Stream s = Collect(*client_, TextRequest(std::string(5 << 20, 'a'), 8));

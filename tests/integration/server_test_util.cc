@@ -1,11 +1,17 @@
 #include "tests/integration/server_test_util.h"
 
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <fstream>
 #include <regex>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 #include "tests/testing/subprocess.h"
 #include "tests/testing/test_env.h"
 
@@ -32,6 +38,19 @@ void SetSampling(quill::v1::GenerateRequest* request, float temperature, float t
   request->mutable_sampling()->set_seed(seed);
 }
 
+namespace {
+
+// Appends one streamed message to `stream`.
+void Append(const quill::v1::GenerateResponse& response, Stream* stream) {
+  stream->ids.insert(stream->ids.end(), response.token_ids().begin(), response.token_ids().end());
+  stream->text += response.text();
+  for (const auto& lp : response.logprobs()) stream->logprobs.push_back(lp);
+  ++stream->messages;
+  stream->last = response;
+}
+
+}  // namespace
+
 Stream Collect(client::QuillClient& client, const quill::v1::GenerateRequest& request,
                absl::Duration timeout, client::GenerateCall* call,
                const std::function<void(const Stream&)>& on_message) {
@@ -39,16 +58,44 @@ Stream Collect(client::QuillClient& client, const quill::v1::GenerateRequest& re
   stream.status = client.Generate(
       request,
       [&](const quill::v1::GenerateResponse& response) {
-        stream.ids.insert(stream.ids.end(), response.token_ids().begin(),
-                          response.token_ids().end());
-        stream.text += response.text();
-        for (const auto& lp : response.logprobs()) stream.logprobs.push_back(lp);
-        ++stream.messages;
-        stream.last = response;
+        Append(response, &stream);
         if (on_message) on_message(stream);
       },
       timeout, /*hook=*/nullptr, call);
   return stream;
+}
+
+quill::v1::ChatRequest ChatRequestOf(
+    const std::vector<std::pair<std::string, std::string>>& messages, int max_tokens) {
+  quill::v1::ChatRequest r;
+  for (const auto& [role, content] : messages) {
+    quill::v1::ChatMessage* m = r.add_messages();
+    m->set_role(role);
+    m->set_content(content);
+  }
+  r.set_max_tokens(max_tokens);
+  return r;
+}
+
+Stream CollectChat(client::QuillClient& client, const quill::v1::ChatRequest& request,
+                   absl::Duration timeout) {
+  Stream stream;
+  stream.status = client.Chat(
+      request, [&](const quill::v1::GenerateResponse& response) { Append(response, &stream); },
+      timeout);
+  return stream;
+}
+
+absl::StatusOr<std::string> QuillRunRenderChat(const std::vector<std::string>& args) {
+  const std::string binary = BuildBinaryPath("engine/tools/quill-run");
+  if (binary.empty()) return absl::NotFoundError("quill-run is not built");
+  std::vector<std::string> argv = {binary, "--render-chat"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  int code = -1;
+  absl::StatusOr<std::string> out = RunAndCapture(argv, &code);
+  if (!out.ok()) return out.status();
+  if (code != 0) return absl::InternalError(absl::StrCat("quill-run exited ", code, ": ", *out));
+  return out;
 }
 
 absl::StatusOr<std::vector<int>> QuillRunIds(const std::vector<std::string>& args) {
@@ -79,6 +126,27 @@ absl::StatusOr<std::vector<int>> QuillRunIds(const std::vector<std::string>& arg
     ids.push_back(value);
   }
   return ids;
+}
+
+absl::StatusOr<std::string> RenderChat(
+    const std::vector<std::pair<std::string, std::string>>& messages, const std::string& model,
+    const std::string& template_path) {
+  nlohmann::ordered_json json = nlohmann::ordered_json::array();
+  for (const auto& [role, content] : messages) {
+    json.push_back({{"role", role}, {"content", content}});
+  }
+  static std::atomic<int> next{0};
+  const std::string path =
+      absl::StrCat(::testing::TempDir(), "/render_chat_", getpid(), "_", next++, ".json");
+  {
+    std::ofstream out(path, std::ios::binary);
+    out << json.dump();
+    if (!out) return absl::InternalError(absl::StrCat("cannot write ", path));
+  }
+  absl::StatusOr<std::string> rendered =
+      QuillRunRenderChat({path, "-m", model, "--chat-template", template_path});
+  std::remove(path.c_str());
+  return rendered;
 }
 
 absl::StatusOr<PromText> ScrapeUntil(int port, const std::function<bool(const PromText&)>& done,

@@ -5,6 +5,7 @@
 
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -34,9 +35,25 @@ Stream Collect(client::QuillClient& client, const quill::v1::GenerateRequest& re
                absl::Duration timeout = absl::Seconds(60), client::GenerateCall* call = nullptr,
                const std::function<void(const Stream&)>& on_message = nullptr);
 
+// A Chat request of (role, content) pairs.
+quill::v1::ChatRequest ChatRequestOf(
+    const std::vector<std::pair<std::string, std::string>>& messages, int max_tokens);
+// Collect for a Chat stream.
+Stream CollectChat(client::QuillClient& client, const quill::v1::ChatRequest& request,
+                   absl::Duration timeout = absl::Seconds(60));
+
 // Runs $QUILL_BINARY_DIR/engine/tools/quill-run with `args` (plus --ids) and returns the
 // generated ids (the last line of digits and commas).
 absl::StatusOr<std::vector<int>> QuillRunIds(const std::vector<std::string>& args);
+
+// Runs quill-run --render-chat with `args` and returns exactly what it printed (the chat
+// prompt), or INTERNAL with its output when it fails.
+absl::StatusOr<std::string> QuillRunRenderChat(const std::vector<std::string>& args);
+// The prompt quill-run renders for the (role, content) `messages` with `template_path` and
+// `model`'s BOS/EOS text.
+absl::StatusOr<std::string> RenderChat(
+    const std::vector<std::pair<std::string, std::string>>& messages, const std::string& model,
+    const std::string& template_path);
 
 // Scrapes 127.0.0.1:<port>/metrics until `done(text)` holds or `timeout` passes; returns
 // the last scrape.

@@ -6,15 +6,22 @@
 //                                            a server whose KV pool holds one long request
 //                                            and whose queue holds one more
 //   QUILL_CLI, QUILL_GRPC_ADDR               the `quill` CLI and the main server's gRPC address
+//   QUILL_CHAT_HTTP_URL, QUILL_CHAT_GRPC_ADDR
+//                                            a server with --chat-template QUILL_CHAT_TEMPLATE
+//   QUILL_RUN, QUILL_MODEL                   quill-run (renders chat prompts) and kjv-1m
 
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import OpenAI from 'openai';
 
 const env = process.env;
 const client = new OpenAI({ baseURL: `${env.QUILL_HTTP_URL}/v1`, apiKey: 'unused', maxRetries: 0 });
 const tight = new OpenAI({ baseURL: `${env.QUILL_TIGHT_HTTP_URL}/v1`, apiKey: 'unused', maxRetries: 0 });
+const chat = new OpenAI({ baseURL: `${env.QUILL_CHAT_HTTP_URL}/v1`, apiKey: 'unused', maxRetries: 0 });
 const PROMPT = 'In the beginning';
 
 async function metric(url, name, labels = '') {
@@ -35,8 +42,8 @@ async function waitFor(what, check, timeoutMs = 10000) {
 }
 
 // The gRPC stream of the same request, through the quill CLI (`generate --json`).
-function grpcText(args) {
-  const out = execFileSync(env.QUILL_CLI, ['generate', '--addr', env.QUILL_GRPC_ADDR, '--json', ...args],
+function grpcText(args, addr = env.QUILL_GRPC_ADDR) {
+  const out = execFileSync(env.QUILL_CLI, ['generate', '--addr', addr, '--json', ...args],
                            { encoding: 'utf8' });
   return out.trim().split('\n').map((l) => JSON.parse(l).text ?? '').join('');
 }
@@ -195,4 +202,81 @@ test('aborting mid-stream frees the KV blocks', async () => {
       (await metric(env.QUILL_METRICS_URL, 'quill_requests_total', cancelled)) === before + 1);
     return;
   }
+});
+
+// ---------------------------------------------------------------------------------------
+// Chat. The expected answer is the gRPC stream of the prompt `quill-run --render-chat`
+// prints for the same messages and template, never the server's own chat path.
+
+const MESSAGES = [
+  { role: 'system', content: 'You are a preacher.' },
+  { role: 'user', content: 'Who made the heaven and the earth?' },
+];
+
+function renderedPrompt(messages) {
+  const file = join(mkdtempSync(join(tmpdir(), 'quill-chat-')), 'messages.json');
+  writeFileSync(file, JSON.stringify(messages));
+  return execFileSync(env.QUILL_RUN, ['--render-chat', file, '-m', env.QUILL_MODEL,
+                                      '--chat-template', env.QUILL_CHAT_TEMPLATE],
+                      { encoding: 'utf8' });
+}
+
+test('chat.completions.create answers like Generate on the rendered prompt', async () => {
+  const r = await chat.chat.completions.create({ model: 'm', messages: MESSAGES, max_tokens: 24,
+                                                 temperature: 0 });
+  assert.equal(r.object, 'chat.completion');
+  assert.equal(r.model, 'kjv-1m');
+  assert.ok(r.id.startsWith('chatcmpl-'));
+  assert.equal(r.choices.length, 1);
+  assert.equal(r.choices[0].message.role, 'assistant');
+  const want = grpcText(['--max-tokens', '24', renderedPrompt(MESSAGES)], env.QUILL_CHAT_GRPC_ADDR);
+  assert.equal(r.choices[0].message.content, want);
+  assert.equal(r.choices[0].finish_reason, 'length');
+  assert.equal(r.usage.completion_tokens, 24);
+  assert.equal(r.usage.total_tokens, r.usage.prompt_tokens + 24);
+});
+
+test('streaming chat: role first, deltas, finish_reason, usage, same text', async () => {
+  const args = { model: 'm', messages: MESSAGES, max_completion_tokens: 20, temperature: 0.8,
+                 top_p: 0.95, seed: 77 };
+  const whole = await chat.chat.completions.create(args);
+  const stream = await chat.chat.completions.create({ ...args, stream: true,
+                                                      stream_options: { include_usage: true } });
+  let text = '';
+  let role = null;
+  let finish = null;
+  let usage = null;
+  let chunks = 0;
+  for await (const chunk of stream) {
+    assert.equal(chunk.object, 'chat.completion.chunk');
+    if (chunks++ === 0) role = chunk.choices[0].delta.role;
+    for (const choice of chunk.choices) {
+      assert.equal(finish, null, 'no choice after the finish_reason');
+      text += choice.delta.content ?? '';
+      finish = choice.finish_reason;
+    }
+    if (chunk.usage) usage = chunk.usage;
+  }
+  assert.equal(role, 'assistant');
+  assert.ok(chunks >= 3);
+  assert.equal(text, whole.choices[0].message.content);
+  assert.equal(finish, whole.choices[0].finish_reason);
+  assert.deepEqual(usage, whole.usage);
+  const want = grpcText(['--max-tokens', '20', '--temperature', '0.8', '--top-p', '0.95',
+                         '--seed', '77', renderedPrompt(MESSAGES)], env.QUILL_CHAT_GRPC_ADDR);
+  assert.equal(text, want);
+});
+
+test('chat without a chat template is a 400 saying so', async () => {
+  // The tight server has no --chat-template, and kjv-1m has none of its own.
+  await assert.rejects(
+    tight.chat.completions.create({ model: 'm', messages: MESSAGES, max_tokens: 4 }),
+    (e) => {
+      assert.ok(e instanceof OpenAI.BadRequestError, String(e));
+      assert.match(e.message, /no chat template/);
+      return true;
+    });
+  await assert.rejects(
+    chat.chat.completions.create({ model: 'm', messages: [], max_tokens: 4 }),
+    (e) => e instanceof OpenAI.BadRequestError && e.param === 'messages');
 });

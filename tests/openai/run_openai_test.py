@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Runs openai_compat.test.mjs (the official `openai` npm package, pinned in package.json and
-package-lock.json) against two live quill-servers.
+package-lock.json) against three live quill-servers.
 
 The package is installed with `npm ci` into <build>/tests/openai (never into the source
 tree); node_modules is reused when the lockfile has not changed. Exits 77 (skipped) when
@@ -47,10 +47,19 @@ def main():
             print("npm ci failed")
             return 1
 
+    quill_run = os.path.join(e2e_util.BINARY_DIR, "engine", "tools", "quill-run")
+    chat_template = os.path.join(e2e_util.SHARED_DIR, "chat_templates",
+                                 "Qwen-Qwen2.5-7B-Instruct.jinja")
+    if not os.access(quill_run, os.X_OK) or not os.path.exists(chat_template):
+        print("SKIPPED: quill-run or ../shared/chat_templates is missing")
+        return e2e_util.SKIP_CODE
+
     # The tight server's KV pool (512 KiB = 256 tokens of kjv-1m) holds one 240-token
-    # request; its queue holds one more.
+    # request; its queue holds one more. kjv-1m has no chat template: the chat server is
+    # given one.
     with QuillServer() as server, QuillServer(
-            ["--kv-cache-bytes", "512KiB", "--max-queue", "1"]) as tight:
+            ["--kv-cache-bytes", "512KiB", "--max-queue", "1"]) as tight, QuillServer(
+            ["--chat-template", chat_template, "--precision", "exact"]) as chat:
         env = dict(os.environ)
         env.update({
             "QUILL_HTTP_URL": server.http_url,
@@ -59,6 +68,11 @@ def main():
             "QUILL_TIGHT_METRICS_URL": tight.metrics_url,
             "QUILL_CLI": e2e_util.CLI,
             "QUILL_GRPC_ADDR": server.addr,
+            "QUILL_CHAT_HTTP_URL": chat.http_url,
+            "QUILL_CHAT_GRPC_ADDR": chat.addr,
+            "QUILL_RUN": quill_run,
+            "QUILL_MODEL": server.model,
+            "QUILL_CHAT_TEMPLATE": chat_template,
         })
         r = subprocess.run([node, "--test", "openai_compat.test.mjs"], cwd=work, env=env,
                            timeout=600)
