@@ -311,56 +311,51 @@ QUILL_VNNI void QuantizeRow(const float* x, int64_t k, int8_t* xq, float* d32, i
 void QBlockGemm::Run(const float* x, int m, float* y, int64_t y_stride) {
   QUILL_DCHECK(m >= 1 && m <= max_rows_);
   const int64_t blocks32 = k_ / 32, blocks16 = k_ / 16;
-#pragma omp parallel for schedule(static) if (static_cast<int64_t>(m) * k_ >= (1 << 16))
-  for (int i = 0; i < m; ++i) {
-    QuantizeRow(x + i * k_, k_, xq_.data() + i * k_, xd32_.data() + i * blocks32,
-                xs16_.data() + i * blocks16);
-  }
-  // Per type: the x scale, sum and offset seed of each weight group.
-  for (size_t slot = 0; slot < x_types_.size(); ++slot) {
-    const QBlockFormat f = QBlockFormatOf(x_types_[slot]);
-    const int64_t groups = k_ / f.group_k;
-    XGroups& xg = xg_[slot];
-    for (int i = 0; i < m; ++i) {
-      const float* d32 = xd32_.data() + i * blocks32;
-      const int32_t* s16 = xs16_.data() + i * blocks16;
-      for (int64_t g = 0; g < groups; ++g) {
-        const bool g16 = f.group_k == 16;
-        const float d = g16 ? d32[g / 2] : d32[g];
-        const int32_t sum = g16 ? s16[g] : s16[2 * g] + s16[2 * g + 1];
-        xg.d.data()[i * groups + g] = d;
-        if (f.has_min) xg.sum.data()[i * groups + g] = d * static_cast<float>(sum);
-        if (f.offset != 0) xg.seed.data()[i * groups + g] = -f.offset * sum;
+  for (int r0 = 0; r0 < m; r0 += chunk_rows_) {
+    const int rows = std::min(chunk_rows_, m - r0);
+#pragma omp parallel for schedule(static) if (rows * k_ >= (1 << 16))
+    for (int i = 0; i < rows; ++i) {
+      QuantizeRow(x + (r0 + i) * k_, k_, xq_.data() + i * k_, xd32_.data() + i * blocks32,
+                  xs16_.data() + i * blocks16);
+    }
+    // Per type: the x scale, sum and offset seed of each weight group.
+    for (size_t slot = 0; slot < x_types_.size(); ++slot) {
+      const QBlockFormat f = QBlockFormatOf(x_types_[slot]);
+      const int64_t groups = k_ / f.group_k;
+      XGroups& xg = xg_[slot];
+      for (int i = 0; i < rows; ++i) {
+        const float* d32 = xd32_.data() + i * blocks32;
+        const int32_t* s16 = xs16_.data() + i * blocks16;
+        for (int64_t g = 0; g < groups; ++g) {
+          const bool g16 = f.group_k == 16;
+          const float d = g16 ? d32[g / 2] : d32[g];
+          const int32_t sum = g16 ? s16[g] : s16[2 * g] + s16[2 * g + 1];
+          xg.d.data()[i * groups + g] = d;
+          if (f.has_min) xg.sum.data()[i * groups + g] = d * static_cast<float>(sum);
+          if (f.offset != 0) xg.seed.data()[i * groups + g] = -f.offset * sum;
+        }
       }
     }
-  }
-  // One parallel region: each column block's weights (a few KiB) stay in cache while its
-  // thread runs every row chunk through them. Row chunks keep the accumulators on the
-  // stack; every output is the same sum of the same tiles as with any other m, so results
-  // do not depend on the batch.
-  const int64_t work = static_cast<int64_t>(blocks_.size());
-  const bool parallel = work > 1 && static_cast<int64_t>(m) * n_ * k_ >= (1 << 16);
+    const int64_t work = static_cast<int64_t>(blocks_.size());
+    const bool parallel = work > 1 && static_cast<int64_t>(rows) * n_ * k_ >= (1 << 16);
 #pragma omp parallel for schedule(static) if (parallel)
-  for (int64_t w = 0; w < work; ++w) {
-    const Segment& s = segments_[blocks_[w].first];
-    const int64_t cb = blocks_[w].second;
-    const QBlockFormat f = QBlockFormatOf(s.type);
-    const int64_t sbs = k_ / f.sb_k;
-    const int64_t groups = k_ / f.group_k;
-    const XGroups& xg = xg_[s.x_slot];
-    const int64_t col0 = s.first_col + cb * kQBlockCols;
-    const int cols = static_cast<int>(std::min<int64_t>(kQBlockCols, s.first_col + s.cols - col0));
-    const uint8_t* weights = packed_.data() + s.packed_offset + cb * sbs * f.sb_bytes();
-    for (int r0 = 0; r0 < m; r0 += chunk_rows_) {
-      const int rows = std::min(chunk_rows_, m - r0);
-      const XView xv{xq_.data() + static_cast<int64_t>(r0) * k_,
-                     xg.d.data() + r0 * groups,
-                     f.has_min ? xg.sum.data() + r0 * groups : nullptr,
-                     f.offset != 0 ? xg.seed.data() + r0 * groups : nullptr,
+    for (int64_t w = 0; w < work; ++w) {
+      const Segment& s = segments_[blocks_[w].first];
+      const int64_t cb = blocks_[w].second;
+      const QBlockFormat f = QBlockFormatOf(s.type);
+      const int64_t sbs = k_ / f.sb_k;
+      const XGroups& xg = xg_[s.x_slot];
+      const XView xv{xq_.data(),
+                     xg.d.data(),
+                     f.has_min ? xg.sum.data() : nullptr,
+                     f.offset != 0 ? xg.seed.data() : nullptr,
                      k_,
-                     groups};
-      ColumnBlockFor(s.type)(weights, sbs, xv, rows, y + static_cast<int64_t>(r0) * y_stride + col0,
-                             y_stride, cols);
+                     k_ / f.group_k};
+      const int64_t col0 = s.first_col + cb * kQBlockCols;
+      const int cols =
+          static_cast<int>(std::min<int64_t>(kQBlockCols, s.first_col + s.cols - col0));
+      ColumnBlockFor(s.type)(packed_.data() + s.packed_offset + cb * sbs * f.sb_bytes(), sbs, xv,
+                             rows, y + static_cast<int64_t>(r0) * y_stride + col0, y_stride, cols);
     }
   }
 }

@@ -83,7 +83,7 @@ bool IsQBlockType(WeightType type);
 bool QBlockKernelAvailable();
 
 inline constexpr int kQBlockCols = 32;       // outputs per column block
-inline constexpr int kQBlockChunkRows = 64;  // x rows per accumulator pass (stack-sized)
+inline constexpr int kQBlockChunkRows = 64;  // x rows quantized and multiplied per pass
 
 class QBlockGemm {
  public:
@@ -106,7 +106,7 @@ class QBlockGemm {
     int x_slot = 0;            // which x-side arrays (one per distinct type)
   };
 
-  // x-side arrays for one weight type: per row (all max_rows), per group of that type.
+  // x-side arrays for one row chunk and one weight type: per row, per group of that type.
   struct XGroups {
     AlignedBuffer<float> d;       // d_x of the 32-block holding the group
     AlignedBuffer<float> sum;     // d_x * sum(xq) over the group (min types)
@@ -116,14 +116,14 @@ class QBlockGemm {
  private:
   int64_t k_, n_;
   int max_rows_;
-  int chunk_rows_;  // x rows per accumulator pass
+  int chunk_rows_;  // x rows quantized and multiplied per pass
   std::vector<Segment> segments_;
   std::vector<quant::QuantType> x_types_;        // x_slot -> type
   std::vector<std::pair<int, int64_t>> blocks_;  // (segment, column block), the parallel work
   AlignedBuffer<uint8_t> packed_;
-  AlignedBuffer<int8_t> xq_;     // [max_rows x k]
-  AlignedBuffer<float> xd32_;    // [max_rows x k/32]
-  AlignedBuffer<int32_t> xs16_;  // [max_rows x k/16] sums of xq
+  AlignedBuffer<int8_t> xq_;     // [chunk_rows x k]
+  AlignedBuffer<float> xd32_;    // [chunk_rows x k/32]
+  AlignedBuffer<int32_t> xs16_;  // [chunk_rows x k/16] sums of xq
   std::vector<XGroups> xg_;      // per x_slot
 };
 

@@ -121,15 +121,13 @@ QBlockGemm::QBlockGemm(absl::Span<const WeightView> parts, int max_rows)
   }
 
   chunk_rows_ = std::min(max_rows, kQBlockChunkRows);
-  // x is quantized whole (all max_rows rows) so that each column block's weights are read
-  // once per Run, by one thread, for every row chunk.
-  xq_ = AlignedBuffer<int8_t>(static_cast<size_t>(max_rows) * k_);
-  xd32_ = AlignedBuffer<float>(static_cast<size_t>(max_rows) * (k_ / 32));
-  xs16_ = AlignedBuffer<int32_t>(static_cast<size_t>(max_rows) * (k_ / 16));
+  xq_ = AlignedBuffer<int8_t>(static_cast<size_t>(chunk_rows_) * k_);
+  xd32_ = AlignedBuffer<float>(static_cast<size_t>(chunk_rows_) * (k_ / 32));
+  xs16_ = AlignedBuffer<int32_t>(static_cast<size_t>(chunk_rows_) * (k_ / 16));
   xg_.resize(x_types_.size());
   for (size_t slot = 0; slot < x_types_.size(); ++slot) {
     const QBlockFormat f = QBlockFormatOf(x_types_[slot]);
-    const size_t groups = static_cast<size_t>(max_rows) * (k_ / f.group_k);
+    const size_t groups = static_cast<size_t>(chunk_rows_) * (k_ / f.group_k);
     xg_[slot].d = AlignedBuffer<float>(groups);
     if (f.has_min) xg_[slot].sum = AlignedBuffer<float>(groups);
     if (f.offset != 0) xg_[slot].seed = AlignedBuffer<int32_t>(groups);
