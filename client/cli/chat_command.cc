@@ -23,13 +23,7 @@ struct ChatFlags {
   ConnectionFlags connection;
   std::string system;
   int max_tokens = 0;
-  double temperature = 0;
-  double top_p = 0;
-  int top_k = 0;
-  double min_p = 0;
-  double repetition_penalty = 0;
-  uint64_t seed = 0;
-  std::vector<std::string> stop;
+  SamplingFlags sampling;
   absl::Duration timeout = absl::Seconds(120);
   bool stats = false;
 };
@@ -59,14 +53,7 @@ class Conversation {
     if (!system_.empty()) add("system", system_);
     for (const auto& [role, content] : turns_) add(role, content);
     request.set_max_tokens(f.max_tokens);
-    quill::v1::SamplingParams* sampling = request.mutable_sampling();
-    sampling->set_temperature(static_cast<float>(f.temperature));
-    sampling->set_top_p(static_cast<float>(f.top_p));
-    sampling->set_top_k(f.top_k);
-    sampling->set_min_p(static_cast<float>(f.min_p));
-    sampling->set_repetition_penalty(static_cast<float>(f.repetition_penalty));
-    sampling->set_seed(f.seed);
-    for (const std::string& stop : f.stop) request.add_stop(stop);
+    f.sampling.Fill(&request);
     return request;
   }
 
@@ -117,15 +104,7 @@ int ChatCommand(const std::vector<std::string>& args) {
   parser.AddString("system", &f.system, "A system message that opens the conversation.");
   parser.AddInt("max-tokens", &f.max_tokens,
                 "Most tokens per answer; 0 lets the answer fill what the context has left.");
-  parser.AddDouble("temperature", &f.temperature, "Sampling temperature; 0 is greedy.");
-  parser.AddDouble("top-p", &f.top_p, "Nucleus sampling mass in (0, 1]; 0 is off.");
-  parser.AddInt("top-k", &f.top_k, "Sample from the K most likely tokens; 0 is off.");
-  parser.AddDouble("min-p", &f.min_p,
-                   "Drop tokens less likely than min-p times the best; 0 is off.");
-  parser.AddDouble("repetition-penalty", &f.repetition_penalty,
-                   "Penalty (> 0) for tokens already seen; 0 or 1 is off.");
-  parser.AddUint64("seed", &f.seed, "Sampling seed (each turn uses it).");
-  parser.AddStringList("stop", &f.stop, "End an answer when it contains STR (not included).");
+  f.sampling.Register(parser, "Sampling seed (each turn uses it).");
   parser.AddDuration("timeout", &f.timeout, "Deadline for each answer.");
   parser.AddBool("stats", &f.stats, "After each answer, print finish reason and usage on stderr.");
   std::vector<std::string> positional;

@@ -35,6 +35,26 @@ absl::StatusOr<std::unique_ptr<client::QuillClient>> ConnectionFlags::Connect() 
   return client::QuillClient::Connect(addr, options);
 }
 
+void SamplingFlags::Register(FlagParser& parser, const char* seed_help) {
+  parser.AddDouble("temperature", &temperature, "Sampling temperature; 0 is greedy.");
+  parser.AddDouble("top-p", &top_p, "Nucleus sampling mass in (0, 1]; 0 is off.");
+  parser.AddInt("top-k", &top_k, "Sample from the K most likely tokens; 0 is off.");
+  parser.AddDouble("min-p", &min_p, "Drop tokens less likely than min-p times the best; 0 is off.");
+  parser.AddDouble("repetition-penalty", &repetition_penalty,
+                   "Penalty (> 0) for tokens already seen; 0 or 1 is off.");
+  parser.AddUint64("seed", &seed, seed_help);
+  parser.AddStringList("stop", &stop, "Stop when the text contains STR (not included).");
+}
+
+void SamplingFlags::FillSampling(quill::v1::SamplingParams* sampling) const {
+  sampling->set_temperature(static_cast<float>(temperature));
+  sampling->set_top_p(static_cast<float>(top_p));
+  sampling->set_top_k(top_k);
+  sampling->set_min_p(static_cast<float>(min_p));
+  sampling->set_repetition_penalty(static_cast<float>(repetition_penalty));
+  sampling->set_seed(seed);
+}
+
 int ParseFlags(FlagParser& parser, const std::vector<std::string>& args,
                std::vector<std::string>* positional) {
   absl::StatusOr<std::vector<std::string>> parsed = parser.Parse(args);

@@ -2,6 +2,7 @@
 
 // Helpers shared by the `quill` subcommands.
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -33,6 +34,30 @@ struct ConnectionFlags {
   void Register(FlagParser& parser);
   // The client; INVALID_ARGUMENT for an unreadable certificate file.
   absl::StatusOr<std::unique_ptr<client::QuillClient>> Connect() const;
+};
+
+// --temperature, --top-p, --top-k, --min-p, --repetition-penalty, --seed and --stop, the
+// sampling flags `quill generate` and `quill chat` share.
+struct SamplingFlags {
+  double temperature = 0;
+  double top_p = 0;
+  int top_k = 0;
+  double min_p = 0;
+  double repetition_penalty = 0;
+  uint64_t seed = 0;
+  std::vector<std::string> stop;
+
+  // `seed_help` says what the seed means for the command.
+  void Register(FlagParser& parser, const char* seed_help);
+  // Sets `request`'s sampling and stop (a GenerateRequest or a ChatRequest).
+  template <typename Request>
+  void Fill(Request* request) const {
+    FillSampling(request->mutable_sampling());
+    for (const std::string& s : stop) request->add_stop(s);
+  }
+
+ private:
+  void FillSampling(quill::v1::SamplingParams* sampling) const;
 };
 
 // Parses `args` into `parser`'s flags. Returns -1 to go on, or the exit code to return now

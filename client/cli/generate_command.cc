@@ -18,13 +18,7 @@ namespace {
 struct GenerateFlags {
   ConnectionFlags connection;
   int max_tokens = 128;
-  double temperature = 0;
-  double top_p = 0;
-  int top_k = 0;
-  double min_p = 0;
-  double repetition_penalty = 0;
-  uint64_t seed = 0;
-  std::vector<std::string> stop;
+  SamplingFlags sampling;
   bool ignore_eos = false;
   int logprobs = 0;
   std::string request_id;
@@ -37,14 +31,7 @@ quill::v1::GenerateRequest BuildRequest(const GenerateFlags& f, std::string prom
   request.set_request_id(f.request_id);
   request.set_prompt(std::move(prompt));
   request.set_max_tokens(f.max_tokens);
-  quill::v1::SamplingParams* sampling = request.mutable_sampling();
-  sampling->set_temperature(static_cast<float>(f.temperature));
-  sampling->set_top_p(static_cast<float>(f.top_p));
-  sampling->set_top_k(f.top_k);
-  sampling->set_min_p(static_cast<float>(f.min_p));
-  sampling->set_repetition_penalty(static_cast<float>(f.repetition_penalty));
-  sampling->set_seed(f.seed);
-  for (const std::string& stop : f.stop) request.add_stop(stop);
+  f.sampling.Fill(&request);
   request.set_ignore_eos(f.ignore_eos);
   request.set_logprobs(f.logprobs);
   return request;
@@ -93,14 +80,7 @@ int GenerateCommand(const std::vector<std::string>& args) {
       "and message if the request fails.");
   f.connection.Register(parser);
   parser.AddInt("max-tokens", &f.max_tokens, "Most tokens to generate.");
-  parser.AddDouble("temperature", &f.temperature, "Sampling temperature; 0 is greedy.");
-  parser.AddDouble("top-p", &f.top_p, "Nucleus sampling mass in (0, 1]; 0 is off.");
-  parser.AddInt("top-k", &f.top_k, "Sample from the K most likely tokens; 0 is off.");
-  parser.AddDouble("min-p", &f.min_p, "Drop tokens less likely than min-p times the best; 0 is off.");
-  parser.AddDouble("repetition-penalty", &f.repetition_penalty,
-                   "Penalty (> 0) for tokens already seen; 0 or 1 is off.");
-  parser.AddUint64("seed", &f.seed, "Sampling seed: the same seed and request give the same text.");
-  parser.AddStringList("stop", &f.stop, "Stop when the text contains STR (not included).");
+  f.sampling.Register(parser, "Sampling seed: the same seed and request give the same text.");
   parser.AddBool("ignore-eos", &f.ignore_eos, "Keep generating past the end-of-sequence token.");
   parser.AddInt("logprobs", &f.logprobs,
                 "Return each token's logprob and this many top alternatives (0 = none); shown "
