@@ -93,11 +93,9 @@ class ReflectionOption final : public grpc::ServerBuilderOption {
   const bool enabled_;
 };
 
-// Plaintext, or TLS (mutual when a client CA is given) from the PEM files.
-absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> GrpcCredentials(const TlsFiles& files) {
-  if (!files.enabled()) return grpc::InsecureServerCredentials();
-  absl::StatusOr<TlsPem> pem = ReadTlsFiles(files);
-  if (!pem.ok()) return pem.status();
+// Plaintext (no PEM), or TLS (mutual when a client CA is given).
+std::shared_ptr<grpc::ServerCredentials> GrpcCredentials(const std::optional<TlsPem>& pem) {
+  if (!pem.has_value()) return grpc::InsecureServerCredentials();
   grpc::SslServerCredentialsOptions ssl(
       pem->client_ca.empty() ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
                              : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
@@ -134,6 +132,12 @@ absl::Status Server::Start() {
     api_keys_ = *std::move(keys);
     spdlog::info("api keys: {} from {}; gRPC calls and HTTP API requests need one",
                  api_keys_->size(), options_.api_keys_file);
+  }
+  // Read once: gRPC and the HTTP API serve the same certificate.
+  if (options_.tls.enabled()) {
+    absl::StatusOr<TlsPem> pem = ReadTlsFiles(options_.tls);
+    if (!pem.ok()) return pem.status();
+    tls_pem_ = *std::move(pem);
   }
   if (absl::Status s = StartMetrics(); !s.ok()) return s;
   if (absl::Status s = StartGrpc(); !s.ok()) return s;
@@ -197,15 +201,12 @@ absl::Status Server::StartGrpc() {
   info.precision = std::string(PrecisionName(options_.precision));
   service_ = std::make_unique<GenerationService>(gateway_.get(), std::move(info), api_keys_.get());
 
-  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
-      GrpcCredentials(options_.tls);
-  if (!credentials.ok()) return credentials.status();
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   reflection_ = options_.reflection.value_or(IsLoopbackHost(options_.host));
   builder.SetOption(std::make_unique<ReflectionOption>(reflection_));
   const std::string bind = JoinHostPort(options_.host, options_.port);
-  builder.AddListeningPort(bind, *credentials, &port_);
+  builder.AddListeningPort(bind, GrpcCredentials(tls_pem_), &port_);
   builder.RegisterService(service_.get());
   builder.SetMaxReceiveMessageSize(options_.max_receive_message_bytes);
   builder.SetMaxSendMessageSize(options_.max_send_message_bytes);
@@ -233,12 +234,10 @@ absl::Status Server::StartHttp() {
   http_options.port = options_.http_port;
   http_options.threads = options_.http_threads;
   http_options.max_body_bytes = options_.max_receive_message_bytes;
-  if (options_.tls.enabled()) {
-    absl::StatusOr<TlsPem> pem = ReadTlsFiles(options_.tls);
-    if (!pem.ok()) return pem.status();
-    http_options.tls_cert_chain = pem->cert_chain;
-    http_options.tls_private_key = pem->private_key;
-    http_options.tls_client_ca = pem->client_ca;
+  if (tls_pem_.has_value()) {
+    http_options.tls_cert_chain = tls_pem_->cert_chain;
+    http_options.tls_private_key = tls_pem_->private_key;
+    http_options.tls_client_ca = tls_pem_->client_ca;
   }
   http_api_ = std::make_unique<http::OpenAiApi>(gateway_.get(), api_keys_.get());
   absl::StatusOr<std::unique_ptr<http::HttpServer>> server =

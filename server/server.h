@@ -87,6 +87,7 @@ class Server {
   // --chat-template, parsed at startup; handed to the gateway with the engine.
   std::optional<engine::chat::ChatTemplate> chat_template_;
   bool reflection_ = false;
+  std::optional<TlsPem> tls_pem_;  // read once at Start; empty = plaintext
 
   // Declaration order is destruction order reversed: the exposer (which reads the
   // metrics), the HTTP and gRPC servers (whose connections and reactors use the gateway
