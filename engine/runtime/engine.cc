@@ -133,6 +133,7 @@ class Engine::Impl {
   void Run();
   void ApplyCommands();
   void MarkExpired(absl::Time now);
+  void MarkGone(Sequence& seq, const absl::Status& cancelled);
   void MarkAll(FinishReason reason, const absl::Status& status);
   void Step();
   // Looks up each admissible waiting request's cached prefix and fills waiting_views_.
@@ -343,7 +344,7 @@ void Engine::Impl::ApplyCommands() {
     } else {
       auto it = by_id_.find(command.request_id);
       if (it == by_id_.end()) continue;  // unknown or already finished
-      it->second->MarkFinished(FinishReason::kCancelled, absl::CancelledError("request cancelled"));
+      MarkGone(*it->second, absl::CancelledError("request cancelled"));
     }
   }
   commands_.clear();
@@ -357,6 +358,16 @@ void Engine::Impl::MarkExpired(absl::Time now) {
   };
   for (auto& seq : running_) expire(*seq);
   for (auto& seq : waiting_) expire(*seq);
+}
+
+void Engine::Impl::MarkGone(Sequence& seq, const absl::Status& cancelled) {
+  // gRPC cancels a call whose deadline passed on its own timer, which may fire just before
+  // this engine's step sees the deadline: that request still ends as "deadline".
+  if (clock_->Now() >= seq.request().deadline) {
+    seq.MarkFinished(FinishReason::kDeadline, absl::DeadlineExceededError("deadline exceeded"));
+  } else {
+    seq.MarkFinished(FinishReason::kCancelled, cancelled);
+  }
 }
 
 void Engine::Impl::MarkAll(FinishReason reason, const absl::Status& status) {
@@ -541,7 +552,7 @@ void Engine::Impl::EmitToken(Sequence& seq, absl::Span<const float> logits, bool
 
   if (!chunk.tokens.empty() || !chunk.text.empty()) {
     if (!seq.sink().OnChunk(std::move(chunk)) && !finish) {
-      seq.MarkFinished(FinishReason::kCancelled, absl::CancelledError("the consumer went away"));
+      MarkGone(seq, absl::CancelledError("the consumer went away"));
       return;
     }
   }
