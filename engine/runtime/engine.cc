@@ -278,8 +278,8 @@ absl::Status Engine::Impl::Submit(GenerationRequest request, std::shared_ptr<Tok
                                              options_.prefix_cache ? kv_block_size_ : 0);
   // The inbox's capacity count takes the whole reservation, cache hits or not: it may
   // queue a request the cache would have let in, never the reverse.
-  sequence->kv_blocks = static_cast<int>(
-      (sequence->kv_tokens_reserved() + kv_block_size_ - 1) / kv_block_size_);
+  sequence->kv_blocks =
+      static_cast<int>((sequence->kv_tokens_reserved() + kv_block_size_ - 1) / kv_block_size_);
   return inbox_.PushSubmit(std::move(sequence));
 }
 
@@ -361,9 +361,11 @@ void Engine::Impl::MarkExpired(absl::Time now) {
 }
 
 void Engine::Impl::MarkGone(Sequence& seq, const absl::Status& cancelled) {
-  // gRPC cancels a call whose deadline passed on its own timer, which may fire just before
-  // this engine's step sees the deadline: that request still ends as "deadline".
-  if (clock_->Now() >= seq.request().deadline) {
+  // A client's own deadline timer cancels its call a little before the deadline reaches
+  // here (the server's copy is later by the request's transit time), and gRPC's server-side
+  // timer may fire before this engine's step sees it: both still end as "deadline".
+  constexpr absl::Duration kDeadlineSkew = absl::Milliseconds(250);
+  if (clock_->Now() + kDeadlineSkew >= seq.request().deadline) {
     seq.MarkFinished(FinishReason::kDeadline, absl::DeadlineExceededError("deadline exceeded"));
   } else {
     seq.MarkFinished(FinishReason::kCancelled, cancelled);

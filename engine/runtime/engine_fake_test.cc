@@ -114,8 +114,7 @@ class FakeStepModel final : public StepModel {
     return o;
   }
 
-  absl::Status Forward(absl::Span<const BatchEntry> batch, KvCache& cache,
-                       float* logits) override {
+  absl::Status Forward(absl::Span<const BatchEntry> batch, KvCache& cache, float* logits) override {
     absl::MutexLock lock(&shared_->mu);
     ++shared_->forwards_entered;
     shared_->mu.Await(absl::Condition(
@@ -135,8 +134,8 @@ class FakeStepModel final : public StepModel {
       if (e.first_pos != next || e.tokens.empty() ||
           cache.capacity_tokens(e.seq) < e.first_pos + static_cast<int64_t>(e.tokens.size())) {
         if (shared_->error.empty()) {
-          shared_->error = absl::StrCat("bad entry seq ", e.seq, " first_pos ", e.first_pos,
-                                        " expected ", next);
+          shared_->error =
+              absl::StrCat("bad entry seq ", e.seq, " first_pos ", e.first_pos, " expected ", next);
         }
       }
       next = e.first_pos + static_cast<int64_t>(e.tokens.size());
@@ -410,10 +409,18 @@ TEST_F(EngineFakeTest, ValidationErrorsNameTheFieldAndNeverCallTheSink) {
       {"prompt_token_ids[0]", [](GenerationRequest& r) { r.prompt_ids[0] = -1; }},
       {"max_tokens", [](GenerationRequest& r) { r.max_tokens = 0; }},
       {"max_tokens", [](GenerationRequest& r) { r.max_tokens = 101; }},
-      {"max_tokens", [](GenerationRequest& r) { r.prompt_ids.resize(100, 5); r.max_tokens = 30; }},
+      {"max_tokens",
+       [](GenerationRequest& r) {
+         r.prompt_ids.resize(100, 5);
+         r.max_tokens = 30;
+       }},
       {"prompt", [](GenerationRequest& r) { r.prompt_ids.resize(kContext, 5); }},
       {"prompt", [](GenerationRequest& r) { r.prompt_ids.resize(70, 5); }},  // > 4 blocks
-      {"max_tokens", [](GenerationRequest& r) { r.prompt_ids.resize(60, 5); r.max_tokens = 5; }},
+      {"max_tokens",
+       [](GenerationRequest& r) {
+         r.prompt_ids.resize(60, 5);
+         r.max_tokens = 5;
+       }},
       {"sampling.temperature", [](GenerationRequest& r) { r.sampling.temperature = -1; }},
       {"sampling.temperature",
        [](GenerationRequest& r) { r.sampling.temperature = std::nanf(""); }},
@@ -422,7 +429,10 @@ TEST_F(EngineFakeTest, ValidationErrorsNameTheFieldAndNeverCallTheSink) {
       {"logprobs", [](GenerationRequest& r) { r.logprobs = 21; }},
       {"logprobs", [](GenerationRequest& r) { r.logprobs = -1; }},
       {"stop[0]", [](GenerationRequest& r) { r.stop = {"\xC3"}; }},
-      {"stop[1]", [](GenerationRequest& r) { r.stop = {"a", std::string(257, 'x')}; }},
+      {"stop[1]",
+       [](GenerationRequest& r) {
+         r.stop = {"a", std::string(257, 'x')};
+       }},
       {"stop", [](GenerationRequest& r) { r.stop.assign(17, "x"); }},
       {"stop_token_ids[0]", [](GenerationRequest& r) { r.stop_token_ids = {kVocab}; }},
   };
@@ -504,8 +514,8 @@ TEST_F(EngineFakeTest, BurstWithFreeRunSlotsIsAdmittedUpToSlotsPlusQueue) {
   WaitForwardsEntered(1);  // the engine is inside a step and admits nobody until it ends
   for (int i = 1; i < 10; ++i) {
     sinks.push_back(std::make_shared<RecordingSink>());
-    const absl::Status s = engine_->Submit(Request(absl::StrCat("b", i), {kBos, 5}, 20),
-                                           sinks.back());
+    const absl::Status s =
+        engine_->Submit(Request(absl::StrCat("b", i), {kBos, 5}, 20), sinks.back());
     ASSERT_TRUE(s.ok()) << i << ": " << s;
   }
   auto refused = std::make_shared<RecordingSink>();
@@ -598,6 +608,31 @@ TEST_F(EngineFakeTest, DeadlineInThePastAndDuringDecode) {
   ASSERT_TRUE(recorded->Wait());
   EXPECT_EQ(recorded->info().reason, FinishReason::kDeadline);
   EXPECT_EQ(recorded->ids().size(), 1u);
+  engine_->Shutdown(absl::ZeroDuration());  // before `clock` goes away
+}
+
+// A client's deadline timer cancels its call just before the server's copy of the deadline
+// (later by the transit time) passes: a consumer gone that close to its deadline is a
+// deadline, one gone well before it a cancel.
+TEST_F(EngineFakeTest, ConsumerGoneAtItsDeadlineCountsAsDeadline) {
+  ManualClock clock;
+  Start(SmallOptions(), &clock);
+  auto finish_when_gone = [&](absl::Duration deadline_after_gone) {
+    // Its first OnChunk returns false: the consumer went away.
+    auto recorded = std::make_shared<RecordingSink>(/*gate_chunk=*/0, /*accept_chunks=*/1);
+    GenerationRequest r =
+        Request(absl::StrCat("gone", absl::FormatDuration(deadline_after_gone)), {kBos, 5}, 10);
+    r.deadline = clock.Now() + deadline_after_gone;
+    EXPECT_TRUE(engine_->Submit(r, recorded).ok());
+    EXPECT_TRUE(recorded->Wait());
+    return recorded->info();
+  };
+  const FinishInfo at_deadline = finish_when_gone(absl::Milliseconds(20));
+  EXPECT_EQ(at_deadline.reason, FinishReason::kDeadline);
+  EXPECT_EQ(at_deadline.status.code(), absl::StatusCode::kDeadlineExceeded);
+  const FinishInfo early = finish_when_gone(absl::Seconds(10));
+  EXPECT_EQ(early.reason, FinishReason::kCancelled);
+  EXPECT_EQ(early.status.code(), absl::StatusCode::kCancelled);
   engine_->Shutdown(absl::ZeroDuration());  // before `clock` goes away
 }
 
@@ -724,8 +759,8 @@ TEST_F(EngineFakeTest, ShutdownDrainsRunningRequests) {
   std::vector<std::shared_ptr<RecordingSink>> sinks;
   for (int i = 0; i < 5; ++i) {
     sinks.push_back(std::make_shared<RecordingSink>());
-    ASSERT_TRUE(engine_->Submit(Request(absl::StrCat("r", i), {kBos, Letter('a')}, 30), sinks[i])
-                    .ok());
+    ASSERT_TRUE(
+        engine_->Submit(Request(absl::StrCat("r", i), {kBos, Letter('a')}, 30), sinks[i]).ok());
   }
   engine_->Shutdown(absl::InfiniteDuration());
   for (auto& sink : sinks) {
@@ -733,9 +768,9 @@ TEST_F(EngineFakeTest, ShutdownDrainsRunningRequests) {
     EXPECT_EQ(sink->info().reason, FinishReason::kLength);
     EXPECT_EQ(sink->ids().size(), 30u);
   }
-  EXPECT_EQ(engine_->Submit(Request("after", {kBos, 5}, 3), std::make_shared<RecordingSink>())
-                .code(),
-            absl::StatusCode::kUnavailable);
+  EXPECT_EQ(
+      engine_->Submit(Request("after", {kBos, 5}, 3), std::make_shared<RecordingSink>()).code(),
+      absl::StatusCode::kUnavailable);
   engine_->Shutdown(absl::ZeroDuration());  // idempotent
 }
 
@@ -751,8 +786,9 @@ TEST_F(EngineFakeTest, ShutdownWithoutDrainEndsEverythingUnavailable) {
   ASSERT_TRUE(engine_->Submit(Request("wait", {kBos, 5}, 20), waiting).ok());
   // Close the engine while its first step is still in flight, then let it go on.
   std::thread closer([this] { engine_->Shutdown(absl::ZeroDuration()); });
-  while (engine_->Submit(Request("probe", {kBos, 5}, 1), std::make_shared<RecordingSink>())
-             .code() != absl::StatusCode::kUnavailable) {
+  while (
+      engine_->Submit(Request("probe", {kBos, 5}, 1), std::make_shared<RecordingSink>()).code() !=
+      absl::StatusCode::kUnavailable) {
     absl::SleepFor(absl::Milliseconds(1));
   }
   SetPaused(false);
@@ -778,8 +814,8 @@ TEST_F(EngineFakeTest, DestructorShutsDown) {
 TEST_F(EngineFakeTest, CreateRejectsBadOptions) {
   EngineOptions options = SmallOptions();
   options.max_running = 600;  // more decode tokens than max_batch_tokens
-  auto engine = Engine::CreateWithStepModel(std::make_unique<FakeStepModel>(shared_), options,
-                                            nullptr);
+  auto engine =
+      Engine::CreateWithStepModel(std::make_unique<FakeStepModel>(shared_), options, nullptr);
   EXPECT_EQ(engine.status().code(), absl::StatusCode::kInvalidArgument);
   options = EngineOptions();
   options.max_batch_tokens = 1024;  // beyond the model's 512
