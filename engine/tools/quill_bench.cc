@@ -4,8 +4,11 @@
 //   quill-bench -m a.gguf --batch-decode 1,4,16,64
 //
 // pp<N>: one Forward() over N prompt tokens (tokens/s). tg<N>: N single-token Forward()
-// steps after a 4-token prompt. bd<B>: B sequences decoding together, one batched Forward()
-// per step (aggregate tokens/s).
+// steps after a 4-token prompt (tg<N> @ d<D>: after a D-token prompt, to see decode at
+// depth). bd<B>: B sequences decoding together, one batched Forward() per step (aggregate
+// tokens/s). Before the models, the machine's read bandwidth is measured with the same
+// thread count; each tg row shows the bytes it moves (weights + the KV it reads) per second
+// and their fraction of that bandwidth.
 
 #include <malloc.h>
 #include <omp.h>
@@ -25,6 +28,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
@@ -33,11 +37,18 @@
 #include "engine/kv_cache/kv_cache.h"
 #include "engine/model/model.h"
 #include "engine/model/model_config.h"
+#include "engine/tools/read_bandwidth.h"
 #include "engine/tools/tool_flags.h"
 
 ABSL_FLAG(std::vector<std::string>, model, {}, "GGUF model(s), comma-separated (alias -m).");
 ABSL_FLAG(std::string, pp, "512", "Prompt-processing sizes, comma-separated (0 = skip).");
 ABSL_FLAG(std::string, tg, "128", "Generation lengths, comma-separated (0 = skip).");
+ABSL_FLAG(std::string, depth, "0",
+          "Context depths for the tg tests, comma-separated: each tg test runs after a prompt "
+          "of that many tokens (0 = the usual 4-token prompt), e.g. 0,2048,4096.");
+ABSL_FLAG(int, bandwidth_mib, 1024,
+          "Buffer for the read-bandwidth measurement in MiB (0 = skip it); several times the "
+          "last-level cache so that it measures memory.");
 ABSL_FLAG(std::string, batch_decode, "",
           "Batched-decode mode: numbers of sequences decoding together, e.g. 1,4,16,64. "
           "Replaces the pp/tg tests.");
@@ -107,7 +118,7 @@ class Bench {
     vocab_ = model.config().vocab_size;
     std::mt19937 rng(1234);
     std::uniform_int_distribution<TokenId> dist(3, static_cast<TokenId>(vocab_ - 1));
-    random_tokens_.resize(4096);
+    random_tokens_.resize(4096);  // longer prompts repeat them
     for (TokenId& t : random_tokens_) t = dist(rng);
     const TokenId bos = model.tokenizer().bos_id();
     if (bos >= 0) random_tokens_[0] = bos;
@@ -139,8 +150,8 @@ class Bench {
   absl::StatusOr<std::unique_ptr<KvCache>> MakeCache(int64_t tokens) {
     const int block = 16;
     KvCacheOptions o = model_.MakeKvCacheOptions(0, block);
-    const int64_t per_token =
-        int64_t{2} * o.num_layers * o.num_kv_heads * o.head_dim * static_cast<int64_t>(sizeof(float));
+    const int64_t per_token = int64_t{2} * o.num_layers * o.num_kv_heads * o.head_dim *
+                              static_cast<int64_t>(sizeof(float));
     o.budget_bytes = (tokens + block - 1) / block * block * per_token;
     return KvCache::Create(o);
   }
@@ -148,7 +159,8 @@ class Bench {
   absl::StatusOr<std::vector<double>> PromptProcessing(int n) {
     QUILL_ASSIGN_OR_RETURN(std::unique_ptr<KvCache> cache, MakeCache(n));
     std::vector<float> logits(vocab_);
-    std::vector<TokenId> prompt(random_tokens_.begin(), random_tokens_.begin() + n);
+    std::vector<TokenId> prompt(n);
+    for (int i = 0; i < n; ++i) prompt[i] = random_tokens_[i % random_tokens_.size()];
     return Repeat(
         [&]() -> absl::StatusOr<std::pair<int64_t, double>> {
           cache->Release(0);
@@ -162,18 +174,27 @@ class Bench {
         absl::StrCat("pp", n));
   }
 
-  absl::StatusOr<std::vector<double>> Generation(int n) {
-    const int prompt_len = 4;
+  // `n` decode steps after a prompt of `prompt_len` tokens (prefilled untimed, in chunks of
+  // the model's max_batch_tokens).
+  absl::StatusOr<std::vector<double>> Generation(int n, int prompt_len) {
     QUILL_ASSIGN_OR_RETURN(std::unique_ptr<KvCache> cache, MakeCache(prompt_len + n));
     std::vector<float> logits(vocab_);
     std::vector<TokenId> history;
+    history.reserve(prompt_len + n);
+    const int chunk = model_.options().max_batch_tokens;
     return Repeat(
         [&]() -> absl::StatusOr<std::pair<int64_t, double>> {
           cache->Release(0);
           QUILL_RETURN_IF_ERROR(cache->Reserve(0, prompt_len + n));
-          history.assign(random_tokens_.begin(), random_tokens_.begin() + prompt_len);
-          BatchEntry e{0, history, 0, true};
-          QUILL_RETURN_IF_ERROR(model_.Forward({&e, 1}, *cache, logits.data()));
+          history.clear();
+          for (int i = 0; i < prompt_len; ++i) {
+            history.push_back(random_tokens_[i % random_tokens_.size()]);
+          }
+          for (int first = 0; first < prompt_len; first += chunk) {
+            const int len = std::min(chunk, prompt_len - first);
+            BatchEntry e{0, absl::MakeConstSpan(history).subspan(first, len), first, true};
+            QUILL_RETURN_IF_ERROR(model_.Forward({&e, 1}, *cache, logits.data()));
+          }
           auto t0 = std::chrono::steady_clock::now();
           auto last = t0;
           for (int i = 0; i < n; ++i) {
@@ -183,7 +204,8 @@ class Bench {
             QUILL_RETURN_IF_ERROR(model_.Forward({&d, 1}, *cache, logits.data()));
             if (trace_) {
               auto now = std::chrono::steady_clock::now();
-              std::fprintf(stderr, "%.1f%c", std::chrono::duration<double>(now - last).count() * 1e3,
+              std::fprintf(stderr, "%.1f%c",
+                           std::chrono::duration<double>(now - last).count() * 1e3,
                            i + 1 == n ? '\n' : ' ');
               last = now;
             }
@@ -226,7 +248,8 @@ class Bench {
             }
             QUILL_RETURN_IF_ERROR(model_.Forward(entries, *cache, logits.data()));
           }
-          double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+          double secs =
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
           return std::make_pair(int64_t{num_seqs} * steps, secs);
         },
         absl::StrCat("bd", num_seqs));
@@ -258,10 +281,14 @@ int Main(int argc, char** argv) {
       "measures prompt-processing (pp) and generation (tg) throughput, like llama-bench.\n"
       "\n"
       "  quill-bench -m MODEL.gguf[,MODEL2.gguf] [--pp 512] [--tg 128] [--reps 3] [--threads 2]\n"
+      "  quill-bench -m MODEL.gguf --pp 2048 --tg 128 --depth 0,2048,4096\n"
       "  quill-bench -m MODEL.gguf --batch-decode 1,4,16,64 [--bd-steps 32]\n"
       "\n"
       "Prints one markdown table row per model and test: t/s is the mean +- stddev over the\n"
-      "repetitions. Short aliases: -m --model, -t --threads, -r --reps, -h --help.");
+      "repetitions; a tg row's \"decode reads\" are the bytes it moves per second (packed\n"
+      "weights + the KV it reads, per token) and their share of the read bandwidth measured\n"
+      "first with the same thread count. Short aliases: -m --model, -t --threads, -r --reps, -h "
+      "--help.");
   tools::ShowToolFlagsInHelp();
   std::vector<std::string> args = tools::NormalizeArgs(
       argc, argv, {{"m", "model"}, {"t", "threads"}, {"r", "reps"}, {"h", "help"}});
@@ -271,24 +298,33 @@ int Main(int argc, char** argv) {
   }
   std::vector<char*> cargs;
   for (std::string& a : args) cargs.push_back(a.data());
-  std::vector<char*> positional = absl::ParseCommandLine(static_cast<int>(cargs.size()), cargs.data());
+  std::vector<char*> positional =
+      absl::ParseCommandLine(static_cast<int>(cargs.size()), cargs.data());
   std::vector<std::string> models = absl::GetFlag(FLAGS_model);
   for (size_t i = 1; i < positional.size(); ++i) models.push_back(positional[i]);
   if (models.empty()) {
     std::fprintf(stderr, "quill-bench: no model given (use -m MODEL.gguf; see --help)\n");
     return kUsage;
   }
-  bool ok_pp, ok_tg, ok_bd;
+  bool ok_pp, ok_tg, ok_bd, ok_depth;
   const std::vector<int> pp = ParseSizes(absl::GetFlag(FLAGS_pp), &ok_pp);
   const std::vector<int> tg = ParseSizes(absl::GetFlag(FLAGS_tg), &ok_tg);
   const std::vector<int> bd = ParseSizes(absl::GetFlag(FLAGS_batch_decode), &ok_bd);
+  std::vector<int> depths = ParseSizes(absl::GetFlag(FLAGS_depth), &ok_depth);
+  // ParseSizes drops zeros; depth 0 is a test of its own (the usual short prompt).
+  if (absl::StrContains(absl::StrCat(",", absl::GetFlag(FLAGS_depth), ","), ",0,") ||
+      absl::GetFlag(FLAGS_depth).empty()) {
+    depths.insert(depths.begin(), 0);
+  }
+  const int bandwidth_mib = absl::GetFlag(FLAGS_bandwidth_mib);
   const int reps = absl::GetFlag(FLAGS_reps);
   const int bd_steps = absl::GetFlag(FLAGS_bd_steps);
   const int bd_prompt = absl::GetFlag(FLAGS_bd_prompt);
-  if (!ok_pp || !ok_tg || !ok_bd || reps < 1 || bd_steps < 1 || bd_prompt < 1) {
+  if (!ok_pp || !ok_tg || !ok_bd || !ok_depth || reps < 1 || bd_steps < 1 || bd_prompt < 1 ||
+      bandwidth_mib < 0) {
     std::fprintf(stderr,
-                 "quill-bench: --pp/--tg/--batch-decode take comma-separated non-negative "
-                 "integers; --reps, --bd-steps, --bd-prompt must be >= 1\n");
+                 "quill-bench: --pp/--tg/--batch-decode/--depth take comma-separated non-negative "
+                 "integers; --reps, --bd-steps, --bd-prompt must be >= 1, --bandwidth-mib >= 0\n");
     return kUsage;
   }
   int threads = absl::GetFlag(FLAGS_threads);
@@ -306,8 +342,16 @@ int Main(int argc, char** argv) {
   max_tokens = std::max(max_tokens, 4);
   if (!bd.empty()) max_tokens = std::max(max_tokens, bd_prompt);
 
-  std::printf("| model | type | size | params | mode | threads | test | t/s | RSS |\n");
-  std::printf("| --- | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: |\n");
+  // Measured before any model is loaded, so that its buffer is not counted in their RSS.
+  const double read_bandwidth =
+      bandwidth_mib > 0 ? tools::MeasureReadBandwidth(int64_t{bandwidth_mib} << 20, 5) : 0;
+  if (read_bandwidth > 0) {
+    std::printf("read bandwidth: %.1f GB/s (%d threads, best of 5 over %d MiB)\n\n",
+                read_bandwidth / 1e9, threads, bandwidth_mib);
+  }
+  std::printf(
+      "| model | type | size | params | mode | threads | test | t/s | RSS | decode reads |\n");
+  std::printf("| --- | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |\n");
   std::fflush(stdout);
   int rc = 0;
   for (const std::string& path : models) {
@@ -320,12 +364,14 @@ int Main(int argc, char** argv) {
     ResetPeakRss();
     auto loaded = Model::Load(options);
     if (!loaded.ok()) {
-      std::fprintf(stderr, "quill-bench: %s: %s\n", path.c_str(), loaded.status().ToString().c_str());
+      std::fprintf(stderr, "quill-bench: %s: %s\n", path.c_str(),
+                   loaded.status().ToString().c_str());
       rc = kLoadError;
       continue;
     }
     Model& model = **loaded;
-    std::fprintf(stderr, "quill-bench: %s: kernels %s\n", path.c_str(), model.kernel_summary().c_str());
+    std::fprintf(stderr, "quill-bench: %s: kernels %s\n", path.c_str(),
+                 model.kernel_summary().c_str());
     const int64_t rss_after_load = ProcStatusBytes("VmRSS");
     uint64_t tensor_bytes = 0;
     if (auto file = GgufFile::Open(path); file.ok()) {
@@ -338,7 +384,21 @@ int Main(int argc, char** argv) {
         tensor_bytes / 1073741824.0, HumanParams(params), exact ? "exact" : "fast", threads);
 
     Bench bench(model, reps, absl::GetFlag(FLAGS_profile));
-    auto report = [&](const std::string& test, const absl::StatusOr<std::vector<double>>& r) {
+    // Decode reads every packed weight once per token, plus the KV of every earlier position.
+    const KvCacheOptions kv = model.MakeKvCacheOptions(0, 16);
+    const double kv_bytes_per_position =
+        2.0 * kv.num_layers * kv.num_kv_heads * kv.head_dim * sizeof(float);
+    auto decode_reads = [&](int depth, int n, double tokens_per_second) {
+      const double mean_positions = depth + n / 2.0;
+      const double bytes = model.weight_bytes() + kv_bytes_per_position * mean_positions;
+      std::string out = absl::StrFormat("%.1f GB/s", bytes * tokens_per_second / 1e9);
+      if (read_bandwidth > 0) {
+        absl::StrAppendFormat(&out, " (%.0f%%)", 100 * bytes * tokens_per_second / read_bandwidth);
+      }
+      return out;
+    };
+    auto report = [&](const std::string& test, const absl::StatusOr<std::vector<double>>& r,
+                      std::function<std::string(double)> reads = nullptr) {
       if (!r.ok()) {
         std::fprintf(stderr, "quill-bench: %s %s: %s\n", path.c_str(), test.c_str(),
                      r.status().ToString().c_str());
@@ -346,8 +406,8 @@ int Main(int argc, char** argv) {
         return;
       }
       const Stats s = Summarize(*r);
-      std::printf("%s %s | %.2f ± %.2f | %.0f MiB |\n", prefix.c_str(), test.c_str(), s.mean,
-                  s.stddev, MiB(bench.last_rss()));
+      std::printf("%s %s | %.2f ± %.2f | %.0f MiB | %s |\n", prefix.c_str(), test.c_str(), s.mean,
+                  s.stddev, MiB(bench.last_rss()), reads ? reads(s.mean).c_str() : "-");
       std::fflush(stdout);
     };
     if (!bd.empty()) {
@@ -371,13 +431,19 @@ int Main(int argc, char** argv) {
       }
       report(absl::StrCat("pp", n), bench.PromptProcessing(n));
     }
-    for (int n : tg) {
-      if (n + 4 > c.context_length) {
-        std::fprintf(stderr, "quill-bench: tg%d exceeds the context %ld\n", n,
-                     static_cast<long>(c.context_length));
-        continue;
+    for (int depth : depths) {
+      for (int n : tg) {
+        const int prompt_len = std::max(depth, 4);
+        const std::string test =
+            depth == 0 ? absl::StrCat("tg", n) : absl::StrCat("tg", n, " @ d", depth);
+        if (n + prompt_len > c.context_length) {
+          std::fprintf(stderr, "quill-bench: %s needs %d positions > context %ld\n", test.c_str(),
+                       n + prompt_len, static_cast<long>(c.context_length));
+          continue;
+        }
+        report(test, bench.Generation(n, prompt_len),
+               [&](double rate) { return decode_reads(prompt_len, n, rate); });
       }
-      report(absl::StrCat("tg", n), bench.Generation(n));
     }
     std::fprintf(stderr,
                  "quill-bench: %s: RSS after load %.0f MiB, peak %.0f MiB (tensor data %.0f MiB, "
