@@ -103,6 +103,12 @@ ABSL_FLAG(int, max_batch_tokens, kEngineDefaults.max_batch_tokens,
 ABSL_FLAG(int, prefill_chunk_tokens, kEngineDefaults.prefill_chunk_tokens,
           "A prompt is prefilled in chunks of at most this many tokens, so that long "
           "prompts do not stall the streams that are decoding.");
+ABSL_FLAG(absl::Duration, itl_target, absl::Milliseconds(100),
+          "Inter-token-latency target: while requests are decoding, new prompts get only as "
+          "many tokens per step as keep the step (predicted from measured step times) within "
+          "max(this, twice a decode-only step), and at least 32, so that streams keep a steady "
+          "pace during bursts of new prompts and prompts still progress. 0 = no limit beyond "
+          "--max-batch-tokens (best throughput, ITL spikes).");
 ABSL_FLAG(int, max_running, kEngineDefaults.max_running,
           "Most requests generating at once (the continuous batch).");
 ABSL_FLAG(int, max_queue, kEngineDefaults.max_queue,
@@ -130,8 +136,7 @@ ABSL_FLAG(std::string, api_keys_file, "",
           "on SIGHUP.");
 ABSL_FLAG(std::string, reflection, "auto",
           "gRPC server reflection: true, false, or auto (on only when --host is loopback).");
-ABSL_FLAG(quill::server::ByteSizeFlag, max_send_message_bytes,
-          quill::server::ByteSizeFlag{4 << 20},
+ABSL_FLAG(quill::server::ByteSizeFlag, max_send_message_bytes, quill::server::ByteSizeFlag{4 << 20},
           "Largest response message the server sends (a call that would send a larger one "
           "fails with RESOURCE_EXHAUSTED).");
 ABSL_FLAG(std::string, log_level, "info",
@@ -159,6 +164,7 @@ constexpr const char* kFlagNames[] = {
     "prefix_cache",
     "max_batch_tokens",
     "prefill_chunk_tokens",
+    "itl_target",
     "max_running",
     "max_queue",
     "max_tokens_limit",
@@ -274,6 +280,7 @@ absl::StatusOr<ServerOptions> OptionsFromFlags(const char* exe) {
   options.engine.prefix_cache = absl::GetFlag(FLAGS_prefix_cache);
   options.engine.max_batch_tokens = absl::GetFlag(FLAGS_max_batch_tokens);
   options.engine.prefill_chunk_tokens = absl::GetFlag(FLAGS_prefill_chunk_tokens);
+  options.engine.itl_target = absl::GetFlag(FLAGS_itl_target);
   options.engine.max_running = absl::GetFlag(FLAGS_max_running);
   options.engine.max_queue = absl::GetFlag(FLAGS_max_queue);
   options.engine.max_tokens_limit = absl::GetFlag(FLAGS_max_tokens_limit);
@@ -312,6 +319,9 @@ absl::StatusOr<ServerOptions> OptionsFromFlags(const char* exe) {
     return absl::InvalidArgumentError(
         absl::StrCat("--http-port ", options.http_port, " is not a port"));
   }
+  if (options.engine.itl_target < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--itl-target must be >= 0");
+  }
   if (options.drain_timeout < absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--drain-timeout must not be negative");
   }
@@ -346,9 +356,9 @@ absl::StatusOr<ServerOptions> OptionsFromFlags(const char* exe) {
 }
 
 // Waits for SIGTERM/SIGINT (blocked in every thread; no work in a signal handler), then
-// drains; SIGHUP meanwhile re-reads the API keys. A second signal during the drain exits at once; one arriving within
-// kSameSignalWindow of the first is taken as the same request (`timeout` and some process
-// managers signal both the process and its group).
+// drains; SIGHUP meanwhile re-reads the API keys. A second signal during the drain exits at once;
+// one arriving within kSameSignalWindow of the first is taken as the same request (`timeout` and
+// some process managers signal both the process and its group).
 constexpr absl::Duration kSameSignalWindow = absl::Milliseconds(500);
 
 void ReloadApiKeys(Server& server) {

@@ -20,11 +20,11 @@
 #include "engine/model/model_config.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
+#include "grpcpp/impl/server_builder_option.h"
+#include "grpcpp/impl/server_builder_plugin.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server.h"
 #include "grpcpp/server_builder.h"
-#include "grpcpp/impl/server_builder_option.h"
-#include "grpcpp/impl/server_builder_plugin.h"
 #include "prometheus/exposer.h"
 #include "server/generation_service.h"
 #include "server/http/http_server.h"
@@ -86,7 +86,9 @@ class ReflectionOption final : public grpc::ServerBuilderOption {
                                     return p->name() == name;
                                   }),
                    plugins->end());
-    if (enabled_) plugins->push_back(std::make_unique<grpc::reflection::ProtoServerReflectionPlugin>());
+    if (enabled_) {
+      plugins->push_back(std::make_unique<grpc::reflection::ProtoServerReflectionPlugin>());
+    }
   }
 
  private:
@@ -301,10 +303,10 @@ absl::Status Server::LoadModelAndEngine() {
       HumanBytes(gauges.kv_bytes_total), accounting.kv_bytes_per_token, eo.prefix_cache);
   spdlog::info(
       "limits: max_tokens={} max_prompt_tokens={} max_batch_tokens={} prefill_chunk_tokens={} "
-      "max_running={} max_queue={} max_message_bytes={} drain_timeout={}",
+      "itl_target={} max_running={} max_queue={} max_message_bytes={} drain_timeout={}",
       limits.max_tokens, limits.max_prompt_tokens, eo.max_batch_tokens, eo.prefill_chunk_tokens,
-      eo.max_running, eo.max_queue, options_.max_receive_message_bytes,
-      absl::FormatDuration(options_.drain_timeout));
+      absl::FormatDuration(eo.itl_target), eo.max_running, eo.max_queue,
+      options_.max_receive_message_bytes, absl::FormatDuration(options_.drain_timeout));
   SetHealth(true);
   spdlog::info("serving {} on {}", kServiceName, address());
   return absl::OkStatus();

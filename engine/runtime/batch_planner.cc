@@ -38,7 +38,7 @@ void PlanStep(const PlanInput& input, const PlannerOptions& options, StepPlan* p
     plan->entries.push_back(entry);
     ++plan->decode_tokens;
   }
-  int budget = options.max_batch_tokens - plan->decode_tokens;
+  int budget = std::min(options.max_batch_tokens - plan->decode_tokens, input.max_prefill_tokens);
 
   for (int i = 0; i < num_running && budget > 0; ++i) {
     const RunningView& seq = input.running[i];

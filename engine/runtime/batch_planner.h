@@ -31,6 +31,9 @@ struct PlanInput {
   absl::Span<const RunningView> running;  // in admission order
   absl::Span<const WaitingView> waiting;  // FIFO
   int free_kv_blocks = 0;
+  // Most prompt tokens this step may take (the engine's inter-token-latency budget), on top
+  // of max_batch_tokens; decode tokens are never limited by it.
+  int max_prefill_tokens = 1 << 30;
 };
 
 // One forward entry. `sequence` indexes running ++ the admitted head of waiting.
@@ -59,7 +62,7 @@ struct StepPlan {
 // Plans one engine step; a pure function of its inputs (no clock, no model, no cache).
 //  1. Every kDecode sequence gets its one token (always: max_running <= max_batch_tokens).
 //  2. Sequences in kPrefill get chunks of <= prefill_chunk_tokens, in admission order,
-//     while the step's token budget lasts.
+//     while the step's token budget (max_batch_tokens, and max_prefill_tokens) lasts.
 //  3. Waiting requests are admitted from the FIFO head while the running set has room,
 //     the KV pool has the blocks they reserve, and the step has tokens left for their
 //     first chunk. The first request that does not fit stops admission (no overtaking).

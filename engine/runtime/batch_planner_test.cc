@@ -15,6 +15,7 @@ struct Planner {
   std::vector<RunningView> running;
   std::vector<WaitingView> waiting;
   int free_blocks = 1000;
+  int max_prefill_tokens = 1 << 30;
   StepPlan plan;
 
   const StepPlan& Plan() {
@@ -22,6 +23,7 @@ struct Planner {
     input.running = running;
     input.waiting = waiting;
     input.free_kv_blocks = free_blocks;
+    input.max_prefill_tokens = max_prefill_tokens;
     PlanStep(input, options, &plan);
     return plan;
   }
@@ -105,6 +107,25 @@ TEST(BatchPlannerTest, MaxBatchTokensRespectedAcrossPrefills) {
   EXPECT_EQ(plan.entries[3].num_tokens, 7);
   EXPECT_EQ(plan.entries[3].sequence, 3);
   EXPECT_EQ(plan.num_admitted, 0);
+}
+
+TEST(BatchPlannerTest, PrefillLimitCapsPromptTokensButNeverDecode) {
+  Planner p;
+  p.options.prefill_chunk_tokens = 16;
+  p.options.max_batch_tokens = 512;
+  p.running = {Decoding(), Prefilling(100, 0), Decoding(), Prefilling(100, 0)};
+  p.waiting = {{10, 1}};
+  p.max_prefill_tokens = 20;
+  const StepPlan& plan = p.Plan();
+  EXPECT_EQ(plan.decode_tokens, 2);
+  EXPECT_EQ(plan.prefill_tokens, 20);  // 16 + 4, and no room to admit the waiting one
+  EXPECT_EQ(plan.num_admitted, 0);
+
+  p.max_prefill_tokens = 0;  // decoders still run
+  const StepPlan& decode_only = p.Plan();
+  EXPECT_EQ(decode_only.decode_tokens, 2);
+  EXPECT_EQ(decode_only.prefill_tokens, 0);
+  EXPECT_EQ(decode_only.entries.size(), 2u);
 }
 
 TEST(BatchPlannerTest, AdmitsFifoWhileKvBlocksLast) {

@@ -20,12 +20,16 @@
 #include "engine/runtime/ewma_rate.h"
 #include "engine/runtime/inbox.h"
 #include "engine/runtime/sequence.h"
+#include "engine/runtime/step_cost_model.h"
 #include "spdlog/spdlog.h"
 
 namespace quill::engine {
 namespace {
 
 constexpr int kMaxLogprobs = 20;
+// The starvation guard of the inter-token-latency budget: prompts progress by at least
+// this many tokens per step even when decoding alone fills the target.
+constexpr int kMinPrefillTokensPerStep = 32;
 constexpr int kMaxStopStrings = 16;
 constexpr size_t kMaxStopBytes = 256;
 
@@ -54,6 +58,10 @@ absl::Status ValidateOptions(const EngineOptions& o, int model_max_batch_tokens)
   if (o.block_size_tokens < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("block_size_tokens must be >= 1, got ", o.block_size_tokens));
+  }
+  if (o.itl_target < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("itl_target must be >= 0, got ", absl::FormatDuration(o.itl_target)));
   }
   if (o.max_tokens_limit < 0) {
     return absl::InvalidArgumentError(
@@ -138,6 +146,8 @@ class Engine::Impl {
   void Step();
   // Looks up each admissible waiting request's cached prefix and fills waiting_views_.
   void BuildWaitingViews();
+  // How many prompt tokens the next step may take next to `decode_tokens` decoders.
+  int PrefillTokenLimit(int decode_tokens) const;
   // Moves the planned head of the queue into the running set with its KV reserved.
   void Admit(absl::Time now);
   void EmitToken(Sequence& seq, absl::Span<const float> logits, bool decode, absl::Time now);
@@ -194,6 +204,7 @@ class Engine::Impl {
   EwmaRate finished_rate_{absl::Seconds(5)};
   // Batch tokens per second of forward time in steps that prefill.
   EwmaRate prefill_rate_{absl::Seconds(5)};
+  StepCostModel step_cost_;  // step duration by tokens, for the inter-token-latency budget
   int finished_in_window_ = 0;
   absl::Duration window_busy_ = absl::ZeroDuration();
 };
@@ -382,14 +393,17 @@ void Engine::Impl::Step() {
   const absl::Time start = clock_->Now();
 
   running_views_.clear();
+  int decoders = 0;
   for (const auto& seq : running_) {
     running_views_.push_back({seq->state(), seq->prompt_tokens(), seq->prefilled_tokens()});
+    if (seq->state() == SequenceState::kDecode) ++decoders;
   }
   BuildWaitingViews();
   PlanInput input;
   input.running = running_views_;
   input.waiting = waiting_views_;
   input.free_kv_blocks = kv_->num_free_blocks();
+  input.max_prefill_tokens = PrefillTokenLimit(decoders);
   PlanStep(input, planner_options_, &plan_);
   Admit(start);
   if (plan_.entries.empty()) return;
@@ -423,6 +437,7 @@ void Engine::Impl::Step() {
           absl::InternalError(absl::StrCat("forward step failed: ", forward.message())));
     }
   } else {
+    step_cost_.Add(plan_.prefill_tokens + plan_.decode_tokens, after - start);
     // A prompt shares its steps with decoders, so a step's whole batch is what it costs.
     if (plan_.prefill_tokens > 0) {
       prefill_rate_.Add(plan_.prefill_tokens + plan_.decode_tokens, after - start);
@@ -467,6 +482,20 @@ void Engine::Impl::Step() {
     stats.inter_token_latencies = inter_token_latencies_;
     observer_->OnStep(stats, gauges);
   }
+}
+
+int Engine::Impl::PrefillTokenLimit(int decode_tokens) const {
+  // Nobody is waiting for a next token, or no target: prompts take what max_batch_tokens
+  // leaves.
+  if (decode_tokens == 0 || options_.itl_target == absl::ZeroDuration() || !step_cost_.ready()) {
+    return PlanInput().max_prefill_tokens;
+  }
+  // When decoding alone takes more than half the target, the step may take twice that.
+  const absl::Duration step_budget =
+      std::max(options_.itl_target, 2 * step_cost_.Predict(decode_tokens));
+  const int tokens = step_cost_.TokensWithin(step_budget);
+  if (tokens == StepCostModel::kUnbounded) return tokens;
+  return std::max(kMinPrefillTokensPerStep, tokens - decode_tokens);
 }
 
 void Engine::Impl::BuildWaitingViews() {

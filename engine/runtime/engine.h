@@ -16,9 +16,9 @@
 namespace quill::engine {
 
 struct EngineOptions {
-  int max_batch_tokens = 512;       // tokens per step, prefill + decode (<= model's max)
-  int prefill_chunk_tokens = 256;   // a prompt is prefilled in chunks of at most this
-  int max_running = 64;             // sequences in the running set at once
+  int max_batch_tokens = 512;      // tokens per step, prefill + decode (<= model's max)
+  int prefill_chunk_tokens = 256;  // a prompt is prefilled in chunks of at most this
+  int max_running = 64;            // sequences in the running set at once
   // Requests waiting for a run slot or KV blocks; one more -> RESOURCE_EXHAUSTED. A
   // request that finds both free (and nobody waiting) starts at once and does not count.
   int max_queue = 256;
@@ -30,6 +30,12 @@ struct EngineOptions {
   // only the rest (at least its last prompt token). Results are unchanged where Forward is
   // batch-invariant (exact precision).
   bool prefix_cache = true;
+  // Inter-token-latency target: while requests are decoding, each step's prompt tokens are
+  // limited so that the step is predicted (from measured step times) to take at most
+  // max(itl_target, twice a decode-only step), and at least kMinPrefillTokensPerStep
+  // prompt tokens run so that prompts always progress. Zero = no limit beyond
+  // max_batch_tokens. quill-server sets 100 ms (--itl-target).
+  absl::Duration itl_target = absl::ZeroDuration();
   // OpenMP threads the engine thread computes with; 0 = OpenMP's default (OMP_NUM_THREADS
   // or every core). Set on the engine thread itself: omp_set_num_threads() only affects
   // the thread that calls it.

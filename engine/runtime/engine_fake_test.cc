@@ -92,9 +92,9 @@ class FakeStepModel final : public StepModel {
     std::string error ABSL_GUARDED_BY(mu);                    // first contract violation
     // Read once when the model is made, before the engine thread exists.
     TokenId end_of_turn = -1;
-    // Set before the engine starts; run at the end of every forward (e.g. to make a
-    // manual clock tick, so the engine measures exact rates).
-    std::function<void()> after_forward;
+    // Set before the engine starts; run at the end of every forward with the step's token
+    // count (e.g. to make a manual clock tick, so the engine measures exact rates).
+    std::function<void(int tokens)> after_forward;
   };
 
   explicit FakeStepModel(std::shared_ptr<Shared> shared)
@@ -122,7 +122,11 @@ class FakeStepModel final : public StepModel {
     std::vector<int> shape;
     for (const BatchEntry& e : batch) shape.push_back(static_cast<int>(e.tokens.size()));
     shared_->steps.push_back(shape);
-    if (shared_->after_forward) shared_->after_forward();
+    if (shared_->after_forward) {
+      int tokens = 0;
+      for (int n : shape) tokens += n;
+      shared_->after_forward(tokens);
+    }
     if (shared_->fail_next) {
       shared_->fail_next = false;
       return absl::InternalError("injected failure");
@@ -641,7 +645,7 @@ TEST_F(EngineFakeTest, ConsumerGoneAtItsDeadlineCountsAsDeadline) {
 // 2-token prompt step runs 200 tokens/s.
 TEST_F(EngineFakeTest, DeadlinesThatCannotBeMetAreRefusedAndQueuedOnesExpireUnrun) {
   ManualClock clock;
-  shared_->after_forward = [&clock] { clock.Advance(absl::Milliseconds(10)); };
+  shared_->after_forward = [&clock](int) { clock.Advance(absl::Milliseconds(10)); };
   EngineOptions options = SmallOptions();
   options.max_running = 1;
   options.max_queue = 10;
@@ -752,6 +756,92 @@ TEST_F(EngineFakeTest, ChunkedPrefillNextToDecodersAndStepStats) {
   EXPECT_EQ(stats[5].num_sequences, 2);
   // One inter-token gap per decode token emitted: 11 for "dec", 1 for "long".
   EXPECT_EQ(observer_.itl_count(), 12u);
+}
+
+// The inter-token-latency budget, on a clock that charges each forward step 20 ms plus
+// 1 ms per token: 8 streams are decoding when 4 prompts of 90 tokens arrive.
+class ItlTargetTest : public EngineFakeTest {
+ protected:
+  struct Outcome {
+    absl::Duration longest_decode_step;  // of the steps that carried decode tokens
+    int steps_with_prefill = 0;
+  };
+
+  Outcome Run(absl::Duration itl_target) {
+    ManualClock clock;
+    shared_->after_forward = [&clock](int tokens) {
+      clock.Advance(absl::Milliseconds(20) + tokens * absl::Milliseconds(1));
+    };
+    EngineOptions options = SmallOptions();
+    options.kv_cache_bytes = 32 * 16 * 256;
+    options.itl_target = itl_target;
+    Start(options, &clock);
+    SetPaused(true);
+    std::vector<std::shared_ptr<RecordingSink>> decoders, prompts;
+    for (int i = 0; i < 8; ++i) {
+      decoders.push_back(std::make_shared<RecordingSink>());
+      GenerationRequest r = Request(absl::StrCat("d", i), {kBos, 5}, 60);
+      r.ignore_eos = true;  // the rule reaches EOS after "Z"
+      EXPECT_TRUE(engine_->Submit(r, decoders.back()).ok());
+    }
+    WaitForwardsEntered(1);  // the decoders' prompt step is under way
+    // Different prompts (the fake model does not model prefix-cache hits).
+    std::vector<std::vector<TokenId>> long_prompts(4, {kBos});
+    for (int i = 0; i < 4; ++i) {
+      for (int k = 0; k < 89; ++k) long_prompts[i].push_back(3 + (i * 7 + k) % 50);
+      prompts.push_back(std::make_shared<RecordingSink>());
+      EXPECT_TRUE(
+          engine_->Submit(Request(absl::StrCat("p", i), long_prompts[i], 4), prompts.back()).ok());
+    }
+    SetPaused(false);
+    for (int i = 0; i < 4; ++i) {
+      EXPECT_TRUE(prompts[i]->Wait());
+      EXPECT_EQ(prompts[i]->info().reason, FinishReason::kLength);
+      // Prompts still complete, and correctly: the rule continues from the last prompt token.
+      EXPECT_EQ(prompts[i]->ids().size(), 4u);
+      if (!prompts[i]->ids().empty()) {
+        EXPECT_EQ(prompts[i]->ids().front(), NextToken(long_prompts[i].back()));
+      }
+    }
+    for (auto& sink : decoders) {
+      EXPECT_TRUE(sink->Wait());
+      EXPECT_EQ(sink->ids().size(), 60u);
+    }
+    engine_->Shutdown(absl::ZeroDuration());  // before `clock` goes away
+    engine_.reset();
+    Outcome outcome;
+    for (const StepStats& step : observer_.steps()) {
+      if (step.decode_tokens > 0) {
+        outcome.longest_decode_step = std::max(outcome.longest_decode_step, step.duration);
+      }
+      if (step.prefill_tokens > 0) ++outcome.steps_with_prefill;
+    }
+    return outcome;
+  }
+};
+
+TEST_F(ItlTargetTest, PromptsArriving_StepsStayWithinTheTarget) {
+  // 80 ms allows 60 tokens: 8 to 12 decode tokens (the prompts join the decoders as they
+  // finish) and 48 to 52 prompt tokens.
+  const Outcome outcome = Run(absl::Milliseconds(80));
+  EXPECT_LE(outcome.longest_decode_step, absl::Milliseconds(80));
+  // 360 prompt tokens at most 52 per step.
+  EXPECT_GE(outcome.steps_with_prefill, 7);
+}
+
+TEST_F(ItlTargetTest, WithoutATargetOneStepTakesEveryPrompt) {
+  const Outcome outcome = Run(absl::ZeroDuration());
+  // 8 decode + 360 prompt tokens in one step: 20 + 368 ms.
+  EXPECT_EQ(outcome.longest_decode_step, absl::Milliseconds(388));
+}
+
+TEST_F(ItlTargetTest, DecodingAloneOverTheTargetStillLetsPromptsProgress) {
+  // A 10 ms target is below even a decode-only step (28 to 32 ms): a step may take twice a
+  // decode-only step (at most 64 ms), and prompts get at least 32 tokens per step (8
+  // decoders + 32 = 60 ms).
+  const Outcome outcome = Run(absl::Milliseconds(10));
+  EXPECT_LE(outcome.longest_decode_step, absl::Milliseconds(64));
+  EXPECT_GE(outcome.steps_with_prefill, 1);
 }
 
 TEST_F(EngineFakeTest, ShutdownDrainsRunningRequests) {
