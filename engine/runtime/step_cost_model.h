@@ -34,7 +34,8 @@ class StepCostModel {
   };
   // The least-squares line; when the steps seen so far are too alike in size to separate
   // the two parts (or the fit says tokens are free), all the time is charged to the tokens,
-  // which overestimates small steps: the safe side for a latency target.
+  // which overestimates steps larger than those seen: the safe side when sizing a step that
+  // adds prompt tokens to the decode steps seen so far.
   Line Fit() const;
 
   const double decay_;

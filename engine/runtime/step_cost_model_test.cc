@@ -47,7 +47,8 @@ TEST(StepCostModelTest, FollowsAChangeInCost) {
 
 TEST(StepCostModelTest, StepsOfOneSizeChargeEverythingToTheTokens) {
   // Only 64-token decode steps of 32 ms so far: the split is unknown, so the model charges
-  // 0.5 ms per token with no fixed part, which overestimates smaller steps (the safe side).
+  // 0.5 ms per token with no fixed part, which overestimates larger steps (the safe side
+  // when adding prompt tokens to such a step).
   StepCostModel model;
   for (int i = 0; i < 10; ++i) model.Add(64, absl::Milliseconds(32));
   EXPECT_NEAR(Ms(model.Predict(64)), 32.0, 1e-6);
