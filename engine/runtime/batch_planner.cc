@@ -29,7 +29,7 @@ void PlanStep(const PlanInput& input, const PlannerOptions& options, StepPlan* p
   const int num_running = static_cast<int>(input.running.size());
 
   for (int i = 0; i < num_running; ++i) {
-    if (input.running[i].state != SequenceState::kDecode) continue;
+    if (input.running[i].state != SequenceState::kDecode || input.running[i].paused) continue;
     PlannedEntry entry;
     entry.sequence = i;
     entry.decode = true;
@@ -42,7 +42,7 @@ void PlanStep(const PlanInput& input, const PlannerOptions& options, StepPlan* p
 
   for (int i = 0; i < num_running && budget > 0; ++i) {
     const RunningView& seq = input.running[i];
-    if (seq.state != SequenceState::kPrefill) continue;
+    if (seq.state != SequenceState::kPrefill || seq.paused) continue;
     budget -= AddPrefillChunk(i, seq.prefilled_tokens, seq.prompt_tokens - seq.prefilled_tokens,
                               budget, options, plan);
   }

@@ -151,6 +151,25 @@ TEST(BatchPlannerTest, MaxRunningRespected) {
   EXPECT_EQ(p.Plan().num_admitted, 0);
 }
 
+TEST(BatchPlannerTest, PausedSequencesAreSkippedButKeepTheirRunSlot) {
+  Planner p;
+  p.options.max_running = 3;
+  RunningView paused = Decoding();
+  paused.paused = true;
+  p.running = {Decoding(), paused, Decoding()};
+  p.waiting = {{2, 1}};
+  const StepPlan& plan = p.Plan();
+  ASSERT_EQ(plan.entries.size(), 2u);
+  EXPECT_EQ(plan.entries[0].sequence, 0);
+  EXPECT_EQ(plan.entries[1].sequence, 2);
+  EXPECT_EQ(plan.decode_tokens, 2);
+  EXPECT_EQ(plan.num_admitted, 0);  // the paused one still holds its slot
+
+  p.running = {paused};
+  p.waiting = {};
+  EXPECT_TRUE(p.Plan().entries.empty());
+}
+
 TEST(BatchPlannerTest, PrefillsInAdmissionOrderBeforeNewcomers) {
   Planner p;
   p.options.prefill_chunk_tokens = 8;

@@ -34,6 +34,9 @@ struct EngineOptions {
   // or every core). Set on the engine thread itself: omp_set_num_threads() only affects
   // the thread that calls it.
   int num_threads = 0;
+  // A request paused because its consumer stopped reading (TokenSink::WouldBlock) for
+  // this long ends as kStalled (DEADLINE_EXCEEDED), its KV blocks freed. Infinite = never.
+  absl::Duration stall_timeout = absl::InfiniteDuration();
 };
 
 // The engine: one thread that owns the model, the KV cache and every sequence, and runs
@@ -49,6 +52,12 @@ struct EngineOptions {
 // With prefix_cache, cached blocks no request holds count as free (they are evicted, least
 // recently used first, when needed), and a request reusing cached blocks reserves only
 // the rest.
+//
+// Backpressure: a request whose sink reports WouldBlock() after a chunk is paused: it
+// keeps its run slot and KV blocks but the planner leaves it out of the batch (the others'
+// outputs do not change), until Resume(request_id) finds its sink ready again. Paused
+// longer than stall_timeout, it ends as kStalled. With everything paused the engine
+// sleeps until a command or its next timer (a deadline, a stall, the drain deadline).
 //
 // Timings (RequestTimings): queue_wait = submit -> admitted; prefill = admitted -> last
 // prompt chunk done; time_to_first_token = submit -> first token sampled (the step that
@@ -88,6 +97,11 @@ class Engine {
   // unknown or finished ids.
   void Cancel(absl::string_view request_id);
 
+  // Thread-safe, never blocks: the sink of `request_id` drained (see TokenSink::WouldBlock);
+  // if the request is paused and its sink no longer would block, it rejoins the batch on
+  // the next step. No-op otherwise.
+  void Resume(absl::string_view request_id);
+
   // Stops admitting (Submit -> UNAVAILABLE), lets accepted requests finish until
   // `drain_timeout`, ends the rest with kShutdown (UNAVAILABLE), then joins the thread.
   // Blocking; idempotent; never call it from a TokenSink.
@@ -99,7 +113,9 @@ class Engine {
   EngineGauges gauges() const;  // thread-safe snapshot
 
   // Like Create(), over any StepModel (tests use a scripted fake) and with an injected
-  // clock (null = real time; it must outlive the engine). model() may only be called
+  // clock (null = real time; it must outlive the engine). The engine sleeps in real time,
+  // so a test that moves its clock past a timer wakes the engine with any command (e.g.
+  // a Cancel of an unknown id). model() may only be called
   // when `step_model` wraps a Model.
   static absl::StatusOr<std::unique_ptr<Engine>> CreateWithStepModel(
       std::unique_ptr<StepModel> step_model, const EngineOptions& options, EngineObserver* observer,
