@@ -47,10 +47,13 @@ void PlanStep(const PlanInput& input, const PlannerOptions& options, StepPlan* p
                               budget, options, plan);
   }
 
+  // Paused sequences do not count against max_running: they are not in the batch.
+  int active = 0;
+  for (const RunningView& seq : input.running) active += seq.paused ? 0 : 1;
   int free_blocks = input.free_kv_blocks;
   for (const WaitingView& waiting : input.waiting) {
     if (budget <= 0) break;
-    if (num_running + plan->num_admitted >= options.max_running) break;
+    if (active + plan->num_admitted >= options.max_running) break;
     if (waiting.kv_blocks_needed > free_blocks) break;
     free_blocks -= waiting.kv_blocks_needed;
     const int index = num_running + plan->num_admitted;

@@ -144,6 +144,8 @@ class Engine::Impl {
   absl::Time NextTimer(const Inbox::Drained& drained) const;
   void Pause(Sequence& seq, absl::Time now);
   void Unpause(Sequence& seq);
+  // Paused requests whose sinks drained rejoin while run slots are free.
+  void ResumeReady();
   void MarkGone(Sequence& seq, const absl::Status& cancelled);
   void MarkAll(FinishReason reason, const absl::Status& status);
   // Returns false when it planned nothing (every running request is paused and nothing
@@ -376,7 +378,7 @@ void Engine::Impl::ApplyCommands() {
       if (command.kind == Command::Kind::kCancel) {
         MarkGone(seq, absl::CancelledError("request cancelled"));
       } else if (seq.paused() && !seq.sink().WouldBlock()) {
-        Unpause(seq);
+        seq.resume_ready = true;  // rejoins in Step() once a run slot is free
       }
     }
   }
@@ -393,7 +395,7 @@ void Engine::Impl::MarkExpired(absl::Time now) {
   for (auto& seq : waiting_) expire(*seq);
   if (num_paused_ == 0) return;
   for (auto& seq : running_) {
-    if (seq->paused() && !seq->finish_pending() &&
+    if (seq->paused() && !seq->resume_ready && !seq->finish_pending() &&
         now - seq->paused_since >= options_.stall_timeout) {
       seq->MarkFinished(FinishReason::kStalled, absl::DeadlineExceededError(absl::StrCat(
                                                     "stream stalled: the client read nothing for ",
@@ -407,7 +409,9 @@ absl::Time Engine::Impl::NextTimer(const Inbox::Drained& drained) const {
   absl::Time next = drained.closed ? drained.drain_deadline : absl::InfiniteFuture();
   for (const auto& seq : running_) {
     next = std::min(next, seq->request().deadline);
-    if (seq->paused()) next = std::min(next, seq->paused_since + options_.stall_timeout);
+    if (seq->paused() && !seq->resume_ready) {
+      next = std::min(next, seq->paused_since + options_.stall_timeout);
+    }
   }
   for (const auto& seq : waiting_) next = std::min(next, seq->request().deadline);
   return next;
@@ -415,12 +419,24 @@ absl::Time Engine::Impl::NextTimer(const Inbox::Drained& drained) const {
 
 void Engine::Impl::Pause(Sequence& seq, absl::Time now) {
   seq.paused_since = now;
+  seq.resume_ready = false;
   ++num_paused_;
+  inbox_.SlotReleased();
 }
 
 void Engine::Impl::Unpause(Sequence& seq) {
   seq.paused_since = absl::InfinitePast();
+  seq.resume_ready = false;
   --num_paused_;
+  inbox_.SlotRetaken();
+}
+
+void Engine::Impl::ResumeReady() {
+  if (num_paused_ == 0) return;
+  for (auto& seq : running_) {  // admission order
+    if (static_cast<int>(running_.size()) - num_paused_ >= options_.max_running) return;
+    if (seq->paused() && seq->resume_ready) Unpause(*seq);
+  }
 }
 
 void Engine::Impl::MarkGone(Sequence& seq, const absl::Status& cancelled) {
@@ -442,6 +458,7 @@ bool Engine::Impl::Step() {
   QUILL_DCHECK(std::this_thread::get_id() == engine_thread_);
   const absl::Time start = clock_->Now();
 
+  ResumeReady();
   running_views_.clear();
   for (const auto& seq : running_) {
     running_views_.push_back(
@@ -534,7 +551,8 @@ bool Engine::Impl::Step() {
 
 void Engine::Impl::BuildWaitingViews() {
   waiting_views_.clear();
-  const size_t admissible = options_.max_running - running_.size();
+  // Paused requests hold no run slot.
+  const size_t admissible = options_.max_running - (running_.size() - num_paused_);
   for (size_t i = 0; i < waiting_.size() && i < admissible; ++i) {
     const Sequence& seq = *waiting_[i];
     WaitingView view;

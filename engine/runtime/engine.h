@@ -54,10 +54,13 @@ struct EngineOptions {
 // the rest.
 //
 // Backpressure: a request whose sink reports WouldBlock() after a chunk is paused: it
-// keeps its run slot and KV blocks but the planner leaves it out of the batch (the others'
-// outputs do not change), until Resume(request_id) finds its sink ready again. Paused
-// longer than stall_timeout, it ends as kStalled. With everything paused the engine
-// sleeps until a command or its next timer (a deadline, a stall, the drain deadline).
+// keeps its KV blocks but leaves the batch and gives up its run slot (the others' outputs
+// do not change, and a waiting request may take the slot), until Resume(request_id) finds
+// its sink ready again; it then rejoins as soon as a run slot is free, before any waiting
+// request is admitted. Paused longer than stall_timeout (its sink still full), it ends as
+// kStalled. With everything paused the engine sleeps until a command or its next timer (a
+// deadline, a stall, the drain deadline). Why the slot goes: otherwise max_running clients
+// that stop reading would hold every other request in the queue until they stall.
 //
 // Timings (RequestTimings): queue_wait = submit -> admitted; prefill = admitted -> last
 // prompt chunk done; time_to_first_token = submit -> first token sampled (the step that

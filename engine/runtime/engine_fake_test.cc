@@ -658,6 +658,34 @@ TEST_F(EngineFakeTest, PausedRequestKeepsItsKvLeavesTheBatchAndResumesWhereItSto
   EXPECT_TRUE(WaitForPaused(*engine_, 0));
 }
 
+TEST_F(EngineFakeTest, PausedRequestsGiveUpTheirRunSlotAndRejoinWhenOneIsFree) {
+  EngineOptions options = SmallOptions();
+  options.max_running = 1;
+  Start(options);
+  auto slow = std::make_shared<SlowReaderSink>(/*bound=*/2);
+  ASSERT_TRUE(engine_->Submit(Request("slow", {kBos, Letter('a')}, 10), slow).ok());
+  ASSERT_TRUE(WaitForPaused(*engine_, 1));
+  // The only run slot is free again: a new request runs (it would wait otherwise).
+  SetPaused(true);  // hold the new one mid-forward so that its slot is taken
+  auto fast = std::make_shared<RecordingSink>();
+  ASSERT_TRUE(engine_->Submit(Request("fast", {kBos, Letter('C')}, 6), fast).ok());
+  WaitForwardsEntered(static_cast<int>(Steps().size()) + 1);
+  // The slow reader drains meanwhile, but rejoins only once the slot is free.
+  slow->Read(*engine_, "slow");
+  SetPaused(false);
+  ASSERT_TRUE(fast->Wait());
+  EXPECT_EQ(fast->ids(), ByTheRule(Letter('C'), 6));
+  // Then it runs on until it is 2 chunks behind again.
+  for (int i = 0; i < 400 && slow->recorded->ids().size() < 4; ++i) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  ASSERT_TRUE(WaitForPaused(*engine_, 1));
+  EXPECT_EQ(slow->recorded->ids(), ByTheRule(Letter('a'), 4));
+  for (const std::vector<int>& step : Steps()) EXPECT_EQ(step.size(), 1u);  // never two at once
+  engine_->Cancel("slow");
+  ASSERT_TRUE(slow->recorded->Wait());
+}
+
 TEST_F(EngineFakeTest, ResumeWhileStillBehindAndForUnknownIdsChangesNothing) {
   Start();
   auto slow = std::make_shared<SlowReaderSink>(/*bound=*/2);

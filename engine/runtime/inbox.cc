@@ -104,6 +104,17 @@ void Inbox::Released(int kv_blocks) {
   QUILL_DCHECK(held_slots_ >= 0 && held_blocks_ >= 0);
 }
 
+void Inbox::SlotReleased() {
+  absl::MutexLock lock(&mu_);
+  --held_slots_;
+  QUILL_DCHECK(held_slots_ >= 0);
+}
+
+void Inbox::SlotRetaken() {
+  absl::MutexLock lock(&mu_);
+  ++held_slots_;
+}
+
 void Inbox::SetRates(const MeasuredRates& rates) {
   absl::MutexLock lock(&mu_);
   rates_ = rates;

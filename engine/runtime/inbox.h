@@ -81,6 +81,10 @@ class Inbox {
   void LeftQueue() ABSL_LOCKS_EXCLUDED(mu_);
   // Engine thread: a request holding a slot and `kv_blocks` ended (its KV is released).
   void Released(int kv_blocks) ABSL_LOCKS_EXCLUDED(mu_);
+  // Engine thread: a running request paused (TokenSink::WouldBlock) and gave up its run
+  // slot (not its KV blocks); or took one again to resume.
+  void SlotReleased() ABSL_LOCKS_EXCLUDED(mu_);
+  void SlotRetaken() ABSL_LOCKS_EXCLUDED(mu_);
   // Engine thread: the latest measured rates.
   void SetRates(const MeasuredRates& rates) ABSL_LOCKS_EXCLUDED(mu_);
   int queued() const ABSL_LOCKS_EXCLUDED(mu_);

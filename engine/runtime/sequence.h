@@ -89,6 +89,8 @@ class Sequence {
   // because its consumer stopped reading; absl::InfinitePast() = not paused.
   absl::Time paused_since = absl::InfinitePast();
   bool paused() const { return paused_since != absl::InfinitePast(); }
+  // Paused, but its consumer has drained: it rejoins as soon as a run slot is free.
+  bool resume_ready = false;
 
   // Timings (absl::InfinitePast() = not reached).
   absl::Time submit_time;
