@@ -29,6 +29,9 @@ echo "server RSS idle: $(rss)"
 "$build_dir/tests/load/quill-slow-readers" --addr "127.0.0.1:$port" --streams "$streams" \
   --hold "$hold" | while IFS= read -r line; do
   echo "$line"
-  if [ "$line" = "holding" ]; then echo "server RSS with $streams never-read streams: $(rss)"; fi
+  case "$line" in
+    holding | "with slow readers"*)
+      echo "server RSS with $streams never-read streams: $(rss)" ;;
+  esac
 done
 echo "server RSS after they closed: $(rss)"
