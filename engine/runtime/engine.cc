@@ -395,6 +395,8 @@ void Engine::Impl::MarkExpired(absl::Time now) {
   for (auto& seq : waiting_) expire(*seq);
   if (num_paused_ == 0) return;
   for (auto& seq : running_) {
+    // DEADLINE_EXCEEDED: a timeout, named in the message, that the client can act on (read
+    // sooner); CANCELLED would read as its own cancel, RESOURCE_EXHAUSTED as a quota.
     if (seq->paused() && !seq->resume_ready && !seq->finish_pending() &&
         now - seq->paused_since >= options_.stall_timeout) {
       seq->MarkFinished(FinishReason::kStalled, absl::DeadlineExceededError(absl::StrCat(
