@@ -36,7 +36,7 @@ SERVER_METRICS = [
     "quill_prefill_duration_seconds", "quill_decode_duration_seconds",
     "quill_engine_step_duration_seconds", "quill_batch_tokens", "quill_requests_total",
     "quill_prompt_tokens_total", "quill_generated_tokens_total", "quill_requests_running",
-    "quill_requests_waiting", "quill_kv_cache_capacity_blocks", "quill_kv_cache_blocks_used",
+    "quill_requests_waiting", "quill_requests_paused", "quill_kv_cache_capacity_blocks", "quill_kv_cache_blocks_used",
     "quill_kv_cache_bytes_used", "quill_kv_cache_usage_ratio", "quill_model_weights_bytes",
     "quill_process_resident_memory_bytes",
 ]

@@ -11,10 +11,11 @@
 namespace quill::server {
 
 StreamChannel::StreamChannel(std::string request_id, bool with_logprobs, absl::Time deadline,
-                             StreamWriter* writer)
+                             StreamWriter* writer, std::function<void()> on_drained)
     : request_id_(std::move(request_id)),
       with_logprobs_(with_logprobs),
       deadline_(deadline),
+      on_drained_(std::move(on_drained)),
       writer_(writer) {
   pending_.set_request_id(request_id_);
 }
@@ -35,10 +36,21 @@ bool StreamChannel::OnChunk(engine::TokenChunk chunk) {
     }
     if (state_ == State::kFinished) return false;
     AppendChunk(chunk, with_logprobs_, &pending_);
+    ++pending_chunks_;
     if (state_ != State::kIdle) return true;  // a write is in flight: coalesce
     action = NextActionLocked();
   }
   Perform(std::move(action));
+  return true;
+}
+
+bool StreamChannel::WouldBlock() {
+  absl::MutexLock lock(&mu_);
+  // A gone client is not waited for: the next OnChunk refuses and the engine cancels.
+  if (state_ != State::kWriting || client_gone_ || pending_chunks_ < kMaxUnsentChunks) {
+    return false;
+  }
+  reported_full_ = true;
   return true;
 }
 
@@ -72,6 +84,7 @@ void StreamChannel::Reject(const absl::Status& status) {
 bool StreamChannel::OnWriteDone(bool ok) {
   Action action;
   bool gone;
+  bool drained = false;
   {
     absl::MutexLock lock(&mu_);
     if (!ok) client_gone_ = true;
@@ -81,10 +94,13 @@ bool StreamChannel::OnWriteDone(bool ok) {
       action = FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "client went away"));
     } else {
       state_ = State::kIdle;
-      action = NextActionLocked();
+      action = NextActionLocked();  // the unsent chunks become the next write
+      drained = reported_full_;
+      reported_full_ = false;
     }
   }
   Perform(std::move(action));
+  if (drained && on_drained_) on_drained_();
   return gone;
 }
 
@@ -146,6 +162,7 @@ StreamChannel::Action StreamChannel::NextActionLocked() {
   to_send_.Clear();
   to_send_.Swap(&pending_);
   pending_.set_request_id(request_id_);
+  pending_chunks_ = 0;
   state_ = State::kWriting;
   action.kind = ActionKind::kWrite;
   action.writer = writer_;
@@ -171,12 +188,16 @@ void StreamChannel::Perform(Action action) {
   }
 }
 
-GenerateReactor::GenerateReactor(engine::Engine* engine, std::string request_id,
-                                 bool with_logprobs, absl::Time deadline)
+GenerateReactor::GenerateReactor(engine::Engine* engine, std::string request_id, bool with_logprobs,
+                                 absl::Time deadline)
     : engine_(engine),
       request_id_(std::move(request_id)),
       deadline_(deadline),
-      channel_(std::make_shared<StreamChannel>(request_id_, with_logprobs, deadline, this)) {}
+      channel_(std::make_shared<StreamChannel>(request_id_, with_logprobs, deadline, this,
+                                               [engine, id = request_id_] {
+                                                 // The engine outlives every RPC.
+                                                 if (engine != nullptr) engine->Resume(id);
+                                               })) {}
 
 void GenerateReactor::Reject(const absl::Status& status) { channel_->Reject(status); }
 

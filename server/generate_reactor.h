@@ -11,8 +11,13 @@
 //   * Finish never while a write is outstanding, exactly once, and nothing after it;
 //   * a successful end rides on the last message (StartWriteAndFinish);
 //   * Finish is still issued after OnCancel (gRPC requires it before OnDone).
+//   * backpressure: while a write is in flight (a client that does not read keeps it in
+//     flight: gRPC completes a write only once HTTP/2 flow control lets it out), at most
+//     kMaxUnsentChunks engine chunks coalesce behind it; then WouldBlock() says so and the
+//     engine pauses the request, and the write's completion wakes it (`on_drained`).
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -27,6 +32,7 @@
 #include "grpcpp/support/server_callback.h"
 #include "grpcpp/support/status.h"
 #include "quill/v1/quill.pb.h"
+#include "server/stream_limits.h"
 
 namespace quill::engine {
 class Engine;
@@ -58,12 +64,16 @@ class StreamChannel final : public engine::TokenSink {
   // `writer` must stay valid until Detach() (the reactor calls Detach from OnDone).
   // `deadline` is the RPC's: a chunk arriving after it is not refused, so that the engine
   // (which knows the deadline too) ends the request as kDeadline rather than kCancelled.
+  // `on_drained` (may be empty) is called, on a gRPC thread, each time a write completes
+  // after WouldBlock() said true: the reactor resumes the request in the engine.
   StreamChannel(std::string request_id, bool with_logprobs, absl::Time deadline,
-                StreamWriter* writer);
+                StreamWriter* writer, std::function<void()> on_drained = nullptr);
 
   // engine::TokenSink (engine thread). OnChunk returns false once the client is gone.
   bool OnChunk(engine::TokenChunk chunk) override ABSL_LOCKS_EXCLUDED(mu_);
   void OnFinish(const engine::FinishInfo& info) override ABSL_LOCKS_EXCLUDED(mu_);
+  // True while kMaxUnsentChunks chunks wait behind the write in flight.
+  bool WouldBlock() override ABSL_LOCKS_EXCLUDED(mu_);
 
   // The request never reached the engine: finish the RPC with `status` (not OK).
   void Reject(const absl::Status& status) ABSL_LOCKS_EXCLUDED(mu_);
@@ -100,10 +110,13 @@ class StreamChannel final : public engine::TokenSink {
   const std::string request_id_;
   const bool with_logprobs_;
   const absl::Time deadline_;
+  const std::function<void()> on_drained_;
 
   mutable absl::Mutex mu_;
   State state_ ABSL_GUARDED_BY(mu_) = State::kIdle;
   quill::v1::GenerateResponse pending_ ABSL_GUARDED_BY(mu_);  // coalesced, not yet sent
+  int pending_chunks_ ABSL_GUARDED_BY(mu_) = 0;               // engine chunks in pending_
+  bool reported_full_ ABSL_GUARDED_BY(mu_) = false;           // WouldBlock() said true
   std::optional<engine::FinishInfo> finish_ ABSL_GUARDED_BY(mu_);
   bool client_gone_ ABSL_GUARDED_BY(mu_) = false;
   // Owned by gRPC (the reactor); null after Detach() from OnDone.

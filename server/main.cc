@@ -121,6 +121,16 @@ ABSL_FLAG(int, max_tokens_limit, kEngineDefaults.max_tokens_limit,
 ABSL_FLAG(absl::Duration, drain_timeout, absl::Seconds(30),
           "On SIGTERM/SIGINT, how long running streams may take to finish before they end "
           "with UNAVAILABLE (e.g. 30s, 2m).");
+ABSL_FLAG(absl::Duration, stream_stall_timeout, absl::Seconds(30),
+          "A stream whose client stops reading is paused once a few tokens wait unsent (its "
+          "KV cache kept); paused this long, it ends with DEADLINE_EXCEEDED (\"stream "
+          "stalled: the client read nothing for 30s\"; HTTP streams get an SSE error event) "
+          "and its KV cache is freed (metric outcome=\"stalled\"). 0 = never.");
+ABSL_FLAG(int, grpc_max_concurrent_streams, 100,
+          "Most concurrent gRPC calls (HTTP/2 streams) one client connection may have open; "
+          "more wait in the client until one ends. With --max-running and --max-queue it "
+          "bounds what one connection can hold (README \"Memory bounds\"). The HTTP API "
+          "serves one request at a time per connection (HTTP/1.1).");
 ABSL_FLAG(quill::server::ByteSizeFlag, max_message_bytes, quill::server::ByteSizeFlag{4 << 20},
           "Largest request message accepted (larger ones fail with RESOURCE_EXHAUSTED over "
           "gRPC, 413 over HTTP).");
@@ -169,6 +179,8 @@ constexpr const char* kFlagNames[] = {
     "max_queue",
     "max_tokens_limit",
     "drain_timeout",
+    "stream_stall_timeout",
+    "grpc_max_concurrent_streams",
     "max_message_bytes",
     "tls_cert",
     "tls_key",
@@ -286,6 +298,10 @@ absl::StatusOr<ServerOptions> OptionsFromFlags(const char* exe) {
   options.engine.max_tokens_limit = absl::GetFlag(FLAGS_max_tokens_limit);
   options.engine.num_threads = absl::GetFlag(FLAGS_threads);
   options.drain_timeout = absl::GetFlag(FLAGS_drain_timeout);
+  const absl::Duration stall_timeout = absl::GetFlag(FLAGS_stream_stall_timeout);
+  options.engine.stall_timeout =
+      stall_timeout == absl::ZeroDuration() ? absl::InfiniteDuration() : stall_timeout;
+  options.grpc_max_concurrent_streams = absl::GetFlag(FLAGS_grpc_max_concurrent_streams);
   const int64_t max_message = absl::GetFlag(FLAGS_max_message_bytes).bytes;
   options.tls.cert = absl::GetFlag(FLAGS_tls_cert);
   options.tls.key = absl::GetFlag(FLAGS_tls_key);
@@ -325,6 +341,9 @@ absl::StatusOr<ServerOptions> OptionsFromFlags(const char* exe) {
   if (options.drain_timeout < absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--drain-timeout must not be negative");
   }
+  if (stall_timeout < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--stream-stall-timeout must not be negative");
+  }
   if (max_message < 1024 || max_message > (int64_t{1} << 30)) {
     return absl::InvalidArgumentError("--max-message-bytes must be in [1KiB, 1GiB]");
   }
@@ -340,7 +359,8 @@ absl::StatusOr<ServerOptions> OptionsFromFlags(const char* exe) {
                    {"--max-batch-tokens", options.engine.max_batch_tokens},
                    {"--prefill-chunk-tokens", options.engine.prefill_chunk_tokens},
                    {"--max-running", options.engine.max_running},
-                   {"--max-queue", options.engine.max_queue}};
+                   {"--max-queue", options.engine.max_queue},
+                   {"--grpc-max-concurrent-streams", options.grpc_max_concurrent_streams}};
   for (const auto& p : positives) {
     if (p.value < 1) {
       return absl::InvalidArgumentError(absl::StrCat(p.flag, " must be >= 1, got ", p.value));

@@ -141,6 +141,10 @@ void RequestGateway::Cancel(absl::string_view request_id) {
   if (engine::Engine* e = engine(); e != nullptr) e->Cancel(request_id);
 }
 
+void RequestGateway::Resume(absl::string_view request_id) {
+  if (engine::Engine* e = engine(); e != nullptr) e->Resume(request_id);
+}
+
 std::string ServedModelName(const engine::Engine& engine, const std::string& model_path) {
   const std::string& name = engine.model().config().name;
   if (!name.empty()) return name;

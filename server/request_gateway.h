@@ -88,6 +88,8 @@ class RequestGateway {
   // Never blocks; the request ends (kCancelled) within one engine step. No-op when the
   // engine is not running or the id is unknown.
   void Cancel(absl::string_view request_id);
+  // Never blocks: a sink that reported WouldBlock drained (engine::Engine::Resume).
+  void Resume(absl::string_view request_id);
 
  private:
   std::string NewRequestId();

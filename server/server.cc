@@ -215,6 +215,9 @@ absl::Status Server::StartGrpc() {
   // gRPC enables SO_REUSEPORT by default, so a second server on a busy port would silently
   // share it; fail instead.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  // One connection cannot open streams without end (each holds gRPC buffers and, once
+  // accepted, a run slot or queue place).
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, options_.grpc_max_concurrent_streams);
   grpc_server_ = builder.BuildAndStart();
   if (grpc_server_ == nullptr || port_ == 0) {
     grpc_server_.reset();

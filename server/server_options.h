@@ -60,6 +60,10 @@ struct ServerOptions {
   int max_receive_message_bytes = 4 << 20;
   // No response message is larger than this (gRPC fails a call that would send one).
   int max_send_message_bytes = 4 << 20;
+  // GRPC_ARG_MAX_CONCURRENT_STREAMS: calls one gRPC connection may have open at once
+  // (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS; more wait in the client). Each open stream
+  // holds at most kMaxUnsentChunks unsent chunks (server/stream_limits.h).
+  int grpc_max_concurrent_streams = 100;
 };
 
 // "512MiB", "2GiB", "64M", "1000000", "1.5GiB", "10KB" -> bytes. KiB/MiB/GiB/TiB and

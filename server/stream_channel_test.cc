@@ -135,6 +135,44 @@ TEST_F(StreamChannelTest, ChunksArrivingDuringAWriteAreCoalescedIntoTheNextMessa
   EXPECT_EQ(calls[1].message.finish_reason(), v1::FINISH_REASON_UNSPECIFIED);
 }
 
+TEST(StreamChannelBackpressureTest, WouldBlockAtTheBoundBehindAStuckWriteAndWakesOnDrain) {
+  RecordingWriter writer;
+  int drained = 0;
+  StreamChannel channel("req-1", /*with_logprobs=*/false, absl::InfiniteFuture(), &writer,
+                        [&drained] { ++drained; });
+  ASSERT_TRUE(channel.OnChunk(Chunk({1}, "a")));  // goes out at once: the write in flight
+  EXPECT_FALSE(channel.WouldBlock());
+  for (int i = 0; i < kMaxUnsentChunks; ++i) {
+    EXPECT_FALSE(channel.WouldBlock()) << i;  // the client never completes the write
+    ASSERT_TRUE(channel.OnChunk(Chunk({2 + i}, "b")));
+  }
+  EXPECT_TRUE(channel.WouldBlock());
+  EXPECT_EQ(drained, 0);
+  // The client reads: the write completes, the backlog becomes the next write, and the
+  // engine is woken once.
+  writer.CompleteWrite();
+  channel.OnWriteDone(true);
+  EXPECT_EQ(drained, 1);
+  EXPECT_FALSE(channel.WouldBlock());
+  const std::vector<Call> calls = writer.calls();
+  ASSERT_EQ(calls.size(), 2u);
+  EXPECT_EQ(calls[1].message.token_ids_size(), kMaxUnsentChunks);
+  // A write that completes without a WouldBlock() == true before it wakes nobody.
+  ASSERT_TRUE(channel.OnChunk(Chunk({50}, "c")));
+  writer.CompleteWrite();
+  channel.OnWriteDone(true);
+  EXPECT_EQ(drained, 1);
+  // A client that is gone is never waited for.
+  for (int i = 0; i < kMaxUnsentChunks; ++i) ASSERT_TRUE(channel.OnChunk(Chunk({60}, "d")));
+  EXPECT_TRUE(channel.WouldBlock());
+  channel.OnCancel();
+  EXPECT_FALSE(channel.WouldBlock());
+  writer.CompleteWrite();
+  channel.OnWriteDone(false);
+  EXPECT_EQ(drained, 1);
+  channel.Detach();
+}
+
 TEST_F(StreamChannelTest, SuccessfulEndRidesOnTheLastMessageAfterTheWriteInFlight) {
   channel_.OnChunk(Chunk({10}, "a"));
   channel_.OnChunk(Chunk({11}, "b"));

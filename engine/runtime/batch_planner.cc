@@ -29,7 +29,7 @@ void PlanStep(const PlanInput& input, const PlannerOptions& options, StepPlan* p
   const int num_running = static_cast<int>(input.running.size());
 
   for (int i = 0; i < num_running; ++i) {
-    if (input.running[i].state != SequenceState::kDecode) continue;
+    if (input.running[i].state != SequenceState::kDecode || input.running[i].paused) continue;
     PlannedEntry entry;
     entry.sequence = i;
     entry.decode = true;
@@ -42,15 +42,18 @@ void PlanStep(const PlanInput& input, const PlannerOptions& options, StepPlan* p
 
   for (int i = 0; i < num_running && budget > 0; ++i) {
     const RunningView& seq = input.running[i];
-    if (seq.state != SequenceState::kPrefill) continue;
+    if (seq.state != SequenceState::kPrefill || seq.paused) continue;
     budget -= AddPrefillChunk(i, seq.prefilled_tokens, seq.prompt_tokens - seq.prefilled_tokens,
                               budget, options, plan);
   }
 
+  // Paused sequences do not count against max_running: they are not in the batch.
+  int active = 0;
+  for (const RunningView& seq : input.running) active += seq.paused ? 0 : 1;
   int free_blocks = input.free_kv_blocks;
   for (const WaitingView& waiting : input.waiting) {
     if (budget <= 0) break;
-    if (num_running + plan->num_admitted >= options.max_running) break;
+    if (active + plan->num_admitted >= options.max_running) break;
     if (waiting.kv_blocks_needed > free_blocks) break;
     free_blocks -= waiting.kv_blocks_needed;
     const int index = num_running + plan->num_admitted;

@@ -18,6 +18,7 @@ struct RunningView {
   SequenceState state = SequenceState::kPrefill;
   int prompt_tokens = 0;
   int prefilled_tokens = 0;  // prompt tokens already in the KV cache
+  bool paused = false;       // its consumer is behind: it keeps its KV, is not stepped
 };
 
 // A waiting request, in FIFO order.
@@ -60,6 +61,8 @@ struct StepPlan {
 };
 
 // Plans one engine step; a pure function of its inputs (no clock, no model, no cache).
+//  0. Paused sequences get nothing, and do not count against max_running (they keep
+//     their KV blocks, not their run slot).
 //  1. Every kDecode sequence gets its one token (always: max_running <= max_batch_tokens).
 //  2. Sequences in kPrefill get chunks of <= prefill_chunk_tokens, in admission order,
 //     while the step's token budget (max_batch_tokens, and max_prefill_tokens) lasts.

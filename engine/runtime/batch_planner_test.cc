@@ -172,6 +172,27 @@ TEST(BatchPlannerTest, MaxRunningRespected) {
   EXPECT_EQ(p.Plan().num_admitted, 0);
 }
 
+TEST(BatchPlannerTest, PausedSequencesAreSkippedAndLeaveTheirRunSlot) {
+  Planner p;
+  p.options.max_running = 3;
+  RunningView paused = Decoding();
+  paused.paused = true;
+  p.running = {Decoding(), paused, Decoding()};
+  p.waiting = {{2, 1}};
+  const StepPlan& plan = p.Plan();
+  ASSERT_EQ(plan.entries.size(), 3u);
+  EXPECT_EQ(plan.entries[0].sequence, 0);
+  EXPECT_EQ(plan.entries[1].sequence, 2);
+  EXPECT_EQ(plan.decode_tokens, 2);
+  EXPECT_EQ(plan.num_admitted, 1);  // into the paused one's run slot
+  EXPECT_FALSE(plan.entries[2].decode);
+  EXPECT_EQ(plan.entries[2].sequence, 3);
+
+  p.running = {paused};
+  p.waiting = {};
+  EXPECT_TRUE(p.Plan().entries.empty());
+}
+
 TEST(BatchPlannerTest, PrefillsInAdmissionOrderBeforeNewcomers) {
   Planner p;
   p.options.prefill_chunk_tokens = 8;

@@ -63,6 +63,10 @@ absl::Status ValidateOptions(const EngineOptions& o, int model_max_batch_tokens)
     return absl::InvalidArgumentError(
         absl::StrCat("itl_target must be >= 0, got ", absl::FormatDuration(o.itl_target)));
   }
+  if (o.stall_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("stall_timeout must be > 0, got ", absl::FormatDuration(o.stall_timeout)));
+  }
   if (o.max_tokens_limit < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("max_tokens_limit must be >= 0, got ", o.max_tokens_limit));
@@ -114,6 +118,7 @@ class Engine::Impl {
 
   absl::Status Submit(GenerationRequest request, std::shared_ptr<TokenSink> sink);
   void Cancel(absl::string_view request_id) { inbox_.PushCancel(request_id); }
+  void Resume(absl::string_view request_id) { inbox_.PushResume(request_id); }
   void Shutdown(absl::Duration drain_timeout);
 
   const Model& model() const {
@@ -126,6 +131,7 @@ class Engine::Impl {
     EngineGauges g;
     g.requests_running = gauge_running_.load(std::memory_order_relaxed);
     g.requests_waiting = gauge_waiting_.load(std::memory_order_relaxed);
+    g.requests_paused = gauge_paused_.load(std::memory_order_relaxed);
     g.kv_blocks_total = kv_num_blocks_;
     g.kv_blocks_used = gauge_kv_blocks_used_.load(std::memory_order_relaxed);
     g.kv_blocks_cached = gauge_kv_blocks_cached_.load(std::memory_order_relaxed);
@@ -141,9 +147,18 @@ class Engine::Impl {
   void Run();
   void ApplyCommands();
   void MarkExpired(absl::Time now);
+  // When something can next change with no command: the earliest deadline, stall timeout
+  // or (if closed) drain deadline.
+  absl::Time NextTimer(const Inbox::Drained& drained) const;
+  void Pause(Sequence& seq, absl::Time now);
+  void Unpause(Sequence& seq);
+  // Paused requests whose sinks drained rejoin while run slots are free.
+  void ResumeReady();
   void MarkGone(Sequence& seq, const absl::Status& cancelled);
   void MarkAll(FinishReason reason, const absl::Status& status);
-  void Step();
+  // Returns false when it planned nothing (every running request is paused and nothing
+  // can be admitted): only a command or a timer can change that.
+  bool Step();
   // Looks up each admissible waiting request's cached prefix and fills waiting_views_.
   void BuildWaitingViews();
   // How many prompt tokens the next step may take next to `decode_tokens` decoders.
@@ -179,6 +194,7 @@ class Engine::Impl {
   std::atomic<int64_t> next_kv_id_{1};
   std::atomic<int> gauge_running_{0};
   std::atomic<int> gauge_waiting_{0};
+  std::atomic<int> gauge_paused_{0};
   std::atomic<int> gauge_kv_blocks_used_{0};
   std::atomic<int> gauge_kv_blocks_cached_{0};
 
@@ -191,6 +207,7 @@ class Engine::Impl {
   std::vector<Command> commands_;
   std::deque<std::unique_ptr<Sequence>> waiting_;   // FIFO
   std::vector<std::unique_ptr<Sequence>> running_;  // admission order
+  int num_paused_ = 0;                              // of running_
   absl::flat_hash_map<std::string, Sequence*> by_id_;
   std::vector<RunningView> running_views_;
   std::vector<WaitingView> waiting_views_;
@@ -307,29 +324,42 @@ void Engine::Impl::Run() {
   engine_thread_ = std::this_thread::get_id();
   if (options_.num_threads > 0) omp_set_num_threads(options_.num_threads);
   absl::Time last_iteration_end = clock_->Now();
+  bool stalled = false;  // the last step planned nothing
+  Inbox::Drained drained;
   while (true) {
     const bool idle = running_.empty() && waiting_.empty();
     commands_.clear();
-    // An idle engine sleeps here until a command or shutdown arrives.
-    const Inbox::Drained drained =
-        inbox_.WaitAndDrain(idle ? absl::InfiniteDuration() : absl::ZeroDuration(), &commands_);
+    // An idle engine sleeps here until a command or shutdown arrives; one whose requests
+    // are all paused, until a command or its next timer. Neither polls.
+    absl::Duration timeout = absl::ZeroDuration();
+    if (idle && !drained.closed) {
+      timeout = absl::InfiniteDuration();
+    } else if (stalled) {
+      timeout = std::max(absl::ZeroDuration(), NextTimer(drained) - clock_->Now());
+    }
+    drained = inbox_.WaitAndDrain(timeout, &commands_);
     ApplyCommands();
     const absl::Time now = clock_->Now();
-    const absl::Time busy_from = idle ? now : last_iteration_end;
+    // Time spent asleep (idle, or stalled on paused requests) is not engine work.
+    const absl::Time busy_from = idle || stalled ? now : last_iteration_end;
     MarkExpired(now);
     if (drained.closed && now >= drained.drain_deadline) {
       MarkAll(FinishReason::kShutdown, absl::UnavailableError("server shutting down"));
     }
     const int finished = FinishMarked(now);
-    if (running_.empty() && waiting_.empty()) {
+    if (finished > 0 || (running_.empty() && waiting_.empty())) {
+      // The step below may plan nothing (all paused), so report this change here.
       const EngineGauges gauges = PublishGauges();
       if (finished > 0 && observer_ != nullptr) observer_->OnGauges(gauges);
+    }
+    if (running_.empty() && waiting_.empty()) {
       if (drained.closed) break;  // nothing left to drain
+      stalled = false;
       continue;
     }
-    Step();
+    stalled = !Step();
     last_iteration_end = clock_->Now();
-    MeasureRates(last_iteration_end - busy_from);
+    if (!stalled) MeasureRates(last_iteration_end - busy_from);
   }
 }
 
@@ -355,7 +385,12 @@ void Engine::Impl::ApplyCommands() {
     } else {
       auto it = by_id_.find(command.request_id);
       if (it == by_id_.end()) continue;  // unknown or already finished
-      MarkGone(*it->second, absl::CancelledError("request cancelled"));
+      Sequence& seq = *it->second;
+      if (command.kind == Command::Kind::kCancel) {
+        MarkGone(seq, absl::CancelledError("request cancelled"));
+      } else if (seq.paused() && !seq.sink().WouldBlock()) {
+        seq.resume_ready = true;  // rejoins in Step() once a run slot is free
+      }
     }
   }
   commands_.clear();
@@ -369,6 +404,52 @@ void Engine::Impl::MarkExpired(absl::Time now) {
   };
   for (auto& seq : running_) expire(*seq);
   for (auto& seq : waiting_) expire(*seq);
+  if (num_paused_ == 0) return;
+  for (auto& seq : running_) {
+    // DEADLINE_EXCEEDED: a timeout, named in the message, that the client can act on (read
+    // sooner); CANCELLED would read as its own cancel, RESOURCE_EXHAUSTED as a quota.
+    if (seq->paused() && !seq->resume_ready && !seq->finish_pending() &&
+        now - seq->paused_since >= options_.stall_timeout) {
+      seq->MarkFinished(FinishReason::kStalled, absl::DeadlineExceededError(absl::StrCat(
+                                                    "stream stalled: the client read nothing for ",
+                                                    absl::FormatDuration(options_.stall_timeout),
+                                                    " (the server's --stream-stall-timeout)")));
+    }
+  }
+}
+
+absl::Time Engine::Impl::NextTimer(const Inbox::Drained& drained) const {
+  absl::Time next = drained.closed ? drained.drain_deadline : absl::InfiniteFuture();
+  for (const auto& seq : running_) {
+    next = std::min(next, seq->request().deadline);
+    if (seq->paused() && !seq->resume_ready) {
+      next = std::min(next, seq->paused_since + options_.stall_timeout);
+    }
+  }
+  for (const auto& seq : waiting_) next = std::min(next, seq->request().deadline);
+  return next;
+}
+
+void Engine::Impl::Pause(Sequence& seq, absl::Time now) {
+  seq.paused_since = now;
+  seq.resume_ready = false;
+  ++num_paused_;
+  inbox_.SlotReleased();
+}
+
+void Engine::Impl::Unpause(Sequence& seq) {
+  seq.paused_since = absl::InfinitePast();
+  seq.resume_ready = false;
+  --num_paused_;
+  inbox_.SlotRetaken();
+}
+
+void Engine::Impl::ResumeReady() {
+  if (num_paused_ == 0) return;
+  for (auto& seq : running_) {  // admission order
+    if (static_cast<int>(running_.size()) - num_paused_ >= options_.max_running) return;
+    if (seq->paused() && seq->resume_ready) Unpause(*seq);
+  }
 }
 
 void Engine::Impl::MarkGone(Sequence& seq, const absl::Status& cancelled) {
@@ -388,15 +469,17 @@ void Engine::Impl::MarkAll(FinishReason reason, const absl::Status& status) {
   for (auto& seq : waiting_) seq->MarkFinished(reason, status);
 }
 
-void Engine::Impl::Step() {
+bool Engine::Impl::Step() {
   QUILL_DCHECK(std::this_thread::get_id() == engine_thread_);
   const absl::Time start = clock_->Now();
 
+  ResumeReady();
   running_views_.clear();
   int decoders = 0;
   for (const auto& seq : running_) {
-    running_views_.push_back({seq->state(), seq->prompt_tokens(), seq->prefilled_tokens()});
-    if (seq->state() == SequenceState::kDecode) ++decoders;
+    running_views_.push_back(
+        {seq->state(), seq->prompt_tokens(), seq->prefilled_tokens(), seq->paused()});
+    if (seq->state() == SequenceState::kDecode && !seq->paused()) ++decoders;
   }
   BuildWaitingViews();
   PlanInput input;
@@ -406,7 +489,7 @@ void Engine::Impl::Step() {
   input.max_prefill_tokens = PrefillTokenLimit(decoders);
   PlanStep(input, planner_options_, &plan_);
   Admit(start);
-  if (plan_.entries.empty()) return;
+  if (plan_.entries.empty()) return plan_.num_admitted > 0;
 
   batch_.clear();
   for (const PlannedEntry& e : plan_.entries) {
@@ -482,6 +565,7 @@ void Engine::Impl::Step() {
     stats.inter_token_latencies = inter_token_latencies_;
     observer_->OnStep(stats, gauges);
   }
+  return true;
 }
 
 int Engine::Impl::PrefillTokenLimit(int decode_tokens) const {
@@ -500,7 +584,8 @@ int Engine::Impl::PrefillTokenLimit(int decode_tokens) const {
 
 void Engine::Impl::BuildWaitingViews() {
   waiting_views_.clear();
-  const size_t admissible = options_.max_running - running_.size();
+  // Paused requests hold no run slot.
+  const size_t admissible = options_.max_running - (running_.size() - num_paused_);
   for (size_t i = 0; i < waiting_.size() && i < admissible; ++i) {
     const Sequence& seq = *waiting_[i];
     WaitingView view;
@@ -586,6 +671,7 @@ void Engine::Impl::EmitToken(Sequence& seq, absl::Span<const float> logits, bool
       MarkGone(seq, absl::CancelledError("the consumer went away"));
       return;
     }
+    if (!finish && seq.sink().WouldBlock()) Pause(seq, now);
   }
   if (finish) seq.MarkFinished(reason, absl::OkStatus());
 }
@@ -608,6 +694,7 @@ int Engine::Impl::FinishMarked(absl::Time now) {
 void Engine::Impl::FinishSequence(Sequence& seq, absl::Time now) {
   QUILL_DCHECK(std::this_thread::get_id() == engine_thread_);
   seq.SetState(SequenceState::kFinished);
+  if (seq.paused()) Unpause(seq);
   kv_->Release(seq.kv_id());
   if (seq.holds_capacity) {
     inbox_.Released(seq.kv_blocks);
@@ -633,6 +720,7 @@ void Engine::Impl::FinishSequence(Sequence& seq, absl::Time now) {
 EngineGauges Engine::Impl::PublishGauges() {
   gauge_running_.store(static_cast<int>(running_.size()), std::memory_order_relaxed);
   gauge_waiting_.store(static_cast<int>(waiting_.size()), std::memory_order_relaxed);
+  gauge_paused_.store(num_paused_, std::memory_order_relaxed);
   gauge_kv_blocks_used_.store(kv_->num_used_blocks(), std::memory_order_relaxed);
   gauge_kv_blocks_cached_.store(kv_->num_cached_blocks(), std::memory_order_relaxed);
   return gauges();
@@ -665,6 +753,8 @@ absl::Status Engine::Submit(GenerationRequest request, std::shared_ptr<TokenSink
 }
 
 void Engine::Cancel(absl::string_view request_id) { impl_->Cancel(request_id); }
+
+void Engine::Resume(absl::string_view request_id) { impl_->Resume(request_id); }
 
 void Engine::Shutdown(absl::Duration drain_timeout) { impl_->Shutdown(drain_timeout); }
 

@@ -40,6 +40,9 @@ struct EngineOptions {
   // or every core). Set on the engine thread itself: omp_set_num_threads() only affects
   // the thread that calls it.
   int num_threads = 0;
+  // A request paused because its consumer stopped reading (TokenSink::WouldBlock) for
+  // this long ends as kStalled (DEADLINE_EXCEEDED), its KV blocks freed. Infinite = never.
+  absl::Duration stall_timeout = absl::InfiniteDuration();
 };
 
 // The engine: one thread that owns the model, the KV cache and every sequence, and runs
@@ -55,6 +58,15 @@ struct EngineOptions {
 // With prefix_cache, cached blocks no request holds count as free (they are evicted, least
 // recently used first, when needed), and a request reusing cached blocks reserves only
 // the rest.
+//
+// Backpressure: a request whose sink reports WouldBlock() after a chunk is paused: it
+// keeps its KV blocks but leaves the batch and gives up its run slot (the others' outputs
+// do not change, and a waiting request may take the slot), until Resume(request_id) finds
+// its sink ready again; it then rejoins as soon as a run slot is free, before any waiting
+// request is admitted. Paused longer than stall_timeout (its sink still full), it ends as
+// kStalled. With everything paused the engine sleeps until a command or its next timer (a
+// deadline, a stall, the drain deadline). Why the slot goes: otherwise max_running clients
+// that stop reading would hold every other request in the queue until they stall.
 //
 // Timings (RequestTimings): queue_wait = submit -> admitted; prefill = admitted -> last
 // prompt chunk done; time_to_first_token = submit -> first token sampled (the step that
@@ -94,6 +106,11 @@ class Engine {
   // unknown or finished ids.
   void Cancel(absl::string_view request_id);
 
+  // Thread-safe, never blocks: the sink of `request_id` drained (see TokenSink::WouldBlock);
+  // if the request is paused and its sink no longer would block, it rejoins the batch on
+  // the next step. No-op otherwise.
+  void Resume(absl::string_view request_id);
+
   // Stops admitting (Submit -> UNAVAILABLE), lets accepted requests finish until
   // `drain_timeout`, ends the rest with kShutdown (UNAVAILABLE), then joins the thread.
   // Blocking; idempotent; never call it from a TokenSink.
@@ -105,7 +122,9 @@ class Engine {
   EngineGauges gauges() const;  // thread-safe snapshot
 
   // Like Create(), over any StepModel (tests use a scripted fake) and with an injected
-  // clock (null = real time; it must outlive the engine). model() may only be called
+  // clock (null = real time; it must outlive the engine). The engine sleeps in real time,
+  // so a test that moves its clock past a timer wakes the engine with any command (e.g.
+  // a Cancel of an unknown id). model() may only be called
   // when `step_model` wraps a Model.
   static absl::StatusOr<std::unique_ptr<Engine>> CreateWithStepModel(
       std::unique_ptr<StepModel> step_model, const EngineOptions& options, EngineObserver* observer,

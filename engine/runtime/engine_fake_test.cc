@@ -577,6 +577,167 @@ TEST_F(EngineFakeTest, SinkReturningFalseStopsWithinOneStep) {
   EXPECT_EQ(sink->violations(), "");
 }
 
+std::vector<TokenId> ByTheRule(TokenId last, int n) {
+  std::vector<TokenId> ids;
+  for (int i = 0; i < n; ++i) ids.push_back(last = NextToken(last));
+  return ids;
+}
+
+// Polls the engine's gauges (published after the sinks hear of a step) until `done`.
+bool WaitForGauges(const Engine& engine, const std::function<bool(const EngineGauges&)>& done) {
+  for (int i = 0; i < 2000; ++i) {
+    if (done(engine.gauges())) return true;
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  return false;
+}
+bool WaitForPaused(const Engine& engine, int want) {
+  return WaitForGauges(engine, [want](const EngineGauges& g) { return g.requests_paused == want; });
+}
+
+TEST_F(EngineFakeTest, PausedRequestKeepsItsKvLeavesTheBatchAndResumesWhereItStopped) {
+  Start();
+  auto slow = std::make_shared<SlowReaderSink>(/*bound=*/3);
+  ASSERT_TRUE(engine_->Submit(Request("slow", {kBos, Letter('a')}, 10), slow).ok());
+  ASSERT_TRUE(WaitForPaused(*engine_, 1));
+  EXPECT_EQ(slow->recorded->ids(), ByTheRule(Letter('a'), 3));
+  const int slow_blocks = engine_->gauges().kv_blocks_used;
+  EXPECT_GT(slow_blocks, 0);  // paused, its KV stays
+  EXPECT_EQ(engine_->gauges().requests_running, 1);
+
+  // Nothing runs while it is paused (and the engine does not spin).
+  const size_t steps_at_pause = Steps().size();
+  absl::SleepFor(absl::Milliseconds(50));
+  EXPECT_EQ(Steps().size(), steps_at_pause);
+
+  // Another request runs alone, with the output of its solo run.
+  auto fast = std::make_shared<RecordingSink>();
+  ASSERT_TRUE(engine_->Submit(Request("fast", {kBos, Letter('C')}, 6), fast).ok());
+  ASSERT_TRUE(fast->Wait());
+  EXPECT_EQ(fast->ids(), ByTheRule(Letter('C'), 6));
+  const std::vector<std::vector<int>> steps = Steps();
+  ASSERT_GT(steps.size(), steps_at_pause);
+  for (size_t i = steps_at_pause; i < steps.size(); ++i) {
+    EXPECT_EQ(steps[i].size(), 1u) << "step " << i << " batched the paused request";
+  }
+  EXPECT_EQ(slow->recorded->ids().size(), 3u);
+  EXPECT_TRUE(WaitForGauges(*engine_, [&](const EngineGauges& g) {
+    return g.requests_running == 1 && g.kv_blocks_used == slow_blocks;
+  }));
+  EXPECT_EQ(engine_->gauges().requests_paused, 1);
+
+  // Each read lets it run until it is 3 chunks behind again, and it ends as its solo run.
+  for (int reads = 0; reads < 10 && slow->recorded->finishes() == 0; ++reads) {
+    slow->Read(*engine_, "slow");
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  ASSERT_TRUE(slow->recorded->Wait());
+  EXPECT_EQ(slow->recorded->ids(), ByTheRule(Letter('a'), 10));
+  EXPECT_EQ(slow->recorded->info().reason, FinishReason::kLength);
+  EXPECT_EQ(slow->recorded->violations(), "");
+  EXPECT_TRUE(WaitForPaused(*engine_, 0));
+}
+
+TEST_F(EngineFakeTest, PausedRequestsGiveUpTheirRunSlotAndRejoinWhenOneIsFree) {
+  EngineOptions options = SmallOptions();
+  options.max_running = 1;
+  Start(options);
+  auto slow = std::make_shared<SlowReaderSink>(/*bound=*/2);
+  ASSERT_TRUE(engine_->Submit(Request("slow", {kBos, Letter('a')}, 10), slow).ok());
+  ASSERT_TRUE(WaitForPaused(*engine_, 1));
+  // The only run slot is free again: a new request runs (it would wait otherwise).
+  SetPaused(true);  // hold the new one mid-forward so that its slot is taken
+  auto fast = std::make_shared<RecordingSink>();
+  ASSERT_TRUE(engine_->Submit(Request("fast", {kBos, Letter('C')}, 6), fast).ok());
+  WaitForwardsEntered(static_cast<int>(Steps().size()) + 1);
+  // The slow reader drains meanwhile, but rejoins only once the slot is free.
+  slow->Read(*engine_, "slow");
+  SetPaused(false);
+  ASSERT_TRUE(fast->Wait());
+  EXPECT_EQ(fast->ids(), ByTheRule(Letter('C'), 6));
+  // Then it runs on until it is 2 chunks behind again.
+  for (int i = 0; i < 400 && slow->recorded->ids().size() < 4; ++i) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  ASSERT_TRUE(WaitForPaused(*engine_, 1));
+  EXPECT_EQ(slow->recorded->ids(), ByTheRule(Letter('a'), 4));
+  for (const std::vector<int>& step : Steps()) EXPECT_EQ(step.size(), 1u);  // never two at once
+  engine_->Cancel("slow");
+  ASSERT_TRUE(slow->recorded->Wait());
+}
+
+TEST_F(EngineFakeTest, ResumeWhileStillBehindAndForUnknownIdsChangesNothing) {
+  Start();
+  auto slow = std::make_shared<SlowReaderSink>(/*bound=*/2);
+  ASSERT_TRUE(engine_->Submit(Request("slow", {kBos, Letter('a')}, 10), slow).ok());
+  ASSERT_TRUE(WaitForPaused(*engine_, 1));
+  const size_t steps_at_pause = Steps().size();
+  engine_->Resume("slow");  // its sink still would block
+  engine_->Resume("nobody");
+  absl::SleepFor(absl::Milliseconds(50));
+  EXPECT_EQ(Steps().size(), steps_at_pause);
+  EXPECT_EQ(slow->recorded->ids().size(), 2u);
+  engine_->Cancel("slow");  // a paused request can be cancelled; its KV is freed
+  ASSERT_TRUE(slow->recorded->Wait());
+  EXPECT_EQ(slow->recorded->info().reason, FinishReason::kCancelled);
+  EXPECT_TRUE(WaitForGauges(*engine_, [](const EngineGauges& g) {
+    return g.kv_blocks_used == 0 && g.requests_paused == 0;
+  }));
+}
+
+TEST_F(EngineFakeTest, RequestPausedLongerThanTheStallTimeoutEndsStalledWithItsKvFreed) {
+  ManualClock clock;
+  EngineOptions options = SmallOptions();
+  options.stall_timeout = absl::Seconds(30);
+  Start(options, &clock);
+  auto slow = std::make_shared<SlowReaderSink>(/*bound=*/2);
+  ASSERT_TRUE(engine_->Submit(Request("slow", {kBos, Letter('a')}, 20), slow).ok());
+  ASSERT_TRUE(WaitForPaused(*engine_, 1));
+  const auto poke = [&] {  // the engine sleeps in real time; any command wakes it
+    engine_->Cancel("poke");
+    absl::SleepFor(absl::Milliseconds(50));
+  };
+  clock.Advance(absl::Seconds(20));
+  poke();
+  // A read restarts the stall clock: it runs 2 more chunks and pauses again.
+  slow->Read(*engine_, "slow");
+  for (int i = 0; i < 400 && slow->recorded->ids().size() < 4; ++i) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  ASSERT_TRUE(WaitForPaused(*engine_, 1));
+  EXPECT_EQ(slow->recorded->ids().size(), 4u);
+  clock.Advance(absl::Seconds(29));  // 49 s since the first pause, 29 s since the second
+  poke();
+  EXPECT_EQ(slow->recorded->finishes(), 0);
+  EXPECT_GT(engine_->gauges().kv_blocks_used, 0);
+  clock.Advance(absl::Seconds(1));
+  poke();
+  ASSERT_TRUE(slow->recorded->Wait());
+  const FinishInfo info = slow->recorded->info();
+  EXPECT_EQ(info.reason, FinishReason::kStalled);
+  EXPECT_EQ(info.status.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(std::string(info.status.message()), ::testing::HasSubstr("read nothing for 30s"));
+  EXPECT_EQ(info.completion_tokens, 4);
+  EXPECT_TRUE(WaitForGauges(*engine_, [](const EngineGauges& g) {
+    return g.kv_blocks_used == 0 && g.requests_paused == 0;
+  }));
+  EXPECT_EQ(observer_.finished(), 1);
+  engine_->Shutdown(absl::ZeroDuration());  // before `clock` goes away
+}
+
+TEST_F(EngineFakeTest, ShutdownDrainsPausedRequestsWithoutSpinning) {
+  Start();
+  auto slow = std::make_shared<SlowReaderSink>(/*bound=*/2);
+  ASSERT_TRUE(engine_->Submit(Request("slow", {kBos, Letter('a')}, 20), slow).ok());
+  ASSERT_TRUE(WaitForPaused(*engine_, 1));
+  const absl::Time start = absl::Now();
+  engine_->Shutdown(absl::Milliseconds(300));  // it never reads: ends at the drain deadline
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(250));
+  ASSERT_TRUE(slow->recorded->Wait());
+  EXPECT_EQ(slow->recorded->info().reason, FinishReason::kShutdown);
+  EXPECT_EQ(slow->recorded->ids().size(), 2u);
+}
+
 TEST_F(EngineFakeTest, DeadlineInThePastAndDuringDecode) {
   ManualClock clock;
   Start(SmallOptions(), &clock);
@@ -916,6 +1077,10 @@ TEST_F(EngineFakeTest, CreateRejectsBadOptions) {
   options.kv_cache_bytes = 100;  // less than one block
   engine = Engine::CreateWithStepModel(std::make_unique<FakeStepModel>(shared_), options, nullptr);
   EXPECT_FALSE(engine.ok());
+  options = SmallOptions();
+  options.stall_timeout = absl::ZeroDuration();  // "never" is InfiniteDuration
+  engine = Engine::CreateWithStepModel(std::make_unique<FakeStepModel>(shared_), options, nullptr);
+  EXPECT_EQ(engine.status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST_F(EngineFakeTest, ManyConcurrentRequestsAllFinishAndBlocksReturn) {

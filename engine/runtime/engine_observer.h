@@ -29,6 +29,7 @@ struct StepStats {
 struct EngineGauges {
   int requests_running = 0;
   int requests_waiting = 0;
+  int requests_paused = 0;  // running (and counted there) but backpressured, not stepped
   int kv_blocks_total = 0;
   int kv_blocks_used = 0;    // held by a request
   int kv_blocks_cached = 0;  // in the prefix cache, held or not

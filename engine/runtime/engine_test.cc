@@ -210,6 +210,54 @@ TEST_F(EngineTest, ThirtyTwoConcurrentRequestsEqualTheirSoloRuns) {
   }
 }
 
+// Slow readers pause and resume many times, in and out of the others' batches: nobody's
+// tokens change (exact mode is batch-invariant), and each ends as its solo run.
+TEST_F(EngineTest, PausedSlowReadersChangeNoOutputs) {
+  Start();
+  std::vector<GenerationRequest> requests;
+  for (int i = 0; i < 8; ++i) {
+    GenerationRequest r = Request(absl::StrCat("r", i), kPrompts[i], 24 + i);
+    if (i % 2 == 1) r.sampling = Seeded(2000 + i);
+    requests.push_back(std::move(r));
+  }
+  std::vector<std::vector<TokenId>> solo;
+  for (const GenerationRequest& r : requests) solo.push_back(RunAlone(r)->ids());
+
+  // Even-numbered requests read normally; odd ones only when the test reads for them.
+  std::vector<std::shared_ptr<RecordingSink>> recorded(8);
+  std::vector<std::shared_ptr<SlowReaderSink>> slow(8);
+  for (int i = 0; i < 8; ++i) {
+    std::shared_ptr<TokenSink> sink;
+    if (i % 2 == 0) {
+      recorded[i] = std::make_shared<RecordingSink>();
+      sink = recorded[i];
+    } else {
+      slow[i] = std::make_shared<SlowReaderSink>(/*bound=*/2 + i % 3);
+      recorded[i] = slow[i]->recorded;
+      sink = slow[i];
+    }
+    ASSERT_TRUE(engine_->Submit(requests[i], sink).ok());
+  }
+  int most_paused = 0;
+  for (int round = 0; round < 2000; ++round) {
+    most_paused = std::max(most_paused, engine_->gauges().requests_paused);
+    bool all_done = true;
+    for (int i = 1; i < 8; i += 2) {
+      if (recorded[i]->finishes() > 0) continue;
+      all_done = false;
+      if (round % 3 == i % 3) slow[i]->Read(*engine_, requests[i].request_id);
+    }
+    if (all_done) break;
+    absl::SleepFor(absl::Milliseconds(2));
+  }
+  for (int i = 0; i < 8; ++i) {
+    ASSERT_TRUE(recorded[i]->Wait());
+    EXPECT_EQ(recorded[i]->ids(), solo[i]) << "request " << i;
+    EXPECT_EQ(recorded[i]->violations(), "");
+  }
+  EXPECT_GT(most_paused, 0);  // the slow readers did pause
+}
+
 TEST_F(EngineTest, LongPromptIsChunkedWhileOthersKeepDecoding) {
   EngineOptions options = DefaultOptions();
   options.prefill_chunk_tokens = 16;

@@ -25,9 +25,9 @@ absl::Status Inbox::PushSubmit(std::unique_ptr<Sequence> sequence) {
         absl::ResourceExhaustedError(absl::StrCat(
             "queue full: ", queued_, " requests waiting for a run slot or KV blocks (max_queue ",
             limits_.max_queue, "); retry in about ",
-            absl::FormatDuration(absl::Trunc(std::clamp(pushback, kMinRetryPushback,
-                                                        kMaxRetryPushback),
-                                             absl::Milliseconds(1))))),
+            absl::FormatDuration(
+                absl::Trunc(std::clamp(pushback, kMinRetryPushback, kMaxRetryPushback),
+                            absl::Milliseconds(1))))),
         pushback);
   }
   QUILL_RETURN_IF_ERROR(CheckDeadline(*sequence, fits));
@@ -54,10 +54,20 @@ void Inbox::PushCancel(absl::string_view request_id) {
   commands_.push_back(std::move(command));
 }
 
+void Inbox::PushResume(absl::string_view request_id) {
+  absl::MutexLock lock(&mu_);
+  Command command;
+  command.kind = Command::Kind::kResume;
+  command.request_id = std::string(request_id);
+  commands_.push_back(std::move(command));
+}
+
 Inbox::Drained Inbox::WaitAndDrain(absl::Duration timeout, std::vector<Command>* out) {
   absl::MutexLock lock(&mu_);
+  // Why close wakes only once: a draining engine whose requests are all paused must be
+  // able to sleep until its next timer instead of spinning on a condition that stays true.
   auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return !commands_.empty() || closed_;
+    return !commands_.empty() || (closed_ && !close_reported_);
   };
   if (timeout == absl::InfiniteDuration()) {
     mu_.Await(absl::Condition(&ready));
@@ -68,6 +78,7 @@ Inbox::Drained Inbox::WaitAndDrain(absl::Duration timeout, std::vector<Command>*
   commands_.clear();
   Drained drained;
   drained.closed = closed_;
+  close_reported_ = closed_;
   drained.drain_deadline = drain_deadline_;
   return drained;
 }
@@ -91,6 +102,17 @@ void Inbox::Released(int kv_blocks) {
   --held_slots_;
   held_blocks_ -= kv_blocks;
   QUILL_DCHECK(held_slots_ >= 0 && held_blocks_ >= 0);
+}
+
+void Inbox::SlotReleased() {
+  absl::MutexLock lock(&mu_);
+  --held_slots_;
+  QUILL_DCHECK(held_slots_ >= 0);
+}
+
+void Inbox::SlotRetaken() {
+  absl::MutexLock lock(&mu_);
+  ++held_slots_;
 }
 
 void Inbox::SetRates(const MeasuredRates& rates) {
@@ -120,8 +142,8 @@ absl::Status Inbox::CheckDeadline(const Sequence& sequence, bool starts_now) con
     return absl::FormatDuration(absl::Trunc(d, absl::Milliseconds(1)));
   };
   return absl::DeadlineExceededError(absl::StrCat(
-      "deadline: ", ms(left), " left cannot cover the expected queue wait (", ms(wait),
-      ", ", queued_, " queued) plus prefill (", ms(prefill), ", ", sequence.prompt_tokens(),
+      "deadline: ", ms(left), " left cannot cover the expected queue wait (", ms(wait), ", ",
+      queued_, " queued) plus prefill (", ms(prefill), ", ", sequence.prompt_tokens(),
       " tokens) at the measured rates; refused without queueing"));
 }
 

@@ -17,10 +17,10 @@ namespace quill::engine {
 
 // A message from another thread to the engine thread.
 struct Command {
-  enum class Kind { kSubmit, kCancel };
+  enum class Kind { kSubmit, kCancel, kResume };
   Kind kind = Kind::kSubmit;
   std::unique_ptr<Sequence> sequence;  // kSubmit
-  std::string request_id;              // kCancel
+  std::string request_id;              // kCancel, kResume
 };
 
 // What admission may hand out: run slots and KV blocks; and how many requests may wait.
@@ -62,15 +62,18 @@ class Inbox {
   absl::Status PushSubmit(std::unique_ptr<Sequence> sequence) ABSL_LOCKS_EXCLUDED(mu_);
   // Never refused (not even when closed or full).
   void PushCancel(absl::string_view request_id) ABSL_LOCKS_EXCLUDED(mu_);
+  // A paused request's consumer drained (TokenSink::WouldBlock). Never refused.
+  void PushResume(absl::string_view request_id) ABSL_LOCKS_EXCLUDED(mu_);
 
   struct Drained {
     bool closed = false;
     absl::Time drain_deadline = absl::InfiniteFuture();
   };
-  // Engine thread. Waits up to `timeout` for a command or Close(), then moves every
-  // pending command into `out` (appending). If it reports closed, no submit can follow.
-  Drained WaitAndDrain(absl::Duration timeout, std::vector<Command>* out)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  // Engine thread. Waits up to `timeout` for a command or Close() (only until the first
+  // time it reports closed: after that only a command or the timeout ends the wait), then
+  // moves every pending command into `out` (appending). If it reports closed, no submit
+  // can follow.
+  Drained WaitAndDrain(absl::Duration timeout, std::vector<Command>* out) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Engine thread: a queued request was admitted; it now holds a slot and `kv_blocks`.
   void Admitted(int kv_blocks) ABSL_LOCKS_EXCLUDED(mu_);
@@ -78,6 +81,10 @@ class Inbox {
   void LeftQueue() ABSL_LOCKS_EXCLUDED(mu_);
   // Engine thread: a request holding a slot and `kv_blocks` ended (its KV is released).
   void Released(int kv_blocks) ABSL_LOCKS_EXCLUDED(mu_);
+  // Engine thread: a running request paused (TokenSink::WouldBlock) and gave up its run
+  // slot (not its KV blocks); or took one again to resume.
+  void SlotReleased() ABSL_LOCKS_EXCLUDED(mu_);
+  void SlotRetaken() ABSL_LOCKS_EXCLUDED(mu_);
   // Engine thread: the latest measured rates.
   void SetRates(const MeasuredRates& rates) ABSL_LOCKS_EXCLUDED(mu_);
   int queued() const ABSL_LOCKS_EXCLUDED(mu_);
@@ -101,11 +108,12 @@ class Inbox {
   mutable absl::Mutex mu_;
   std::vector<Command> commands_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<std::string> live_ids_ ABSL_GUARDED_BY(mu_);
-  int queued_ ABSL_GUARDED_BY(mu_) = 0;       // accepted, waiting for capacity
-  int held_slots_ ABSL_GUARDED_BY(mu_) = 0;   // running or promised at submit
+  int queued_ ABSL_GUARDED_BY(mu_) = 0;      // accepted, waiting for capacity
+  int held_slots_ ABSL_GUARDED_BY(mu_) = 0;  // running or promised at submit
   int64_t held_blocks_ ABSL_GUARDED_BY(mu_) = 0;
   MeasuredRates rates_ ABSL_GUARDED_BY(mu_);
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  bool close_reported_ ABSL_GUARDED_BY(mu_) = false;
   absl::Time drain_deadline_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
 };
 

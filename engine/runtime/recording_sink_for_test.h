@@ -1,11 +1,15 @@
 #pragma once
 
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "engine/runtime/engine.h"
 #include "engine/runtime/token_sink.h"
 
 namespace quill::engine {
@@ -93,6 +97,40 @@ class RecordingSink final : public TokenSink {
   int finishes_ ABSL_GUARDED_BY(mu_) = 0;
   std::string violations_ ABSL_GUARDED_BY(mu_);
   absl::Notification first_chunk_, gated_, release_, done_;
+};
+
+// A consumer that reads only when told: every chunk stays unsent until Read(), and at
+// `bound` unsent chunks the sink would block (like the server's channels).
+class SlowReaderSink final : public TokenSink {
+ public:
+  explicit SlowReaderSink(int bound) : bound_(bound) {}
+  bool OnChunk(TokenChunk chunk) override {
+    {
+      absl::MutexLock lock(&mu_);
+      ++unsent_;
+    }
+    return recorded->OnChunk(std::move(chunk));
+  }
+  void OnFinish(const FinishInfo& info) override { recorded->OnFinish(info); }
+  bool WouldBlock() override {
+    absl::MutexLock lock(&mu_);
+    return unsent_ >= bound_;
+  }
+  // The client reads everything: the sink drains and wakes the engine.
+  void Read(Engine& engine, absl::string_view request_id) {
+    {
+      absl::MutexLock lock(&mu_);
+      unsent_ = 0;
+    }
+    engine.Resume(request_id);
+  }
+
+  const std::shared_ptr<RecordingSink> recorded = std::make_shared<RecordingSink>();
+
+ private:
+  const int bound_;
+  absl::Mutex mu_;
+  int unsent_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace quill::engine

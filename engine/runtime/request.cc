@@ -32,6 +32,8 @@ absl::string_view FinishReasonName(FinishReason reason) {
       return "error";
     case FinishReason::kShutdown:
       return "shutdown";
+    case FinishReason::kStalled:
+      return "stalled";
   }
   return "unknown";
 }

@@ -14,9 +14,20 @@ namespace quill::engine {
 // Plain structs that cross the engine boundary. The server converts protos to and from
 // these; the engine never sees a proto.
 
-enum class FinishReason { kLength, kStop, kEos, kCancelled, kDeadline, kError, kShutdown };
+// kStalled: the consumer stopped reading and the request stayed paused (see
+// TokenSink::WouldBlock) for EngineOptions::stall_timeout.
+enum class FinishReason {
+  kLength,
+  kStop,
+  kEos,
+  kCancelled,
+  kDeadline,
+  kError,
+  kShutdown,
+  kStalled
+};
 
-// "length", "stop", "eos", "cancelled", "deadline", "error", "shutdown".
+// "length", "stop", "eos", "cancelled", "deadline", "error", "shutdown", "stalled".
 absl::string_view FinishReasonName(FinishReason reason);
 
 // OK if every byte of `value` is printable ASCII (0x20..0x7E); otherwise INVALID_ARGUMENT
@@ -63,8 +74,8 @@ struct RequestTimings {
 
 struct FinishInfo {
   FinishReason reason = FinishReason::kLength;
-  // OK for length/stop/eos; CANCELLED, DEADLINE_EXCEEDED, UNAVAILABLE (shutdown) or
-  // INTERNAL otherwise, with a message.
+  // OK for length/stop/eos; CANCELLED, DEADLINE_EXCEEDED (deadline, stalled), UNAVAILABLE
+  // (shutdown) or INTERNAL otherwise, with a message.
   absl::Status status;
   int prompt_tokens = 0;
   int completion_tokens = 0;

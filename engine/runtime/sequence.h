@@ -85,6 +85,13 @@ class Sequence {
   int kv_blocks = 0;
   bool holds_capacity = false;
 
+  // Backpressure (see TokenSink::WouldBlock): since when the request has been paused
+  // because its consumer stopped reading; absl::InfinitePast() = not paused.
+  absl::Time paused_since = absl::InfinitePast();
+  bool paused() const { return paused_since != absl::InfinitePast(); }
+  // Paused, but its consumer has drained: it rejoins as soon as a run slot is free.
+  bool resume_ready = false;
+
   // Timings (absl::InfinitePast() = not reached).
   absl::Time submit_time;
   absl::Time admit_time = absl::InfinitePast();

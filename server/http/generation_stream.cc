@@ -9,12 +9,14 @@ namespace quill::server::http {
 
 GenerationStream::GenerationStream(ResponseFormat format, bool stream,
                                    std::shared_ptr<ResponseChannel> channel,
-                                   std::function<void()> cancel, int64_t max_pending_bytes)
+                                   std::function<void()> cancel, int64_t max_pending_bytes,
+                                   std::function<void()> resume)
     : format_(std::move(format)),
       stream_(stream),
       channel_(std::move(channel)),
       cancel_(std::move(cancel)),
-      max_pending_bytes_(max_pending_bytes) {}
+      max_pending_bytes_(max_pending_bytes),
+      resume_(std::move(resume)) {}
 
 bool GenerationStream::OnChunk(engine::TokenChunk chunk) {
   bool cancel = false;
@@ -23,6 +25,7 @@ bool GenerationStream::OnChunk(engine::TokenChunk chunk) {
     if (gone_) return false;
     pending_.text += chunk.text;
     pending_.num_tokens += static_cast<int>(chunk.tokens.size());
+    ++pending_chunks_;
     completion_tokens_ += static_cast<int>(chunk.tokens.size());
     if (format_.logprobs) {
       for (engine::GeneratedToken& t : chunk.tokens) pending_.tokens.push_back(std::move(t));
@@ -42,6 +45,13 @@ bool GenerationStream::OnChunk(engine::TokenChunk chunk) {
     return false;
   }
   channel_->Wake();
+  return true;
+}
+
+bool GenerationStream::WouldBlock() {
+  absl::MutexLock lock(&mu_);
+  if (!stream_ || gone_ || pending_chunks_ < kMaxUnsentChunks) return false;
+  reported_full_ = true;
   return true;
 }
 
@@ -65,7 +75,19 @@ void GenerationStream::OnClientGone() {
 }
 
 HttpOutput GenerationStream::Next() {
-  absl::MutexLock lock(&mu_);
+  HttpOutput out;
+  bool drained = false;
+  {
+    absl::MutexLock lock(&mu_);
+    out = NextLocked();
+    drained = reported_full_ && pending_chunks_ < kMaxUnsentChunks;
+    if (drained) reported_full_ = false;
+  }
+  if (drained && resume_) resume_();
+  return out;
+}
+
+HttpOutput GenerationStream::NextLocked() {
   if (done_) return HttpOutput();
   if (gone_) {
     // Fell too far behind (or left): end the response and the connection.
@@ -116,6 +138,7 @@ HttpOutput GenerationStream::NextStreamLocked() {
   if (has_delta || (first && format_.endpoint == Endpoint::kChatCompletions)) {
     out.body = StreamDeltaEvent(format_, pending_, first, completion_tokens_, &cursor_);
     pending_ = OutputDelta();
+    pending_chunks_ = 0;
   }
   if (finish_.has_value()) {
     out.body += finish_->status.ok() ? StreamEndEvents(format_, *finish_)

@@ -201,6 +201,30 @@ TEST(GenerationStreamTest, ClientGoneCancelsOnceAndRefusesMoreOutput) {
   EXPECT_EQ(cancels, 1);
 }
 
+TEST(GenerationStreamTest, AStreamWouldBlockAtTheBoundAndResumesWhenTheConnectionPulls) {
+  auto channel = std::make_shared<FakeChannel>();
+  int resumes = 0;
+  GenerationStream stream(
+      Format(Endpoint::kCompletions), true, channel, [] {}, 1 << 20, [&resumes] { ++resumes; });
+  for (int i = 0; i < kMaxUnsentChunks; ++i) {
+    EXPECT_FALSE(stream.WouldBlock()) << i;  // the connection is busy writing: no Next()
+    ASSERT_TRUE(stream.OnChunk(Chunk("a", 1)));
+  }
+  EXPECT_TRUE(stream.WouldBlock());
+  EXPECT_EQ(resumes, 0);
+  HttpOutput out = stream.Next();  // the previous write completed
+  EXPECT_NE(out.body.find("aaaaaaaa"), std::string::npos) << out.body;
+  EXPECT_EQ(resumes, 1);
+  EXPECT_FALSE(stream.WouldBlock());
+  ASSERT_TRUE(stream.OnChunk(Chunk("b", 1)));
+  stream.Next();
+  EXPECT_EQ(resumes, 1);  // nobody was paused
+  // A body is the whole answer by design: it never blocks.
+  GenerationStream body(Format(Endpoint::kCompletions), false, channel, [] {});
+  for (int i = 0; i < 2 * kMaxUnsentChunks; ++i) ASSERT_TRUE(body.OnChunk(Chunk("a", 1)));
+  EXPECT_FALSE(body.WouldBlock());
+}
+
 TEST(GenerationStreamTest, AClientThatFallsTooFarBehindIsDropped) {
   auto channel = std::make_shared<FakeChannel>();
   GenerationStream stream(

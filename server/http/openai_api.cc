@@ -178,9 +178,10 @@ void OpenAiApi::Generate(const HttpRequest& request, Endpoint endpoint,
 
   const std::string request_id = prepared->request_id;
   RequestGateway* gateway = gateway_;
-  auto stream =
-      std::make_shared<GenerationStream>(std::move(format), parsed->stream, channel,
-                                         [gateway, request_id] { gateway->Cancel(request_id); });
+  auto stream = std::make_shared<GenerationStream>(
+      std::move(format), parsed->stream, channel,
+      [gateway, request_id] { gateway->Cancel(request_id); }, /*max_pending_bytes=*/1 << 20,
+      [gateway, request_id] { gateway->Resume(request_id); });
   // Output may arrive before Start(); the connection pulls it once the source is attached.
   if (absl::Status s = gateway_->Submit(*std::move(prepared), stream, Api::kHttp); !s.ok()) {
     return Fail(s, *channel);

@@ -125,7 +125,8 @@ QuillMetrics::QuillMetrics() : registry_(std::make_shared<prometheus::Registry>(
            .Help(
                "Generation requests by front end (api: grpc or http) and outcome: length, "
                "stop, eos (finished normally), cancelled (client cancel or disconnect), "
-               "deadline (deadline exceeded), shutdown (ended by the server's drain "
+               "deadline (deadline exceeded), stalled (the client read nothing for "
+               "--stream-stall-timeout), shutdown (ended by the server's drain "
                "timeout), error (internal failure), rejected (refused before reaching the "
                "engine: invalid, queue full, draining or loading).")
            .Register(r);
@@ -143,6 +144,7 @@ QuillMetrics::QuillMetrics() : registry_(std::make_shared<prometheus::Registry>(
     c.rejected = outcome("rejected");
     c.error = outcome("error");
     c.shutdown = outcome("shutdown");
+    c.stalled = outcome("stalled");
   }
   prompt_tokens_ = counter("quill_prompt_tokens_total",
                            "Prompt tokens of requests the engine finished (any outcome).");
@@ -159,6 +161,10 @@ QuillMetrics::QuillMetrics() : registry_(std::make_shared<prometheus::Registry>(
                             "Requests in the running set (prefilling or decoding).");
   requests_waiting_ =
       gauge("quill_requests_waiting", "Requests accepted and waiting for admission.");
+  requests_paused_ =
+      gauge("quill_requests_paused",
+            "Running requests paused because their client stopped reading (backpressure): "
+            "they keep their KV blocks and run slot but leave the batch until it reads.");
   kv_capacity_blocks_ = gauge("quill_kv_cache_capacity_blocks",
                               "Blocks in the paged KV cache pool (fixed at startup).");
   kv_blocks_used_ =
@@ -226,6 +232,9 @@ void QuillMetrics::OnRequestFinished(const engine::FinishInfo& info) {
     case engine::FinishReason::kShutdown:
       c.shutdown->Increment();
       break;
+    case engine::FinishReason::kStalled:
+      c.stalled->Increment();
+      break;
   }
   prompt_tokens_->Increment(info.prompt_tokens);
   generated_tokens_->Increment(info.completion_tokens);
@@ -268,6 +277,7 @@ void QuillMetrics::SetGaugeSource(std::function<engine::EngineGauges()> source) 
 void QuillMetrics::SetEngineGauges(const engine::EngineGauges& gauges) const {
   requests_running_->Set(gauges.requests_running);
   requests_waiting_->Set(gauges.requests_waiting);
+  requests_paused_->Set(gauges.requests_paused);
   kv_capacity_blocks_->Set(gauges.kv_blocks_total);
   kv_blocks_used_->Set(gauges.kv_blocks_used);
   kv_blocks_cached_->Set(gauges.kv_blocks_cached);

@@ -90,6 +90,7 @@ class QuillMetrics final : public engine::EngineObserver {
     prometheus::Counter* rejected;
     prometheus::Counter* error;
     prometheus::Counter* shutdown;
+    prometheus::Counter* stalled;
   };
   prometheus::Family<prometheus::Counter>* requests_family_;
   OutcomeCounters requests_[kNumApis];
@@ -100,6 +101,7 @@ class QuillMetrics final : public engine::EngineObserver {
   // Gauges.
   prometheus::Gauge* requests_running_;
   prometheus::Gauge* requests_waiting_;
+  prometheus::Gauge* requests_paused_;
   prometheus::Gauge* kv_capacity_blocks_;
   prometheus::Gauge* kv_blocks_used_;
   prometheus::Gauge* kv_blocks_cached_;

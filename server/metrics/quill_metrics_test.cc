@@ -41,6 +41,7 @@ TEST(QuillMetricsTest, ExportsEveryFamilyWithTypeAndHelp) {
       {"quill_prefix_cache_blocks", "gauge"},
       {"quill_requests_running", "gauge"},
       {"quill_requests_waiting", "gauge"},
+      {"quill_requests_paused", "gauge"},
       {"quill_kv_cache_capacity_blocks", "gauge"},
       {"quill_kv_cache_blocks_used", "gauge"},
       {"quill_kv_cache_bytes_used", "gauge"},
@@ -58,12 +59,13 @@ TEST(QuillMetricsTest, ExportsEveryFamilyWithTypeAndHelp) {
   // the first event.
   for (const char* api : {"grpc", "http"}) {
     for (const char* outcome :
-         {"length", "stop", "eos", "cancelled", "deadline", "rejected", "error", "shutdown"}) {
+         {"length", "stop", "eos", "cancelled", "deadline", "stalled", "rejected", "error",
+          "shutdown"}) {
       EXPECT_EQ(text.Value("quill_requests_total", {{"api", api}, {"outcome", outcome}}), 0.0)
           << api << " " << outcome;
     }
   }
-  EXPECT_EQ(text.Family("quill_requests_total")->samples.size(), 16u);
+  EXPECT_EQ(text.Family("quill_requests_total")->samples.size(), 18u);
   for (const char* phase : {"prefill", "decode", "mixed"}) {
     EXPECT_EQ(text.HistogramCount("quill_engine_step_duration_seconds", {{"phase", phase}}), 0.0);
   }
@@ -142,6 +144,7 @@ TEST(QuillMetricsTest, StepsFeedPhaseHistogramsBatchTokensItlAndGauges) {
   engine::EngineGauges gauges;
   gauges.requests_running = 3;
   gauges.requests_waiting = 1;
+  gauges.requests_paused = 2;
   gauges.kv_blocks_total = 100;
   gauges.kv_blocks_used = 12;
   gauges.kv_bytes_used = 12 * 32768;
@@ -162,6 +165,7 @@ TEST(QuillMetricsTest, StepsFeedPhaseHistogramsBatchTokensItlAndGauges) {
   EXPECT_EQ(text.HistogramCount("quill_inter_token_latency_seconds"), 2.0);
   EXPECT_EQ(text.Value("quill_requests_running"), 3.0);
   EXPECT_EQ(text.Value("quill_requests_waiting"), 1.0);
+  EXPECT_EQ(text.Value("quill_requests_paused"), 2.0);
   EXPECT_EQ(text.Value("quill_kv_cache_capacity_blocks"), 100.0);
   EXPECT_EQ(text.Value("quill_kv_cache_blocks_used"), 12.0);
   EXPECT_EQ(text.Value("quill_kv_cache_bytes_used"), 12.0 * 32768);

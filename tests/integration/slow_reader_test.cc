@@ -1,0 +1,193 @@
+// Clients that open Generate streams and never read them (HTTP/2 flow control holds the
+// server's writes): the server pauses those requests in the engine after a few unsent
+// tokens instead of buffering their whole answers, other clients are served as before,
+// and after --stream-stall-timeout the stalled requests end and free their KV blocks.
+// quill-server in process on 127.0.0.1:0 (kjv-1m, exact precision).
+
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "client/quill_client.h"
+#include "gmock/gmock.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "quill/v1/quill.grpc.pb.h"
+#include "server/server.h"
+#include "server/stream_limits.h"
+#include "tests/integration/server_test_util.h"
+#include "tests/testing/test_env.h"
+
+namespace quill::testing {
+namespace {
+
+namespace v1 = ::quill::v1;
+using ::testing::HasSubstr;
+
+constexpr int kSlowStreams = 20;
+constexpr int kSlowTokens = 240;  // kjv-1m's context is 256
+constexpr absl::Duration kStallTimeout = absl::Seconds(3);
+
+// A channel whose streams get a tiny HTTP/2 receive window, so that a stream nobody reads
+// stops the server's writes after a few messages (instead of after the default 64 KiB).
+std::shared_ptr<grpc::Channel> TinyWindowChannel(const std::string& address) {
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+  args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 1024);
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);  // its own connection
+  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+}
+
+// One Generate call whose messages are never read (until Drain).
+struct NeverRead {
+  grpc::ClientContext context;
+  std::unique_ptr<grpc::ClientReader<v1::GenerateResponse>> reader;
+
+  // Reads what is left and the status.
+  grpc::Status Drain(int* tokens) {
+    v1::GenerateResponse response;
+    while (reader->Read(&response)) *tokens += response.token_ids_size();
+    return reader->Finish();
+  }
+};
+
+TEST(SlowReaderTest, NeverReadingStreamsArePausedThenEndStalledAndOthersAreServed) {
+  if (SharedModelPath("kjv-1m.gguf").empty()) GTEST_SKIP() << "shared assets not found";
+  server::ServerOptions options;
+  options.model_path = SharedModelPath("kjv-1m.gguf");
+  options.precision = engine::kernels::Precision::kExact;
+  options.host = "127.0.0.1";
+  options.port = 0;
+  options.metrics_port = 0;
+  options.drain_timeout = absl::Seconds(5);
+  options.engine.kv_cache_bytes = 32 << 20;
+  options.engine.stall_timeout = kStallTimeout;
+  absl::StatusOr<std::unique_ptr<server::Server>> server = server::Server::Create(options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const int metrics_port = (*server)->metrics_port();
+  std::unique_ptr<client::QuillClient> client = client::QuillClient::Connect((*server)->address());
+
+  // A normal request's answer with the server to itself.
+  v1::GenerateRequest normal = TextRequest("In the beginning", 60);
+  normal.set_ignore_eos(true);
+  const Stream solo = Collect(*client, normal);
+  ASSERT_TRUE(solo.status.ok()) << solo.status;
+  ASSERT_EQ(solo.ids.size(), 60u);
+  const PromText before = ScrapeUntil(metrics_port, [](const PromText&) { return true; }).value();
+  const double idle_blocks = Metric(before, "quill_kv_cache_blocks_used");
+  const Labels stalled = {{"api", "grpc"}, {"outcome", "stalled"}};
+
+  // Streams that are never read, with logprobs so that every message is a few hundred
+  // bytes: without backpressure the server would buffer all kSlowTokens of each.
+  std::shared_ptr<grpc::Channel> slow_channel = TinyWindowChannel((*server)->address());
+  std::unique_ptr<v1::Generator::Stub> stub = v1::Generator::NewStub(slow_channel);
+  std::vector<std::unique_ptr<NeverRead>> slow;
+  for (int i = 0; i < kSlowStreams; ++i) {
+    v1::GenerateRequest r = TextRequest(absl::StrCat("And the LORD said ", i), kSlowTokens);
+    r.set_ignore_eos(true);
+    r.set_logprobs(20);
+    auto call = std::make_unique<NeverRead>();
+    call->context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(120)));
+    call->reader = stub->Generate(&call->context, r);
+    slow.push_back(std::move(call));
+  }
+
+  // All of them pause in the engine, short of their answers, and stay put: no tokens are
+  // generated (so none are buffered) while nobody reads.
+  absl::StatusOr<PromText> paused = ScrapeUntil(metrics_port, [](const PromText& t) {
+    return t.Value("quill_requests_paused") == kSlowStreams;
+  });
+  ASSERT_TRUE(paused.ok()) << paused.status();
+  EXPECT_EQ(Metric(*paused, "quill_requests_running"), kSlowStreams);
+  EXPECT_GT(Metric(*paused, "quill_kv_cache_blocks_used"), idle_blocks);  // their KV stays
+  const double generated = Metric(*paused, "quill_generated_tokens_total");
+  EXPECT_LT(generated - Metric(before, "quill_generated_tokens_total"),
+            kSlowStreams * kSlowTokens / 2.0);
+  absl::SleepFor(absl::Milliseconds(300));
+  const PromText still = ScrapeUntil(metrics_port, [](const PromText&) { return true; }).value();
+  EXPECT_EQ(Metric(still, "quill_generated_tokens_total"), generated);
+  EXPECT_EQ(Metric(still, "quill_requests_paused"), kSlowStreams);
+
+  // Meanwhile another client is served at once, with the same answer as alone.
+  const absl::Time start = absl::Now();
+  const Stream during = Collect(*client, normal);
+  ASSERT_TRUE(during.status.ok()) << during.status;
+  EXPECT_EQ(during.ids, solo.ids);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+
+  // After the stall timeout the stalled requests end and their KV blocks are freed.
+  absl::StatusOr<PromText> after = ScrapeUntil(
+      metrics_port,
+      [&](const PromText& t) {
+        return t.Value("quill_requests_total", stalled).value_or(0) -
+                       Metric(before, "quill_requests_total", stalled) ==
+                   kSlowStreams &&
+               t.Value("quill_kv_cache_blocks_used") == idle_blocks;
+      },
+      kStallTimeout + absl::Seconds(20));
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_EQ(Metric(*after, "quill_requests_paused"), 0);
+  EXPECT_EQ(Metric(*after, "quill_requests_running"), 0);
+
+  // A client that reads at last gets the tokens made before the pause, then the status.
+  for (const auto& call : slow) {
+    int tokens = 0;
+    const grpc::Status status = call->Drain(&tokens);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << status.error_message();
+    EXPECT_THAT(status.error_message(), HasSubstr("the client read nothing for 3s"));
+    EXPECT_GT(tokens, 0);
+    EXPECT_LT(tokens, kSlowTokens);
+  }
+  (*server)->Shutdown();
+}
+
+// The server tells clients how many streams one connection may open.
+TEST(SlowReaderTest, StreamsPerConnectionAreBounded) {
+  if (SharedModelPath("kjv-1m.gguf").empty()) GTEST_SKIP() << "shared assets not found";
+  server::ServerOptions options;
+  options.model_path = SharedModelPath("kjv-1m.gguf");
+  options.host = "127.0.0.1";
+  options.port = 0;
+  options.metrics_port = 0;
+  options.engine.kv_cache_bytes = 32 << 20;
+  options.engine.stall_timeout = absl::Seconds(30);
+  options.grpc_max_concurrent_streams = 2;
+  absl::StatusOr<std::unique_ptr<server::Server>> server = server::Server::Create(options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const int metrics_port = (*server)->metrics_port();
+
+  // Three never-read streams on one connection: only two reach the server (the third
+  // waits in the client for a free stream, so each is started on a thread of its own).
+  std::shared_ptr<grpc::Channel> channel = TinyWindowChannel((*server)->address());
+  std::unique_ptr<v1::Generator::Stub> stub = v1::Generator::NewStub(channel);
+  std::vector<std::unique_ptr<NeverRead>> calls;
+  std::vector<std::thread> starts;
+  for (int i = 0; i < 3; ++i) calls.push_back(std::make_unique<NeverRead>());
+  for (int i = 0; i < 3; ++i) {
+    starts.emplace_back([&, i] {
+      v1::GenerateRequest r = TextRequest(absl::StrCat("And God said ", i), kSlowTokens);
+      r.set_ignore_eos(true);
+      r.set_logprobs(20);
+      calls[i]->reader = stub->Generate(&calls[i]->context, r);
+    });
+  }
+  absl::StatusOr<PromText> paused = ScrapeUntil(
+      metrics_port, [](const PromText& t) { return t.Value("quill_requests_paused") == 2; });
+  ASSERT_TRUE(paused.ok()) << paused.status();
+  absl::SleepFor(absl::Milliseconds(300));
+  const PromText later = ScrapeUntil(metrics_port, [](const PromText&) { return true; }).value();
+  EXPECT_EQ(Metric(later, "quill_requests_running"), 2);
+  EXPECT_EQ(Metric(later, "quill_requests_waiting"), 0);
+  for (auto& call : calls) call->context.TryCancel();
+  for (std::thread& t : starts) t.join();
+  for (auto& call : calls) {
+    int tokens = 0;
+    call->Drain(&tokens);
+  }
+  (*server)->Shutdown();
+}
+
+}  // namespace
+}  // namespace quill::testing
