@@ -48,6 +48,7 @@ server::ServerOptions TestOptions() {
   options.drain_timeout = absl::Seconds(5);
   options.engine.kv_cache_bytes = 32 << 20;  // 1024 blocks: plenty, and quick to allocate
   options.engine.max_queue = 100;
+  options.engine.spec_tokens = 4;  // as quill-server runs by default
   return options;
 }
 
@@ -713,14 +714,16 @@ TEST_F(ServerTest, MetricsAgreeWithTheTrafficSent) {
   // One inter-token gap per streamed token after each request's first.
   EXPECT_EQ(hist_delta(*after, "quill_inter_token_latency_seconds"), gaps);
   // Sequential requests: each step is one prefill or one decode; every token passes
-  // through exactly one step.
+  // through exactly one step, where a decode step also feeds its draft tokens and each
+  // accepted draft is a token that needed no step of its own.
   const double steps = hist_delta(*after, "quill_engine_step_duration_seconds", {{"phase", "prefill"}}) +
                        hist_delta(*after, "quill_engine_step_duration_seconds", {{"phase", "decode"}}) +
                        hist_delta(*after, "quill_engine_step_duration_seconds", {{"phase", "mixed"}});
   EXPECT_EQ(hist_delta(*after, "quill_batch_tokens"), steps);
   EXPECT_EQ(after->HistogramSum("quill_batch_tokens").value_or(0) -
                 before.HistogramSum("quill_batch_tokens").value_or(0),
-            prompt_tokens - cached + gaps);  // cached prompt tokens are not prefilled
+            prompt_tokens - cached + gaps - delta(*after, "quill_spec_accepted_tokens_total") +
+                delta(*after, "quill_spec_draft_tokens_total"));  // cached: not prefilled
   EXPECT_EQ(Metric(*after, "quill_requests_running"), 0);
   EXPECT_EQ(Metric(*after, "quill_requests_waiting"), 0);
   EXPECT_EQ(Metric(*after, "quill_kv_cache_blocks_used"), 0);
