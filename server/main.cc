@@ -116,6 +116,15 @@ ABSL_FLAG(int, max_queue, kEngineDefaults.max_queue,
           "starts at once and does not count); beyond it Generate fails at once with "
           "RESOURCE_EXHAUSTED and a retry pushback (grpc-retry-pushback-ms; HTTP 429 "
           "Retry-After).");
+ABSL_FLAG(int, spec_tokens, 4,
+          "Speculative decoding without a draft model (n-gram prompt lookup): a decoding "
+          "request whose recent tokens appeared before in its prompt or output proposes up "
+          "to this many tokens that followed them, verified in the same step; output is "
+          "unchanged, repetitive text (code edits, quoting, lists) gets several tokens per "
+          "step. 0 = off. Requests opt out with disable_speculation.");
+ABSL_FLAG(int, spec_max_decoders, kEngineDefaults.spec_max_decoders,
+          "No drafting in steps where this many requests or more decode: speculation pays "
+          "while decode is memory-bandwidth-bound (small batches).");
 ABSL_FLAG(int, max_tokens_limit, kEngineDefaults.max_tokens_limit,
           "Largest max_tokens a request may ask for; 0 = the model's context length - 1.");
 ABSL_FLAG(absl::Duration, drain_timeout, absl::Seconds(30),
@@ -178,6 +187,8 @@ constexpr const char* kFlagNames[] = {
     "max_running",
     "max_queue",
     "max_tokens_limit",
+    "spec_tokens",
+    "spec_max_decoders",
     "drain_timeout",
     "stream_stall_timeout",
     "grpc_max_concurrent_streams",
@@ -297,6 +308,8 @@ absl::StatusOr<ServerOptions> OptionsFromFlags(const char* exe) {
   options.engine.max_queue = absl::GetFlag(FLAGS_max_queue);
   options.engine.max_tokens_limit = absl::GetFlag(FLAGS_max_tokens_limit);
   options.engine.num_threads = absl::GetFlag(FLAGS_threads);
+  options.engine.spec_tokens = absl::GetFlag(FLAGS_spec_tokens);
+  options.engine.spec_max_decoders = absl::GetFlag(FLAGS_spec_max_decoders);
   options.drain_timeout = absl::GetFlag(FLAGS_drain_timeout);
   const absl::Duration stall_timeout = absl::GetFlag(FLAGS_stream_stall_timeout);
   options.engine.stall_timeout =
@@ -368,6 +381,12 @@ absl::StatusOr<ServerOptions> OptionsFromFlags(const char* exe) {
   }
   if (options.engine.max_tokens_limit < 0) {
     return absl::InvalidArgumentError("--max-tokens-limit must be >= 0");
+  }
+  if (options.engine.spec_tokens < 0 || options.engine.spec_tokens > 32) {
+    return absl::InvalidArgumentError("--spec-tokens must be in [0, 32]");
+  }
+  if (options.engine.spec_max_decoders < 1) {
+    return absl::InvalidArgumentError("--spec-max-decoders must be >= 1");
   }
   if (options.engine.kv_cache_bytes <= 0) {
     return absl::InvalidArgumentError("--kv-cache-bytes must be > 0");

@@ -158,6 +158,7 @@ absl::StatusOr<engine::GenerationRequest> BuildEngineRequest(
   out.stop_token_ids.assign(request.stop_token_ids().begin(), request.stop_token_ids().end());
   out.ignore_eos = request.ignore_eos();
   out.logprobs = request.logprobs();
+  out.disable_speculation = request.disable_speculation();
   return out;
 }
 
@@ -328,6 +329,7 @@ v1::GenerateRequest ChatOptions(const v1::ChatRequest& request) {
   *options.mutable_stop_token_ids() = request.stop_token_ids();
   options.set_ignore_eos(request.ignore_eos());
   options.set_logprobs(request.logprobs());
+  options.set_disable_speculation(request.disable_speculation());
   return options;
 }
 

@@ -304,6 +304,21 @@ TEST(RequestCodecTest, TextPromptIsTokenizedWithBos) {
   EXPECT_TRUE(got->ignore_eos);
 }
 
+TEST(RequestCodecTest, DisableSpeculationIsCarriedFromGenerateAndChat) {
+  ByteTokenizer tokenizer;
+  v1::GenerateRequest r = Valid();
+  absl::StatusOr<engine::GenerationRequest> got = ToEngineRequest(r, Limits(), tokenizer);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_FALSE(got->disable_speculation);  // speculation is on unless a request opts out
+  r.set_disable_speculation(true);
+  got = ToEngineRequest(r, Limits(), tokenizer);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_TRUE(got->disable_speculation);
+  v1::ChatRequest chat;
+  chat.set_disable_speculation(true);
+  EXPECT_TRUE(ChatOptions(chat).disable_speculation());
+}
+
 TEST(RequestCodecTest, PromptIdsArePassedThroughUnchanged) {
   ByteTokenizer tokenizer;
   v1::GenerateRequest r;

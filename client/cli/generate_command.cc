@@ -20,6 +20,7 @@ struct GenerateFlags {
   int max_tokens = 128;
   SamplingFlags sampling;
   bool ignore_eos = false;
+  bool disable_speculation = false;
   int logprobs = 0;
   std::string request_id;
   absl::Duration timeout = absl::Seconds(60);
@@ -33,6 +34,7 @@ quill::v1::GenerateRequest BuildRequest(const GenerateFlags& f, std::string prom
   request.set_max_tokens(f.max_tokens);
   f.sampling.Fill(&request);
   request.set_ignore_eos(f.ignore_eos);
+  request.set_disable_speculation(f.disable_speculation);
   request.set_logprobs(f.logprobs);
   return request;
 }
@@ -82,6 +84,9 @@ int GenerateCommand(const std::vector<std::string>& args) {
   parser.AddInt("max-tokens", &f.max_tokens, "Most tokens to generate.");
   f.sampling.Register(parser, "Sampling seed: the same seed and request give the same text.");
   parser.AddBool("ignore-eos", &f.ignore_eos, "Keep generating past the end-of-sequence token.");
+  parser.AddBool("disable-speculation", &f.disable_speculation,
+                 "Opt this request out of the server's speculative decoding (same text; for "
+                 "comparing speed).");
   parser.AddInt("logprobs", &f.logprobs,
                 "Return each token's logprob and this many top alternatives (0 = none); shown "
                 "on stderr, or in the JSON.");

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "engine/kv_cache/kv_cache.h"
 #include "engine/model/model.h"
@@ -197,6 +198,37 @@ class BatchInvarianceTest : public ::testing::TestWithParam<const char*> {
     return r;
   }
 
+  // Speculative verification: each sequence alone, whole prompt, then the decode inputs
+  // of `forced` fed `chunk` at a time as one entry with num_logits = chunk (all rows), the
+  // shape in which the engine verifies chunk - 1 draft tokens.
+  RunResult RunVerifyChunks(int steps, int chunk, const RunResult& forced) {
+    RunResult r;
+    r.logits.assign(num_seqs_, {});
+    r.tokens.assign(num_seqs_, {});
+    std::vector<float> out(static_cast<size_t>(vocab_) * chunk);
+    for (int s = 0; s < num_seqs_; ++s) {
+      auto cache = NewCache();
+      const KvCache::SeqId id = 2000 + s;
+      const size_t n = prompts_[s].size();
+      EXPECT_TRUE(cache->Reserve(id, n + steps).ok());
+      BatchEntry e{id, prompts_[s], 0, true};
+      EXPECT_TRUE(model_->Forward({&e, 1}, *cache, out.data()).ok());
+      r.logits[s].emplace_back(out.begin(), out.begin() + vocab_);
+      const std::vector<TokenId>& fed = forced.tokens[s];
+      for (int step = 0; step < steps; step += chunk) {
+        const int len = std::min(chunk, steps - step);
+        e = BatchEntry{id, absl::MakeConstSpan(fed.data() + step, len),
+                       static_cast<int32_t>(n + step), true, len};
+        absl::Status st = model_->Forward({&e, 1}, *cache, out.data());
+        EXPECT_TRUE(st.ok()) << st;
+        for (int j = 0; j < len; ++j) {
+          r.logits[s].emplace_back(out.begin() + j * vocab_, out.begin() + (j + 1) * vocab_);
+        }
+      }
+    }
+    return r;
+  }
+
   // Bitwise comparison of every logits row.
   void ExpectIdentical(const RunResult& a, const RunResult& b, const std::string& what) {
     for (int s = 0; s < num_seqs_; ++s) {
@@ -262,6 +294,36 @@ TEST_F(BatchInvarianceTest, ExactChunkedPrefillEqualsWholeBitForBit) {
   ExpectIdentical(whole, chunked, "chunks of 7 vs whole prompt");
   RunResult staggered = RunStaggered(steps, 5, &whole);
   ExpectIdentical(whole, staggered, "continuous batching (chunks of 5) vs alone");
+}
+
+// Speculative decoding verifies k drafts as one (k + 1)-token entry with logits for every
+// row; in exact mode each row must equal the one-token decode at its position bit for bit,
+// so speculation cannot change a greedy or seeded output.
+TEST_F(BatchInvarianceTest, ExactMultiRowLogitsEqualSingleRowDecodeBitForBit) {
+  Load("kjv-1m.gguf", Precision::kExact);
+  if (IsSkipped()) return;
+  const int steps = 10;
+  RunResult alone = RunAlone(steps, 0, nullptr);
+  for (int chunk : {2, 5}) {
+    RunResult verified = RunVerifyChunks(steps, chunk, alone);
+    ExpectIdentical(alone, verified, absl::StrCat("verify chunks of ", chunk, " vs decode"));
+  }
+}
+
+TEST_F(BatchInvarianceTest, FastMultiRowLogitsSameArgmaxAsSingleRowDecode) {
+  Load("kjv-1m.gguf", Precision::kFast);
+  if (IsSkipped()) return;
+  const int steps = 10;
+  RunResult alone = RunAlone(steps, 0, nullptr);
+  RunResult verified = RunVerifyChunks(steps, 5, alone);
+  const int mismatches = ArgmaxMismatches(alone, verified);
+  const double diff = MaxDiffAll(alone, verified);
+  std::cout << absl::StrFormat(
+      "[batch-invariance] kjv-1m fast, 5-row verify chunks: max|d| logits %.3g, argmax "
+      "mismatches %d\n",
+      diff, mismatches);
+  EXPECT_EQ(mismatches, 0);
+  EXPECT_LE(diff, 1e-3);
 }
 
 TEST_F(BatchInvarianceTest, FastKjvSameGreedyTokens) {

@@ -76,8 +76,11 @@ int ForwardPass::Flatten(absl::Span<const BatchEntry> batch, KvCache& cache, int
       slots_[T + j] = cache.SlotOffset(e.seq, e.first_pos + j);
     }
     if (e.want_logits) {
-      last_seqs_[n_logits] = {table.data(), n_logits, 1, e.first_pos + n - 1};
-      logit_rows_[n_logits++] = T + n - 1;
+      // Each logit row attends alone in the last layer, as a one-token decode would.
+      for (int j = n - e.num_logits; j < n; ++j) {
+        last_seqs_[n_logits] = {table.data(), n_logits, 1, e.first_pos + j};
+        logit_rows_[n_logits++] = T + j;
+      }
     }
     T += n;
   }

@@ -122,6 +122,10 @@ absl::Status Model::Impl::ValidateBatch(absl::Span<const BatchEntry> batch,
                                                        config.vocab_size, ")"));
       }
     }
+    if (e.want_logits && (e.num_logits < 1 || e.num_logits > n)) {
+      return absl::InvalidArgumentError(absl::StrCat("batch entry ", i, ": num_logits ",
+                                                     e.num_logits, " outside [1, ", n, "]"));
+    }
     if (!cache.Contains(e.seq)) {
       return absl::FailedPreconditionError(
           absl::StrCat("batch entry ", i, ": sequence ", e.seq, " has no KV cache blocks"));

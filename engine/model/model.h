@@ -50,8 +50,8 @@ class Model {
   // Runs one step over all tokens of `batch` (sum of token counts <= max_batch_tokens):
   // every linear layer is one matmul over all of them. Writes K/V for every token into
   // `cache` (each seq must already have capacity >= first_pos + tokens.size()), and the
-  // logits of each entry with want_logits to consecutive rows of `logits`
-  // (vocab_size floats each, in entry order). Never allocates.
+  // logits of each entry with want_logits (its last num_logits tokens) to consecutive
+  // rows of `logits` (vocab_size floats each, in entry order). Never allocates.
   absl::Status Forward(absl::Span<const BatchEntry> batch, KvCache& cache, float* logits);
 
   // Per-phase timing of Forward() (for quill-bench --profile). Off by default; turning it

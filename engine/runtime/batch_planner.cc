@@ -38,7 +38,17 @@ void PlanStep(const PlanInput& input, const PlannerOptions& options, StepPlan* p
     plan->entries.push_back(entry);
     ++plan->decode_tokens;
   }
-  int budget = std::min(options.max_batch_tokens - plan->decode_tokens, input.max_prefill_tokens);
+  int budget = options.max_batch_tokens - plan->decode_tokens;
+  int draft_budget = std::min(budget, options.max_draft_tokens);
+  for (PlannedEntry& entry : plan->entries) {
+    const int drafts = std::min(input.running[entry.sequence].draft_tokens, draft_budget);
+    if (drafts <= 0) continue;
+    entry.draft_tokens = drafts;
+    entry.num_tokens += drafts;
+    draft_budget -= drafts;
+    plan->draft_tokens += drafts;
+  }
+  budget = std::min(budget - plan->draft_tokens, input.max_prefill_tokens);
 
   for (int i = 0; i < num_running && budget > 0; ++i) {
     const RunningView& seq = input.running[i];

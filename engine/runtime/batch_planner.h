@@ -11,6 +11,7 @@ struct PlannerOptions {
   int max_batch_tokens = 512;      // tokens in one step, decode + prefill
   int prefill_chunk_tokens = 256;  // most prompt tokens of one sequence per step
   int max_running = 64;            // running set size (must be <= max_batch_tokens)
+  int max_draft_tokens = 0;        // speculative draft tokens in one step, over all sequences
 };
 
 // What the planner needs to know about a running sequence (kPrefill or kDecode).
@@ -19,6 +20,7 @@ struct RunningView {
   int prompt_tokens = 0;
   int prefilled_tokens = 0;  // prompt tokens already in the KV cache
   bool paused = false;       // its consumer is behind: it keeps its KV, is not stepped
+  int draft_tokens = 0;      // kDecode: draft tokens proposed for verification this step
 };
 
 // A waiting request, in FIFO order.
@@ -40,22 +42,25 @@ struct PlanInput {
 // One forward entry. `sequence` indexes running ++ the admitted head of waiting.
 struct PlannedEntry {
   int sequence = 0;
-  bool decode = false;  // one new token (otherwise a prompt chunk)
+  bool decode = false;  // the last token, plus draft_tokens drafts (otherwise a prompt chunk)
   int first_token = 0;  // prompt offset of the chunk (decode: unused)
-  int num_tokens = 0;
+  int num_tokens = 0;   // decode: 1 + draft_tokens
+  int draft_tokens = 0;
   bool want_logits = false;  // decode, or the chunk that completes the prompt
 };
 
 struct StepPlan {
   int num_admitted = 0;               // the first num_admitted waiting requests join
   std::vector<PlannedEntry> entries;  // decode entries first, then prefill chunks
-  int decode_tokens = 0;
+  int decode_tokens = 0;  // one per decoding sequence
+  int draft_tokens = 0;   // drafts verified alongside them
   int prefill_tokens = 0;
 
   void Clear() {
     num_admitted = 0;
     entries.clear();
     decode_tokens = 0;
+    draft_tokens = 0;
     prefill_tokens = 0;
   }
 };
@@ -63,7 +68,9 @@ struct StepPlan {
 // Plans one engine step; a pure function of its inputs (no clock, no model, no cache).
 //  0. Paused sequences get nothing, and do not count against max_running (they keep
 //     their KV blocks, not their run slot).
-//  1. Every kDecode sequence gets its one token (always: max_running <= max_batch_tokens).
+//  1. Every kDecode sequence gets its one token (always: max_running <= max_batch_tokens),
+//     plus its proposed draft tokens, in order, while max_draft_tokens and the step's
+//     token budget last (drafts go before prefill: they are few, and bounded).
 //  2. Sequences in kPrefill get chunks of <= prefill_chunk_tokens, in admission order,
 //     while the step's token budget (max_batch_tokens, and max_prefill_tokens) lasts.
 //  3. Waiting requests are admitted from the FIFO head while the running set has room,

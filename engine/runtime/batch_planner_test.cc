@@ -29,6 +29,36 @@ struct Planner {
   }
 };
 
+TEST(BatchPlannerTest, DraftsJoinTheirDecodeEntryWithinBothBudgets) {
+  Planner p;
+  p.options.max_batch_tokens = 12;
+  p.options.prefill_chunk_tokens = 100;
+  p.options.max_draft_tokens = 6;
+  RunningView a = Decoding(), b = Decoding(), c = Decoding();
+  a.draft_tokens = 4;
+  b.draft_tokens = 4;  // only 2 left of max_draft_tokens
+  c.draft_tokens = 4;  // none left
+  p.running = {a, Prefilling(50, 0), b, c};
+  const StepPlan& plan = p.Plan();
+  ASSERT_EQ(plan.entries.size(), 4u);
+  EXPECT_EQ(plan.decode_tokens, 3);
+  EXPECT_EQ(plan.draft_tokens, 6);
+  EXPECT_EQ(plan.entries[0].num_tokens, 5);
+  EXPECT_EQ(plan.entries[0].draft_tokens, 4);
+  EXPECT_EQ(plan.entries[1].num_tokens, 3);
+  EXPECT_EQ(plan.entries[1].draft_tokens, 2);
+  EXPECT_EQ(plan.entries[2].num_tokens, 1);
+  EXPECT_EQ(plan.entries[2].draft_tokens, 0);
+  // The prefill gets the rest: 12 - 3 - 6.
+  EXPECT_EQ(plan.entries[3].num_tokens, 3);
+
+  p.options.max_batch_tokens = 5;  // 3 decode tokens leave room for 2 drafts
+  const StepPlan& tight = p.Plan();
+  EXPECT_EQ(tight.draft_tokens, 2);
+  EXPECT_EQ(tight.entries[0].num_tokens, 3);
+  EXPECT_EQ(tight.prefill_tokens, 0);
+}
+
 TEST(BatchPlannerTest, EmptyInputPlansNothing) {
   Planner p;
   const StepPlan& plan = p.Plan();

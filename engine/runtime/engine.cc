@@ -32,6 +32,13 @@ constexpr int kMaxLogprobs = 20;
 constexpr int kMinPrefillTokensPerStep = 32;
 constexpr int kMaxStopStrings = 16;
 constexpr size_t kMaxStopBytes = 256;
+constexpr int kMaxSpecTokens = 32;
+
+// Draft tokens one step may verify: every sequence allowed to draft (fewer than
+// spec_max_decoders decode) at spec_tokens each.
+int MaxDraftTokensPerStep(const EngineOptions& o) {
+  return o.spec_tokens * std::min(o.max_running, o.spec_max_decoders - 1);
+}
 
 absl::Status ValidateOptions(const EngineOptions& o, int model_max_batch_tokens) {
   if (o.max_batch_tokens < 1 || o.max_batch_tokens > model_max_batch_tokens) {
@@ -67,6 +74,14 @@ absl::Status ValidateOptions(const EngineOptions& o, int model_max_batch_tokens)
     return absl::InvalidArgumentError(
         absl::StrCat("stall_timeout must be > 0, got ", absl::FormatDuration(o.stall_timeout)));
   }
+  if (o.spec_tokens < 0 || o.spec_tokens > kMaxSpecTokens) {
+    return absl::InvalidArgumentError(absl::StrCat("spec_tokens must be in [0, ", kMaxSpecTokens,
+                                                   "], got ", o.spec_tokens));
+  }
+  if (o.spec_max_decoders < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("spec_max_decoders must be >= 1, got ", o.spec_max_decoders));
+  }
   if (o.max_tokens_limit < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("max_tokens_limit must be >= 0, got ", o.max_tokens_limit));
@@ -97,15 +112,20 @@ class Engine::Impl {
     planner_options_.max_batch_tokens = options.max_batch_tokens;
     planner_options_.prefill_chunk_tokens = options.prefill_chunk_tokens;
     planner_options_.max_running = options.max_running;
+    planner_options_.max_draft_tokens = MaxDraftTokensPerStep(options);
     // Every per-step buffer is sized once here, so steps do not allocate.
     const size_t max_entries = options.max_running;
+    // One logits row per decoding sequence and per draft token verified.
+    const size_t max_rows =
+        std::min(max_entries + planner_options_.max_draft_tokens,
+                 static_cast<size_t>(options.max_batch_tokens));
     running_.reserve(max_entries);
     running_views_.reserve(max_entries);
     waiting_views_.reserve(max_entries);
     plan_.entries.reserve(max_entries * 2);
     batch_.reserve(max_entries * 2);
-    inter_token_latencies_.reserve(max_entries);
-    logits_.assign(static_cast<size_t>(max_entries) * vocab_size_, 0.0f);
+    inter_token_latencies_.reserve(max_rows);
+    logits_.assign(max_rows * vocab_size_, 0.0f);
     commands_.reserve(64);
     PublishGauges();
   }
@@ -165,7 +185,12 @@ class Engine::Impl {
   int PrefillTokenLimit(int decode_tokens) const;
   // Moves the planned head of the queue into the running set with its KV reserved.
   void Admit(absl::Time now);
-  void EmitToken(Sequence& seq, absl::Span<const float> logits, bool decode, absl::Time now);
+  // Picks the draft tokens each decoding sequence verifies this step (running_views_).
+  void ProposeDrafts();
+  // Samples `rows` logits rows in turn and emits each token; row j + 1 is valid (its input
+  // was draft j) only if row j picked draft j. Returns the drafts accepted.
+  int EmitTokens(Sequence& seq, const float* logits, int rows, absl::Span<const TokenId> draft,
+                 bool decode, absl::Time now);
   // Finishes every sequence marked finished and drops it; returns how many.
   int FinishMarked(absl::Time now);
   // The one place a request ends: KV blocks back, id reusable, sink and observer told.
@@ -213,7 +238,8 @@ class Engine::Impl {
   std::vector<WaitingView> waiting_views_;
   StepPlan plan_;
   std::vector<BatchEntry> batch_;
-  std::vector<float> logits_;  // max_running rows of vocab_size
+  std::vector<float> logits_;  // max_rows rows of vocab_size
+  NgramDraftOptions ngram_options_;
   std::vector<absl::Duration> inter_token_latencies_;
   int step_prefix_query_tokens_ = 0;  // over this step's admissions
   int step_prefix_hit_tokens_ = 0;
@@ -300,10 +326,11 @@ absl::Status Engine::Impl::Submit(GenerationRequest request, std::shared_ptr<Tok
   QUILL_RETURN_IF_ERROR(Validate(request));
   // Cheap early answer; PushSubmit checks again under the lock.
   if (inbox_.closed()) return absl::UnavailableError("server shutting down");
+  const int max_drafts = request.disable_speculation ? 0 : options_.spec_tokens;
   auto sequence = std::make_unique<Sequence>(next_kv_id_.fetch_add(1, std::memory_order_relaxed),
                                              std::move(request), std::move(sink),
                                              step_model_->tokenizer(), vocab_size_, clock_->Now(),
-                                             options_.prefix_cache ? kv_block_size_ : 0);
+                                             options_.prefix_cache ? kv_block_size_ : 0, max_drafts);
   // The inbox's capacity count takes the whole reservation, cache hits or not: it may
   // queue a request the cache would have let in, never the reverse.
   sequence->kv_blocks =
@@ -481,6 +508,7 @@ bool Engine::Impl::Step() {
         {seq->state(), seq->prompt_tokens(), seq->prefilled_tokens(), seq->paused()});
     if (seq->state() == SequenceState::kDecode && !seq->paused()) ++decoders;
   }
+  ProposeDrafts();
   BuildWaitingViews();
   PlanInput input;
   input.running = running_views_;
@@ -499,7 +527,9 @@ bool Engine::Impl::Step() {
     entry.seq = seq.kv_id();
     if (e.decode) {
       entry.first_pos = static_cast<int32_t>(tokens.size() - 1);
-      entry.tokens = tokens.subspan(tokens.size() - 1, 1);
+      entry.tokens = e.draft_tokens > 0 ? seq.VerifyInput(e.draft_tokens)
+                                        : tokens.subspan(tokens.size() - 1, 1);
+      entry.num_logits = 1 + e.draft_tokens;
     } else {
       entry.first_pos = e.first_token;
       entry.tokens = tokens.subspan(e.first_token, e.num_tokens);
@@ -511,6 +541,7 @@ bool Engine::Impl::Step() {
   const absl::Status forward = step_model_->Forward(batch_, *kv_, logits_.data());
   const absl::Time after = clock_->Now();
   inter_token_latencies_.clear();
+  int accepted_draft_tokens = 0;
   if (!forward.ok()) {
     spdlog::error("engine: forward step over {} entries failed: {}", batch_.size(),
                   forward.ToString());
@@ -523,29 +554,44 @@ bool Engine::Impl::Step() {
     step_cost_.Add(plan_.prefill_tokens + plan_.decode_tokens, after - start);
     // A prompt shares its steps with decoders, so a step's whole batch is what it costs.
     if (plan_.prefill_tokens > 0) {
-      prefill_rate_.Add(plan_.prefill_tokens + plan_.decode_tokens, after - start);
+      prefill_rate_.Add(plan_.prefill_tokens + plan_.decode_tokens + plan_.draft_tokens,
+                        after - start);
     }
     size_t row = 0;
     for (const PlannedEntry& e : plan_.entries) {
       Sequence& seq = *running_[e.sequence];
+      // K/V positions holding final content after this step: every token so far (not the
+      // one sampled below), plus the accepted drafts. Rejected drafts' K/V lies beyond and
+      // is overwritten by later steps; it never reaches the prefix cache, which only takes
+      // blocks below kv_written.
+      int kv_final = e.decode ? static_cast<int>(seq.tokens().size())
+                              : e.first_token + e.num_tokens;
       if (!e.decode) seq.AddPrefilled(e.num_tokens);
+      if (e.want_logits) {
+        const int rows = e.decode ? 1 + e.draft_tokens : 1;
+        const float* logits = logits_.data() + row * vocab_size_;
+        row += rows;
+        if (!e.decode) {
+          seq.prefill_done_time = after;
+          seq.SetState(SequenceState::kDecode);
+        }
+        const absl::Span<const TokenId> draft =
+            e.draft_tokens > 0 ? seq.draft().subspan(0, e.draft_tokens)
+                               : absl::Span<const TokenId>();
+        const int accepted = EmitTokens(seq, logits, rows, draft, e.decode, after);
+        kv_final += accepted;
+        if (e.draft_tokens > 0) {
+          seq.draft_backoff().Record(e.draft_tokens, accepted);
+          accepted_draft_tokens += accepted;
+        }
+      }
       if (options_.prefix_cache) {
-        // K/V now covers every token so far (before the one sampled below is appended):
-        // blocks it filled become shareable.
-        seq.SetKvWritten(e.decode ? static_cast<int>(seq.tokens().size())
-                                  : e.first_token + e.num_tokens);
+        // Blocks the step filled become shareable.
+        seq.SetKvWritten(kv_final);
         kv_->CacheFullBlocks(seq.kv_id(),
                              seq.block_hashes().subspan(0, seq.kv_written() / kv_block_size_),
                              seq.tokens());
       }
-      if (!e.want_logits) continue;
-      const absl::Span<const float> logits(logits_.data() + row * vocab_size_, vocab_size_);
-      ++row;
-      if (!e.decode) {
-        seq.prefill_done_time = after;
-        seq.SetState(SequenceState::kDecode);
-      }
-      EmitToken(seq, logits, e.decode, after);
     }
   }
   FinishMarked(after);
@@ -555,6 +601,8 @@ bool Engine::Impl::Step() {
     StepStats stats;
     stats.prefill_tokens = plan_.prefill_tokens;
     stats.decode_tokens = plan_.decode_tokens;
+    stats.draft_tokens = plan_.draft_tokens;
+    stats.accepted_draft_tokens = accepted_draft_tokens;
     stats.num_sequences = static_cast<int>(plan_.entries.size());
     stats.prefix_query_tokens = step_prefix_query_tokens_;
     stats.prefix_hit_tokens = step_prefix_hit_tokens_;
@@ -632,36 +680,69 @@ void Engine::Impl::Admit(absl::Time now) {
   }
 }
 
-void Engine::Impl::EmitToken(Sequence& seq, absl::Span<const float> logits, bool decode,
-                             absl::Time now) {
-  if (seq.finish_pending()) return;  // e.g. cancelled: no more output
-  GeneratedToken token = seq.SampleNext(logits);
-  if (seq.first_token_time == absl::InfinitePast()) seq.first_token_time = now;
+void Engine::Impl::ProposeDrafts() {
+  if (options_.spec_tokens == 0) return;
+  int decoding = 0;
+  for (const RunningView& view : running_views_) decoding += view.state == SequenceState::kDecode;
+  if (decoding >= options_.spec_max_decoders) return;
+  for (size_t i = 0; i < running_.size(); ++i) {
+    Sequence& seq = *running_[i];
+    if (seq.state() != SequenceState::kDecode || seq.request().disable_speculation) continue;
+    // A step emits at most 1 + drafts tokens, so drafts past the last one are wasted (and
+    // would write K/V past the reservation).
+    const int useful = seq.request().max_tokens - seq.completion_tokens() - 1;
+    if (useful <= 0) continue;
+    const int budget = seq.draft_backoff().Budget(std::min(options_.spec_tokens, useful));
+    if (budget > 0) running_views_[i].draft_tokens = seq.ProposeDraft(ngram_options_, budget);
+  }
+}
 
+int Engine::Impl::EmitTokens(Sequence& seq, const float* logits, int rows,
+                             absl::Span<const TokenId> draft, bool decode, absl::Time now) {
+  if (seq.finish_pending()) return 0;  // e.g. cancelled: no more output
   TokenChunk chunk;
   bool finish = false;
   FinishReason reason = FinishReason::kLength;
+  int accepted = 0;
   const GenerationRequest& request = seq.request();
-  if (!request.ignore_eos && step_model_->tokenizer().IsEndOfGeneration(token.id)) {
-    finish = true;  // EOS is neither emitted nor counted
-    reason = FinishReason::kEos;
-  } else if (seq.IsStopToken(token.id)) {
-    finish = true;  // a stop token is neither emitted nor counted
-    reason = FinishReason::kStop;
-  } else {
+  for (int j = 0; j < rows; ++j) {
+    GeneratedToken token =
+        seq.SampleNext(absl::MakeConstSpan(logits + static_cast<size_t>(j) * vocab_size_,
+                                           vocab_size_));
+    if (seq.first_token_time == absl::InfinitePast()) seq.first_token_time = now;
+    const TokenId id = token.id;
+    if (!request.ignore_eos && step_model_->tokenizer().IsEndOfGeneration(id)) {
+      finish = true;  // EOS is neither emitted nor counted
+      reason = FinishReason::kEos;
+      break;
+    }
+    if (seq.IsStopToken(id)) {
+      finish = true;  // a stop token is neither emitted nor counted
+      reason = FinishReason::kStop;
+      break;
+    }
+    // Tokens after the first in one step arrive with it: their gap is zero.
     if (decode && seq.last_token_time != absl::InfinitePast()) {
       inter_token_latencies_.push_back(now - seq.last_token_time);
     }
     seq.last_token_time = now;
-    const bool stopped = seq.AcceptToken(token.id, &chunk.text);
+    const bool stopped = seq.AcceptToken(id, &chunk.text);
     chunk.tokens.push_back(std::move(token));
     if (stopped) {
       finish = true;
       reason = FinishReason::kStop;
-    } else if (seq.completion_tokens() >= request.max_tokens) {
+      break;
+    }
+    if (seq.completion_tokens() >= request.max_tokens) {
       finish = true;
       reason = FinishReason::kLength;
+      break;
     }
+    // The standard rule for a deterministic draft (accept with probability p(draft), else
+    // sample from p without it, renormalized) is exactly this coupling: sample from p as
+    // usual and accept iff the sample is the draft; a rejection's sample is the output.
+    if (j >= static_cast<int>(draft.size()) || id != draft[j]) break;
+    ++accepted;
   }
   // On the way out, release the held UTF-8 bytes and stop-string lookahead.
   if (finish && seq.FlushText(&chunk.text)) reason = FinishReason::kStop;
@@ -669,11 +750,12 @@ void Engine::Impl::EmitToken(Sequence& seq, absl::Span<const float> logits, bool
   if (!chunk.tokens.empty() || !chunk.text.empty()) {
     if (!seq.sink().OnChunk(std::move(chunk)) && !finish) {
       MarkGone(seq, absl::CancelledError("the consumer went away"));
-      return;
+      return accepted;
     }
     if (!finish && seq.sink().WouldBlock()) Pause(seq, now);
   }
   if (finish) seq.MarkFinished(reason, absl::OkStatus());
+  return accepted;
 }
 
 int Engine::Impl::FinishMarked(absl::Time now) {

@@ -43,6 +43,20 @@ struct EngineOptions {
   // A request paused because its consumer stopped reading (TokenSink::WouldBlock) for
   // this long ends as kStalled (DEADLINE_EXCEEDED), its KV blocks freed. Infinite = never.
   absl::Duration stall_timeout = absl::InfiniteDuration();
+  // Speculative decoding, model-free (n-gram prompt lookup, ngram_drafter.h): a decoding
+  // sequence whose last tokens occurred earlier in its prompt or output proposes up to
+  // spec_tokens tokens that followed them, and the step verifies them with its own token
+  // as one (1 + k)-token entry; the longest agreeing prefix plus the model's own next
+  // token are emitted (1..k+1 tokens per step), and the rest of the KV is simply
+  // overwritten later. The output is what non-speculative decoding gives from the same
+  // logits, greedy or seeded (a draft is accepted exactly when the sampler, drawing as
+  // usual, picks it); in exact precision logits are bit-identical, so outputs are too.
+  // 0 = off. Requests can opt out (GenerationRequest::disable_speculation).
+  int spec_tokens = 0;
+  // No drafting in steps where this many sequences or more decode: speculation pays while
+  // decode is bandwidth-bound (each step streams all weights for a few rows), and a big
+  // batch already amortizes the weights, so extra rows would cost real compute.
+  int spec_max_decoders = 8;
 };
 
 // The engine: one thread that owns the model, the KV cache and every sequence, and runs

@@ -80,7 +80,8 @@ TokenId NextToken(TokenId t) {
 }
 
 // Applies the rule as logits. Checks the KV capacity and that every sequence's positions
-// arrive contiguously, records each step's shape, and can be paused or made to fail.
+// arrive without gaps (a speculative step may rewind over rejected drafts), records each
+// step's shape, and can be paused or made to fail.
 class FakeStepModel final : public StepModel {
  public:
   struct Shared {
@@ -135,7 +136,7 @@ class FakeStepModel final : public StepModel {
     for (const BatchEntry& e : batch) {
       int64_t& next = next_pos_[e.seq];
       if (e.first_pos == 0) next = 0;  // ids are never reused, but be explicit
-      if (e.first_pos != next || e.tokens.empty() ||
+      if (e.first_pos > next || e.tokens.empty() ||
           cache.capacity_tokens(e.seq) < e.first_pos + static_cast<int64_t>(e.tokens.size())) {
         if (shared_->error.empty()) {
           shared_->error =
@@ -144,10 +145,12 @@ class FakeStepModel final : public StepModel {
       }
       next = e.first_pos + static_cast<int64_t>(e.tokens.size());
       if (!e.want_logits) continue;
-      float* out = logits + static_cast<size_t>(row) * kVocab;
-      std::fill(out, out + kVocab, 0.0f);
-      out[NextToken(e.tokens.back())] = 10.0f;
-      ++row;
+      for (size_t j = e.tokens.size() - e.num_logits; j < e.tokens.size(); ++j) {
+        float* out = logits + static_cast<size_t>(row) * kVocab;
+        std::fill(out, out + kVocab, 0.0f);
+        out[NextToken(e.tokens[j])] = 10.0f;
+        ++row;
+      }
     }
     return absl::OkStatus();
   }
@@ -1006,6 +1009,109 @@ TEST_F(ItlTargetTest, DecodingAloneOverTheTargetStillLetsPromptsProgress) {
   EXPECT_GE(outcome.steps_with_prefill, 1);
 }
 
+std::vector<TokenId> Letters(const std::string& text) {
+  std::vector<TokenId> ids;
+  for (char c : text) ids.push_back(Letter(c));
+  return ids;
+}
+
+std::vector<TokenId> WithBos(const std::string& text) {
+  std::vector<TokenId> ids = Letters(text);
+  ids.insert(ids.begin(), kBos);
+  return ids;
+}
+
+EngineOptions SpecOptions(int spec_tokens) {
+  EngineOptions options;
+  options.kv_cache_bytes = 32 * 16 * 64;
+  options.spec_tokens = spec_tokens;
+  return options;
+}
+
+TEST_F(EngineFakeTest, SpeculationAcceptsTheAgreeingPrefixAndRewindsTheRest) {
+  Start(SpecOptions(4));
+  // After the prefill emits C, "A B C" matched at the start drafts D Q R A: the model
+  // agrees with D, then says E instead of Q, so that step emits D E and the next one
+  // starts at E's position, over the rejected drafts' K/V.
+  auto sink = std::make_shared<RecordingSink>();
+  ASSERT_TRUE(engine_->Submit(Request("r", WithBos("ABCDQRAB"), 6), sink).ok());
+  ASSERT_TRUE(sink->Wait());
+  EXPECT_EQ(sink->ids(), Letters("CDEFGH"));
+  EXPECT_EQ(sink->text(), "CDEFGH");
+  EXPECT_EQ(sink->info().completion_tokens, 6);
+  EXPECT_EQ(sink->chunks().size(), 5u);  // D and E came in one chunk
+  EXPECT_EQ(sink->violations(), "");
+
+  // A draft the model fully agrees with: D from the prefill, then "B C D" drafts E F G H
+  // and the step emits those four plus the model's own I.
+  auto full = std::make_shared<RecordingSink>();
+  ASSERT_TRUE(engine_->Submit(Request("full", WithBos("ABCDEFGHABC"), 7), full).ok());
+  ASSERT_TRUE(full->Wait());
+  EXPECT_EQ(full->ids(), Letters("DEFGHIJ"));
+  engine_->Shutdown(absl::Seconds(10));
+
+  const std::vector<std::vector<int>> steps = Steps();
+  const std::vector<std::vector<int>> expected = {{9}, {5}, {1}, {1}, {1},  // "r"
+                                                  {12}, {5}, {1}};          // "full"
+  EXPECT_EQ(steps, expected);
+  const std::vector<StepStats> stats = observer_.steps();
+  ASSERT_EQ(stats.size(), expected.size());
+  EXPECT_EQ(stats[1].decode_tokens, 1);
+  EXPECT_EQ(stats[1].draft_tokens, 4);
+  EXPECT_EQ(stats[1].accepted_draft_tokens, 1);
+  EXPECT_EQ(stats[6].draft_tokens, 4);
+  EXPECT_EQ(stats[6].accepted_draft_tokens, 4);
+  EXPECT_EQ(stats[2].draft_tokens, 0);  // "C D E" occurred nowhere before
+  // Inter-token gaps: one per decode token emitted (5 + 6); the speculative extras are 0.
+  EXPECT_EQ(observer_.itl_count(), 11u);
+}
+
+TEST_F(EngineFakeTest, SpeculationNeverDraftsPastMaxTokens) {
+  Start(SpecOptions(8));
+  auto sink = std::make_shared<RecordingSink>();
+  // "B C D" drafts 8 tokens, but only 2 more are wanted after D: one draft is verified.
+  ASSERT_TRUE(engine_->Submit(Request("r", WithBos("ABCDEFGHIJKLABC"), 3), sink).ok());
+  ASSERT_TRUE(sink->Wait());
+  EXPECT_EQ(sink->ids(), Letters("DEF"));
+  engine_->Shutdown(absl::Seconds(10));
+  EXPECT_EQ(Steps(), (std::vector<std::vector<int>>{{16}, {2}}));
+}
+
+TEST_F(EngineFakeTest, SpeculationOptOutAndBusyBatchDoNotDraft) {
+  EngineOptions options = SpecOptions(4);
+  options.spec_max_decoders = 2;
+  Start(options);
+  GenerationRequest opted_out = Request("out", WithBos("ABCDEFGHABC"), 7);
+  opted_out.disable_speculation = true;
+  auto sink = std::make_shared<RecordingSink>();
+  ASSERT_TRUE(engine_->Submit(opted_out, sink).ok());
+  ASSERT_TRUE(sink->Wait());
+  EXPECT_EQ(sink->ids(), Letters("DEFGHIJ"));
+  for (const StepStats& step : observer_.steps()) EXPECT_EQ(step.draft_tokens, 0);
+
+  // Two decoders reach spec_max_decoders: the first drafts only while it decodes alone.
+  SetPaused(true);
+  auto first = std::make_shared<RecordingSink>();
+  ASSERT_TRUE(engine_->Submit(Request("a", WithBos("ABCDEFGHABC"), 12), first).ok());
+  WaitForwardsEntered(8);  // 7 steps of "out", then this prefill
+  auto second = std::make_shared<RecordingSink>();
+  ASSERT_TRUE(engine_->Submit(Request("b", WithBos("abcdefghabc"), 12), second).ok());
+  SetPaused(false);
+  ASSERT_TRUE(first->Wait());
+  ASSERT_TRUE(second->Wait());
+  EXPECT_EQ(first->ids(), Letters("DEFGHIJKLMNO"));
+  EXPECT_EQ(second->ids(), Letters("defghijklmno"));
+  engine_->Shutdown(absl::Seconds(10));
+  int drafted = 0;
+  for (const StepStats& step : observer_.steps()) {
+    if (step.decode_tokens >= 2) {
+      EXPECT_EQ(step.draft_tokens, 0);
+    }
+    drafted += step.draft_tokens;
+  }
+  EXPECT_EQ(drafted, 4);  // "a"'s first decode step, beside "b"'s prefill
+}
+
 TEST_F(EngineFakeTest, ShutdownDrainsRunningRequests) {
   Start();
   std::vector<std::shared_ptr<RecordingSink>> sinks;
@@ -1071,6 +1177,14 @@ TEST_F(EngineFakeTest, CreateRejectsBadOptions) {
   EXPECT_EQ(engine.status().code(), absl::StatusCode::kInvalidArgument);
   options = EngineOptions();
   options.max_batch_tokens = 1024;  // beyond the model's 512
+  engine = Engine::CreateWithStepModel(std::make_unique<FakeStepModel>(shared_), options, nullptr);
+  EXPECT_EQ(engine.status().code(), absl::StatusCode::kInvalidArgument);
+  options = SmallOptions();
+  options.spec_tokens = 33;
+  engine = Engine::CreateWithStepModel(std::make_unique<FakeStepModel>(shared_), options, nullptr);
+  EXPECT_EQ(engine.status().code(), absl::StatusCode::kInvalidArgument);
+  options.spec_tokens = 4;
+  options.spec_max_decoders = 0;
   engine = Engine::CreateWithStepModel(std::make_unique<FakeStepModel>(shared_), options, nullptr);
   EXPECT_EQ(engine.status().code(), absl::StatusCode::kInvalidArgument);
   options = EngineOptions();

@@ -15,6 +15,10 @@ struct StepStats {
   StepPhase phase = StepPhase::kDecode;
   int prefill_tokens = 0;  // prompt tokens processed this step
   int decode_tokens = 0;   // sequences that decoded one token this step
+  // Speculative decoding: draft tokens verified this step (fed besides decode_tokens), and
+  // those the model agreed with (each one an extra token emitted).
+  int draft_tokens = 0;
+  int accepted_draft_tokens = 0;
   int num_sequences = 0;
   // Prefix cache, over the requests admitted this step (both 0 when it is off): prompt
   // tokens looked up, and those found cached (not prefilled).

@@ -44,6 +44,9 @@ struct GenerationRequest {
   std::vector<TokenId> stop_token_ids;
   bool ignore_eos = false;
   int logprobs = 0;  // top alternatives per token (0 = none)
+  // Opts out of speculative decoding (EngineOptions::spec_tokens); the output is the same
+  // either way, only the speed differs.
+  bool disable_speculation = false;
   absl::Time deadline = absl::InfiniteFuture();
   // Opaque to the engine: copied into FinishInfo so that its observer can tell front ends
   // apart (the server's metrics label requests "grpc" or "http").

@@ -25,7 +25,7 @@ absl::Duration Between(absl::Time from, absl::Time to) {
 
 Sequence::Sequence(KvCache::SeqId kv_id, GenerationRequest request, std::shared_ptr<TokenSink> sink,
                    const Tokenizer& tokenizer, int vocab_size, absl::Time submit,
-                   int hash_block_size)
+                   int hash_block_size, int max_draft_tokens)
     : submit_time(submit),
       kv_id_(kv_id),
       request_(std::move(request)),
@@ -38,6 +38,7 @@ Sequence::Sequence(KvCache::SeqId kv_id, GenerationRequest request, std::shared_
   tokens_.reserve(request_.prompt_ids.size() + request_.max_tokens);
   tokens_.assign(request_.prompt_ids.begin(), request_.prompt_ids.end());
   top_scratch_.reserve(request_.logprobs);
+  verify_.assign(1 + std::max(0, max_draft_tokens), 0);
   hash_block_size_ = hash_block_size;
   if (hash_block_size_ > 0) {
     block_hashes_.reserve(tokens_.capacity() / hash_block_size_ + 1);
@@ -75,6 +76,23 @@ void Sequence::SetState(SequenceState next) {
     QUILL_CHECK(false);
   }
   state_ = next;
+}
+
+int Sequence::ProposeDraft(const NgramDraftOptions& options, int max_tokens) {
+  const int k = std::min(max_tokens, static_cast<int>(verify_.size()) - 1);
+  num_drafts_ = k > 0 ? ProposeNgramDraft(tokens_, options, absl::MakeSpan(verify_).subspan(1, k))
+                      : 0;
+  verify_[0] = tokens_.back();
+  return num_drafts_;
+}
+
+absl::Span<const TokenId> Sequence::VerifyInput(int num_drafts) const {
+  QUILL_DCHECK(num_drafts <= num_drafts_ && verify_[0] == tokens_.back());
+  return absl::MakeConstSpan(verify_).subspan(0, 1 + num_drafts);
+}
+
+absl::Span<const TokenId> Sequence::draft() const {
+  return absl::MakeConstSpan(verify_).subspan(1, num_drafts_);
 }
 
 GeneratedToken Sequence::SampleNext(absl::Span<const float> logits) {

@@ -9,6 +9,8 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "engine/kv_cache/kv_cache.h"
+#include "engine/runtime/draft_backoff.h"
+#include "engine/runtime/ngram_drafter.h"
 #include "engine/runtime/request.h"
 #include "engine/runtime/sequence_state.h"
 #include "engine/runtime/stop_matcher.h"
@@ -25,9 +27,10 @@ class Sequence {
  public:
   // `hash_block_size` > 0 turns on the block hashes for prefix caching (the KV block
   // size); they are computed here, on the submitting thread, for the prompt.
+  // `max_draft_tokens` sizes the speculative-decoding buffer (0 = never drafts).
   Sequence(KvCache::SeqId kv_id, GenerationRequest request, std::shared_ptr<TokenSink> sink,
            const Tokenizer& tokenizer, int vocab_size, absl::Time submit_time,
-           int hash_block_size = 0);
+           int hash_block_size = 0, int max_draft_tokens = 0);
   Sequence(const Sequence&) = delete;
   Sequence& operator=(const Sequence&) = delete;
 
@@ -61,6 +64,14 @@ class Sequence {
   absl::Span<const TokenId> tokens() const { return tokens_; }
   // KV positions the request can ever need, reserved at admission.
   int64_t kv_tokens_reserved() const { return prompt_tokens_ + request_.max_tokens; }
+
+  // Speculative decoding. Proposes up to `max_tokens` (<= max_draft_tokens) draft tokens
+  // by n-gram lookup over tokens(); returns how many.
+  int ProposeDraft(const NgramDraftOptions& options, int max_tokens);
+  // The verification input: the last token followed by the first `num_drafts` drafts.
+  absl::Span<const TokenId> VerifyInput(int num_drafts) const;
+  absl::Span<const TokenId> draft() const;  // the proposed drafts
+  DraftBackoff& draft_backoff() { return draft_backoff_; }
 
   // Samples the next token from this sequence's logits row, with logprobs if asked.
   GeneratedToken SampleNext(absl::Span<const float> logits);
@@ -111,6 +122,9 @@ class Sequence {
   StopStringMatcher stop_matcher_;
   std::vector<TokenId> tokens_;
   std::vector<TokenLogprob> top_scratch_;
+  std::vector<TokenId> verify_;  // [last token, drafts...], sized once
+  int num_drafts_ = 0;
+  DraftBackoff draft_backoff_;
   int hash_block_size_ = 0;
   std::vector<uint64_t> block_hashes_;
   int cached_prompt_tokens_ = 0;

@@ -156,6 +156,11 @@ QuillMetrics::QuillMetrics() : registry_(std::make_shared<prometheus::Registry>(
   prefix_cache_hit_tokens_ =
       counter("quill_prefix_cache_hit_tokens_total",
               "Prompt tokens found in the prefix cache (their K/V reused, not prefilled).");
+  spec_draft_tokens_ = counter("quill_spec_draft_tokens_total",
+                               "Speculative draft tokens (n-gram lookup) verified by the model.");
+  spec_accepted_tokens_ =
+      counter("quill_spec_accepted_tokens_total",
+              "Draft tokens the model agreed with: tokens gained without a step of their own.");
 
   requests_running_ = gauge("quill_requests_running",
                             "Requests in the running set (prefilling or decoding).");
@@ -196,7 +201,11 @@ void QuillMetrics::OnStep(const engine::StepStats& stats, const engine::EngineGa
     case engine::StepPhase::kDecode: step_decode_->Observe(seconds); break;
     case engine::StepPhase::kMixed: step_mixed_->Observe(seconds); break;
   }
-  batch_tokens_->Observe(stats.prefill_tokens + stats.decode_tokens);
+  batch_tokens_->Observe(stats.prefill_tokens + stats.decode_tokens + stats.draft_tokens);
+  if (stats.draft_tokens > 0) {
+    spec_draft_tokens_->Increment(stats.draft_tokens);
+    spec_accepted_tokens_->Increment(stats.accepted_draft_tokens);
+  }
   if (stats.prefix_query_tokens > 0) {
     prefix_cache_query_tokens_->Increment(stats.prefix_query_tokens);
     prefix_cache_hit_tokens_->Increment(stats.prefix_hit_tokens);

@@ -98,6 +98,8 @@ class QuillMetrics final : public engine::EngineObserver {
   prometheus::Counter* generated_tokens_;
   prometheus::Counter* prefix_cache_query_tokens_;
   prometheus::Counter* prefix_cache_hit_tokens_;
+  prometheus::Counter* spec_draft_tokens_;
+  prometheus::Counter* spec_accepted_tokens_;
   // Gauges.
   prometheus::Gauge* requests_running_;
   prometheus::Gauge* requests_waiting_;

@@ -38,6 +38,8 @@ TEST(QuillMetricsTest, ExportsEveryFamilyWithTypeAndHelp) {
       {"quill_generated_tokens_total", "counter"},
       {"quill_prefix_cache_query_tokens_total", "counter"},
       {"quill_prefix_cache_hit_tokens_total", "counter"},
+      {"quill_spec_draft_tokens_total", "counter"},
+      {"quill_spec_accepted_tokens_total", "counter"},
       {"quill_prefix_cache_blocks", "gauge"},
       {"quill_requests_running", "gauge"},
       {"quill_requests_waiting", "gauge"},
@@ -214,6 +216,24 @@ TEST(QuillMetricsTest, PrefixCacheCountersAndGauge) {
   EXPECT_EQ(text.Value("quill_prefix_cache_query_tokens_total"), 146.0);
   EXPECT_EQ(text.Value("quill_prefix_cache_hit_tokens_total"), 96.0);
   EXPECT_EQ(text.Value("quill_prefix_cache_blocks"), 7.0);
+}
+
+TEST(QuillMetricsTest, SpeculativeDecodingCounters) {
+  QuillMetrics metrics;
+  engine::StepStats step;
+  step.decode_tokens = 2;
+  step.draft_tokens = 8;
+  step.accepted_draft_tokens = 5;
+  engine::EngineGauges gauges;
+  metrics.OnStep(step, gauges);
+  step.draft_tokens = 4;
+  step.accepted_draft_tokens = 0;
+  metrics.OnStep(step, gauges);
+  step.draft_tokens = 0;  // no speculation this step
+  metrics.OnStep(step, gauges);
+  const PromText text = Parse(metrics);
+  EXPECT_EQ(text.Value("quill_spec_draft_tokens_total"), 12.0);
+  EXPECT_EQ(text.Value("quill_spec_accepted_tokens_total"), 5.0);
 }
 
 TEST(QuillMetricsTest, ServedOverHttpOnAFreePort) {

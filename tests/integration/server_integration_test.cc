@@ -48,6 +48,7 @@ server::ServerOptions TestOptions() {
   options.drain_timeout = absl::Seconds(5);
   options.engine.kv_cache_bytes = 32 << 20;  // 1024 blocks: plenty, and quick to allocate
   options.engine.max_queue = 100;
+  options.engine.spec_tokens = 4;  // as quill-server runs by default
   return options;
 }
 
@@ -280,6 +281,9 @@ TEST_F(ServerTest, CancellingStreamsReleasesTheirKvBlocksAndOthersFinish) {
 TEST_F(ServerTest, DeadlineExceeded) {
   v1::GenerateRequest r = TextRequest("In the beginning", 240);
   r.set_ignore_eos(true);
+  // Alone, speculation would make the measured run several times faster than a stream
+  // among 16 (too many decoders to draft), and the deadline too short for first tokens.
+  r.set_disable_speculation(true);
   // The deadline is half of what one stream of 240 tokens takes alone, measured here so
   // that the test holds on a slow (sanitized, loaded) machine: 16 streams together need at
   // least as many steps, so none finishes, and half a run leaves time for first tokens.
@@ -713,14 +717,16 @@ TEST_F(ServerTest, MetricsAgreeWithTheTrafficSent) {
   // One inter-token gap per streamed token after each request's first.
   EXPECT_EQ(hist_delta(*after, "quill_inter_token_latency_seconds"), gaps);
   // Sequential requests: each step is one prefill or one decode; every token passes
-  // through exactly one step.
+  // through exactly one step, where a decode step also feeds its draft tokens and each
+  // accepted draft is a token that needed no step of its own.
   const double steps = hist_delta(*after, "quill_engine_step_duration_seconds", {{"phase", "prefill"}}) +
                        hist_delta(*after, "quill_engine_step_duration_seconds", {{"phase", "decode"}}) +
                        hist_delta(*after, "quill_engine_step_duration_seconds", {{"phase", "mixed"}});
   EXPECT_EQ(hist_delta(*after, "quill_batch_tokens"), steps);
   EXPECT_EQ(after->HistogramSum("quill_batch_tokens").value_or(0) -
                 before.HistogramSum("quill_batch_tokens").value_or(0),
-            prompt_tokens - cached + gaps);  // cached prompt tokens are not prefilled
+            prompt_tokens - cached + gaps - delta(*after, "quill_spec_accepted_tokens_total") +
+                delta(*after, "quill_spec_draft_tokens_total"));  // cached: not prefilled
   EXPECT_EQ(Metric(*after, "quill_requests_running"), 0);
   EXPECT_EQ(Metric(*after, "quill_requests_waiting"), 0);
   EXPECT_EQ(Metric(*after, "quill_kv_cache_blocks_used"), 0);
@@ -877,9 +883,12 @@ TEST_F(ServerTest, SharedPrefixIsReportedInUsageAndCountedInMetrics) {
 
   const double hits = b.last.usage().cached_prompt_tokens() + c.last.usage().cached_prompt_tokens();
   const double queried = 2 * prompt + c.last.usage().prompt_tokens();
+  // The gauges reach /metrics with the step after the last request's finish, which the
+  // client may see first: wait for them too.
   absl::StatusOr<PromText> after = ScrapeUntil(server_->metrics_port(), [&](const PromText& t) {
     return t.Value("quill_prefix_cache_hit_tokens_total").value_or(0) >=
-           before.Value("quill_prefix_cache_hit_tokens_total").value_or(0) + hits;
+               before.Value("quill_prefix_cache_hit_tokens_total").value_or(0) + hits &&
+           t.Value("quill_kv_cache_blocks_used").value_or(-1) == 0;
   });
   ASSERT_TRUE(after.ok()) << after.status();
   EXPECT_EQ(Metric(*after, "quill_prefix_cache_hit_tokens_total") -
