@@ -20,7 +20,7 @@ struct RunningView {
   int prefilled_tokens = 0;  // prompt tokens already in the KV cache
 };
 
-// A waiting request, in FIFO order.
+// A waiting request, in the engine's admission order (fair across tenants).
 struct WaitingView {
   int prompt_tokens = 0;
   int kv_blocks_needed = 0;  // reserved in full at admission (prompt + max_tokens)
@@ -29,7 +29,7 @@ struct WaitingView {
 
 struct PlanInput {
   absl::Span<const RunningView> running;  // in admission order
-  absl::Span<const WaitingView> waiting;  // FIFO
+  absl::Span<const WaitingView> waiting;  // admission order
   int free_kv_blocks = 0;
 };
 
@@ -60,7 +60,7 @@ struct StepPlan {
 //  1. Every kDecode sequence gets its one token (always: max_running <= max_batch_tokens).
 //  2. Sequences in kPrefill get chunks of <= prefill_chunk_tokens, in admission order,
 //     while the step's token budget lasts.
-//  3. Waiting requests are admitted from the FIFO head while the running set has room,
+//  3. Waiting requests are admitted from the head (in the order given) while the running set has room,
 //     the KV pool has the blocks they reserve, and the step has tokens left for their
 //     first chunk. The first request that does not fit stops admission (no overtaking).
 // `plan` is cleared and refilled; its vectors keep their capacity between steps.

@@ -898,5 +898,68 @@ TEST_F(EngineFakeTest, OneTenantsBurstDoesNotDelayAnotherTenantsRequest) {
   EXPECT_GT(order.IndexOf("a199"), b);
 }
 
+// max_queue_per_tenant: a tenant at its cap is refused while another still gets queue
+// space (and nothing else about max_queue changes).
+TEST_F(EngineFakeTest, PerTenantQueueCapLeavesRoomForOtherTenants) {
+  EngineOptions options = SmallOptions();
+  options.kv_cache_bytes = 32 * 16 * 2;  // 2 blocks: one request of <= 32 tokens at a time
+  options.max_queue = 10;
+  options.max_queue_per_tenant = 2;
+  Start(options);
+  SetPaused(true);
+  std::vector<std::shared_ptr<RecordingSink>> sinks;
+  auto submit = [&](const std::string& id, const std::string& tenant) {
+    sinks.push_back(std::make_shared<RecordingSink>());
+    GenerationRequest r = Request(id, {kBos, 5}, 20);
+    r.tenant = tenant;
+    return engine_->Submit(r, sinks.back());
+  };
+  ASSERT_TRUE(submit("run", "a").ok());
+  WaitForwardsEntered(1);  // admitted: it holds both blocks
+  ASSERT_TRUE(submit("a0", "a").ok());
+  ASSERT_TRUE(submit("a1", "a").ok());
+  const absl::Status over = submit("a2", "a");
+  EXPECT_EQ(over.code(), absl::StatusCode::kResourceExhausted) << over;
+  EXPECT_THAT(std::string(over.message()), ::testing::HasSubstr("tenant queue full"));
+  EXPECT_TRUE(RetryPushbackOf(over).has_value());
+  EXPECT_FALSE(sinks.back()->called());
+  sinks.pop_back();
+  ASSERT_TRUE(submit("b0", "b").ok());
+  ASSERT_TRUE(submit("b1", "b").ok());
+  SetPaused(false);
+  for (auto& sink : sinks) {
+    ASSERT_TRUE(sink->Wait());
+    EXPECT_EQ(sink->info().reason, FinishReason::kLength);
+  }
+  // The cap counts only what waits: a's queue is empty again.
+  ASSERT_TRUE(submit("a3", "a").ok());
+  ASSERT_TRUE(sinks.back()->Wait());
+}
+
+TEST_F(EngineFakeTest, TenantIsValidatedAndReported) {
+  Start();
+  struct Case {
+    std::string tenant;
+    int weight;
+  } bad[] = {{"line\nbreak", 1}, {std::string(65, 't'), 1}, {"ok", 0}, {"ok", 1001}};
+  for (const Case& c : bad) {
+    GenerationRequest r = Request("r", {kBos, 5}, 2);
+    r.tenant = c.tenant;
+    r.tenant_weight = c.weight;
+    auto sink = std::make_shared<RecordingSink>();
+    const absl::Status s = engine_->Submit(r, sink);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.tenant << " " << c.weight;
+    EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("tenant"));
+    EXPECT_FALSE(sink->called());
+  }
+  GenerationRequest r = Request("r", {kBos, 5}, 2);
+  r.tenant = std::string(64, 't');
+  r.tenant_weight = 1000;
+  auto sink = std::make_shared<RecordingSink>();
+  ASSERT_TRUE(engine_->Submit(r, sink).ok());
+  ASSERT_TRUE(sink->Wait());
+  EXPECT_EQ(sink->info().tenant, std::string(64, 't'));
+}
+
 }  // namespace
 }  // namespace quill::engine
