@@ -60,9 +60,10 @@ struct StepPlan {
 //  1. Every kDecode sequence gets its one token (always: max_running <= max_batch_tokens).
 //  2. Sequences in kPrefill get chunks of <= prefill_chunk_tokens, in admission order,
 //     while the step's token budget lasts.
-//  3. Waiting requests are admitted from the head (in the order given) while the running set has room,
-//     the KV pool has the blocks they reserve, and the step has tokens left for their
-//     first chunk. The first request that does not fit stops admission (no overtaking).
+//  3. Waiting requests are admitted from the head (in the order given) while the running
+//     set has room, the KV pool has the blocks they reserve, and the step has tokens left
+//     for their first chunk. The first request that does not fit stops admission (no
+//     overtaking).
 // `plan` is cleared and refilled; its vectors keep their capacity between steps.
 void PlanStep(const PlanInput& input, const PlannerOptions& options, StepPlan* plan);
 

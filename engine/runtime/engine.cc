@@ -80,8 +80,8 @@ class Engine::Impl {
         observer_(observer),
         clock_(clock),
         kv_(std::move(kv)),
-        inbox_(AdmissionLimits{options.max_queue, options.max_queue_per_tenant,
-                               options.max_running, kv_->num_blocks()}),
+        inbox_(AdmissionLimits{options.max_queue, options.max_queue_per_tenant, options.max_running,
+                               kv_->num_blocks()}),
         vocab_size_(step_model_->vocab_size()),
         context_length_(step_model_->context_length()),
         max_tokens_limit_(options.max_tokens_limit > 0 ? options.max_tokens_limit
@@ -192,7 +192,7 @@ class Engine::Impl {
   // KV at submit, see Inbox; FIFO), then queued_ (weighted-fair across tenants).
   std::deque<std::unique_ptr<Sequence>> promised_;
   FairQueue<std::unique_ptr<Sequence>> queued_;
-  std::vector<Sequence*> waiting_head_;  // the first admissible, in admission order
+  std::vector<Sequence*> waiting_head_;                // the first admissible, in admission order
   std::vector<std::unique_ptr<Sequence>*> fair_head_;  // scratch for queued_.Head()
   std::vector<std::unique_ptr<Sequence>> running_;  // admission order
   absl::flat_hash_map<std::string, Sequence*> by_id_;
@@ -221,8 +221,8 @@ absl::Status Engine::Impl::Validate(const GenerationRequest& r) const {
         absl::StrCat("tenant is longer than ", kMaxTenantBytes, " bytes"));
   }
   if (r.tenant_weight < 1 || r.tenant_weight > kMaxTenantWeight) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "tenant_weight must be in [1, ", kMaxTenantWeight, "], got ", r.tenant_weight));
+    return absl::InvalidArgumentError(absl::StrCat("tenant_weight must be in [1, ",
+                                                   kMaxTenantWeight, "], got ", r.tenant_weight));
   }
   if (r.prompt_ids.empty()) return absl::InvalidArgumentError("prompt must not be empty");
   for (size_t i = 0; i < r.prompt_ids.size(); ++i) {

@@ -42,10 +42,10 @@ absl::Status Inbox::PushSubmit(std::unique_ptr<Sequence> sequence) {
             ? absl::Seconds(own_queued / rates_.requests_finished_per_second)
             : absl::Seconds(1);
     return WithRetryPushback(
-        absl::ResourceExhaustedError(absl::StrCat(
-            "tenant queue full: this tenant has ", own_queued,
-            " requests waiting (max_queue_per_tenant ", limits_.max_queue_per_tenant,
-            "); retry in about ", retry_in(pushback))),
+        absl::ResourceExhaustedError(absl::StrCat("tenant queue full: this tenant has ", own_queued,
+                                                  " requests waiting (max_queue_per_tenant ",
+                                                  limits_.max_queue_per_tenant,
+                                                  "); retry in about ", retry_in(pushback))),
         pushback);
   }
   QUILL_RETURN_IF_ERROR(CheckDeadline(*sequence, fits));
@@ -173,9 +173,8 @@ absl::Status Inbox::CheckDeadline(const Sequence& sequence, bool starts_now) con
     return absl::FormatDuration(absl::Trunc(d, absl::Milliseconds(1)));
   };
   return absl::DeadlineExceededError(absl::StrCat(
-      "deadline: ", ms(left), " left cannot cover the expected queue wait (", ms(wait),
-      ", ", ahead, " of ", queued_, " queued ahead) plus prefill (", ms(prefill), ", ",
-      sequence.prompt_tokens(),
+      "deadline: ", ms(left), " left cannot cover the expected queue wait (", ms(wait), ", ", ahead,
+      " of ", queued_, " queued ahead) plus prefill (", ms(prefill), ", ", sequence.prompt_tokens(),
       " tokens) at the measured rates; refused without queueing"));
 }
 

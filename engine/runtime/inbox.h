@@ -112,8 +112,7 @@ class Inbox {
   // Queued requests the engine's fair queue would admit before a new one from `tenant`
   // (weight `weight`): all of the tenant's own, and from every other tenant t about
   // (own + 1) * weight(t) / weight, as many as t has.
-  int RequestsAhead(const std::string& tenant, int weight) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  int RequestsAhead(const std::string& tenant, int weight) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DecrementTenant(const std::string& tenant) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   struct TenantQueue {
