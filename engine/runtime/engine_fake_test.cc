@@ -961,5 +961,52 @@ TEST_F(EngineFakeTest, TenantIsValidatedAndReported) {
   EXPECT_EQ(sink->info().tenant, std::string(64, 't'));
 }
 
+// Deadline-aware refusal counts the requests the fair queue puts ahead of a new one, not
+// the whole queue: behind tenant a's 8 queued requests, tenant b's request waits for about
+// one of them, so a deadline that a's next request cannot meet is enough for b's.
+TEST_F(EngineFakeTest, DeadlineEstimateFollowsTheFairOrder) {
+  ManualClock clock;
+  shared_->after_forward = [&clock] { clock.Advance(absl::Milliseconds(10)); };
+  EngineOptions options = SmallOptions();
+  options.max_running = 1;
+  options.max_queue = 20;
+  Start(options, &clock);
+  for (int i = 0; i < 5; ++i) {  // 100 ms per request: 10 finish per second
+    auto warm = std::make_shared<RecordingSink>();
+    ASSERT_TRUE(engine_->Submit(Request(absl::StrCat("w", i), {kBos, 5}, 10), warm).ok());
+    ASSERT_TRUE(warm->Wait());
+  }
+  SetPaused(true);  // the clock stands still while the test submits
+  std::vector<std::shared_ptr<RecordingSink>> sinks;
+  auto submit = [&](const std::string& id, const std::string& tenant, absl::Duration deadline) {
+    sinks.push_back(std::make_shared<RecordingSink>());
+    GenerationRequest r = Request(id, {kBos, 5}, 10);
+    r.tenant = tenant;
+    if (deadline != absl::InfiniteDuration()) r.deadline = clock.Now() + deadline;
+    return engine_->Submit(r, sinks.back());
+  };
+  ASSERT_TRUE(submit("pin", "a", absl::InfiniteDuration()).ok());
+  WaitForwardsEntered(51);
+  for (int i = 0; i < 8; ++i) {
+    ASSERT_TRUE(submit(absl::StrCat("a", i), "a", absl::InfiniteDuration()).ok());
+  }
+  // a's next one waits for 9 to finish (~900 ms): 400 ms cannot cover it.
+  const absl::Status late = submit("a-late", "a", absl::Milliseconds(400));
+  EXPECT_EQ(late.code(), absl::StatusCode::kDeadlineExceeded) << late;
+  EXPECT_THAT(std::string(late.message()), ::testing::HasSubstr("8 of 8 queued ahead"));
+  sinks.pop_back();
+  // b's waits for about 2 (~200 ms, one of a's and itself): accepted, and it makes it.
+  const absl::Status b = submit("b", "b", absl::Milliseconds(400));
+  EXPECT_TRUE(b.ok()) << b;  // not ASSERT: the model must be unpaused to shut down
+  if (!b.ok()) sinks.pop_back();
+  SetPaused(false);
+  for (auto& sink : sinks) {
+    ASSERT_TRUE(sink->Wait());
+    EXPECT_EQ(sink->info().reason, FinishReason::kLength);
+  }
+  EXPECT_LT(sinks.back()->info().timings.time_to_first_token, absl::Milliseconds(400));
+  engine_->Shutdown(absl::ZeroDuration());  // before `clock` goes away
+}
+
 }  // namespace
 }  // namespace quill::engine
