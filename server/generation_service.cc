@@ -42,15 +42,16 @@ GenerationService::GenerationService(RequestGateway* gateway, Info info,
                                      const ApiKeys* api_keys)
     : gateway_(gateway), info_(std::move(info)), api_keys_(api_keys) {}
 
-absl::Status GenerationService::Authorize(const grpc::CallbackServerContext& context) const {
-  if (api_keys_ == nullptr) return absl::OkStatus();
+absl::StatusOr<Tenant> GenerationService::Authorize(
+    const grpc::CallbackServerContext& context) const {
   // gRPC lower-cases metadata keys; a repeated header counts by its first value.
   const auto& metadata = context.client_metadata();
-  const auto found = metadata.find("authorization");
-  const absl::string_view value =
-      found == metadata.end() ? absl::string_view()
-                              : absl::string_view(found->second.data(), found->second.size());
-  return api_keys_->Check(value);
+  const auto lookup = [&metadata](absl::string_view key) -> std::optional<absl::string_view> {
+    const auto found = metadata.find(grpc::string_ref(key.data(), key.size()));
+    if (found == metadata.end()) return std::nullopt;
+    return absl::string_view(found->second.data(), found->second.size());
+  };
+  return ResolveTenant(api_keys_, lookup("authorization").value_or(""), lookup(kTenantHeader));
 }
 
 grpc::ServerWriteReactor<grpc::ByteBuffer>* GenerationService::RejectGenerate(
@@ -66,7 +67,8 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* GenerationService::RejectGenerate(
 
 grpc::ServerWriteReactor<grpc::ByteBuffer>* GenerationService::Generate(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* raw) {
-  if (absl::Status s = Authorize(*context); !s.ok()) return RejectGenerate(s, false);
+  absl::StatusOr<Tenant> tenant = Authorize(*context);
+  if (!tenant.ok()) return RejectGenerate(tenant.status(), false);
   if (absl::Status s = gateway_->CheckServing(); !s.ok()) return RejectGenerate(s, false);
   v1::GenerateRequest request;
   // Size first: an oversized request is refused before it is copied or parsed.
@@ -76,7 +78,7 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* GenerationService::Generate(
   if (!parsed.ok()) return RejectGenerate(parsed, false);
   const absl::Time deadline = DeadlineOf(*context);
   absl::StatusOr<engine::GenerationRequest> converted =
-      gateway_->Prepare(request, deadline, Api::kGrpc);
+      gateway_->Prepare(request, deadline, Api::kGrpc, *tenant);
   if (!converted.ok()) return RejectGenerate(converted.status(), /*counted=*/true);
 
   return StartStream(context, *std::move(converted), deadline);
@@ -84,13 +86,14 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* GenerationService::Generate(
 
 grpc::ServerWriteReactor<grpc::ByteBuffer>* GenerationService::Chat(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* raw) {
-  if (absl::Status s = Authorize(*context); !s.ok()) return RejectGenerate(s, false);
+  absl::StatusOr<Tenant> tenant = Authorize(*context);
+  if (!tenant.ok()) return RejectGenerate(tenant.status(), false);
   if (absl::Status s = gateway_->CheckServing(); !s.ok()) return RejectGenerate(s, false);
   v1::ChatRequest request;
   if (absl::Status s = ParseRequest(*raw, &request); !s.ok()) return RejectGenerate(s, false);
   const absl::Time deadline = DeadlineOf(*context);
   absl::StatusOr<engine::GenerationRequest> converted =
-      gateway_->PrepareChat(request, deadline, Api::kGrpc);
+      gateway_->PrepareChat(request, deadline, Api::kGrpc, *tenant);
   if (!converted.ok()) return RejectGenerate(converted.status(), /*counted=*/true);
   return StartStream(context, *std::move(converted), deadline);
 }
@@ -120,7 +123,8 @@ grpc::ServerUnaryReactor* GenerationService::Tokenize(grpc::CallbackServerContex
                                                       const grpc::ByteBuffer* raw,
                                                       grpc::ByteBuffer* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  absl::Status status = Authorize(*context);
+  // Only the key matters here (no tenant is needed, so x-quill-tenant is not checked).
+  absl::Status status = api_keys_ == nullptr ? absl::OkStatus() : Authorize(*context).status();
   if (status.ok()) status = gateway_->CheckServing();
   v1::TokenizeRequest request;
   // Size first: an oversized request is refused before it is copied or parsed.
@@ -147,7 +151,8 @@ grpc::ServerUnaryReactor* GenerationService::GetModelInfo(
     grpc::CallbackServerContext* context, const v1::GetModelInfoRequest* /*request*/,
     v1::ModelInfo* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  absl::Status status = Authorize(*context);
+  // Only the key matters here (no tenant is needed, so x-quill-tenant is not checked).
+  absl::Status status = api_keys_ == nullptr ? absl::OkStatus() : Authorize(*context).status();
   if (status.ok()) status = gateway_->CheckServing();
   if (!status.ok()) {
     reactor->Finish(ToGrpcStatus(status));

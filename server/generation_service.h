@@ -61,8 +61,10 @@ class GenerationService final : public GeneratorServiceBase {
   grpc::ServerWriteReactor<grpc::ByteBuffer>* StartStream(grpc::CallbackServerContext* context,
                                                           engine::GenerationRequest request,
                                                           absl::Time deadline);
-  // OK, or UNAUTHENTICATED when API keys are in force and the call has no valid one.
-  absl::Status Authorize(const grpc::CallbackServerContext& context) const;
+  // The caller's tenant (ResolveTenant: the API key's, or else the x-quill-tenant
+  // metadata); UNAUTHENTICATED when API keys are in force and the call has no valid one,
+  // INVALID_ARGUMENT for a malformed x-quill-tenant when they are not.
+  absl::StatusOr<Tenant> Authorize(const grpc::CallbackServerContext& context) const;
 
   RequestGateway* const gateway_;
   const Info info_;

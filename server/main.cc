@@ -125,6 +125,17 @@ ABSL_FLAG(int, spec_tokens, 4,
 ABSL_FLAG(int, spec_max_decoders, kEngineDefaults.spec_max_decoders,
           "No drafting in steps where this many requests or more decode: speculation pays "
           "while decode is memory-bandwidth-bound (small batches).");
+ABSL_FLAG(int, max_queue_per_tenant, kEngineDefaults.max_queue_per_tenant,
+          "Most requests one tenant may have waiting (a tenant is the API key, or the "
+          "x-quill-tenant header when --api-keys-file is not set); beyond it that tenant's "
+          "requests fail with RESOURCE_EXHAUSTED while other tenants still queue. 0 = no cap "
+          "of its own (only --max-queue). Waiting requests are admitted weighted-fair across "
+          "tenants either way.");
+ABSL_FLAG(bool, metrics_per_tenant, false,
+          "Add per-tenant series: quill_tenant_requests_total{tenant,outcome}, "
+          "quill_tenant_queue_wait_seconds{tenant} and "
+          "quill_tenant_time_to_first_token_seconds{tenant} (at most 100 tenants; the rest "
+          "share tenant=\"_other\"). Off by default to keep metrics low-cardinality.");
 ABSL_FLAG(int, max_tokens_limit, kEngineDefaults.max_tokens_limit,
           "Largest max_tokens a request may ask for; 0 = the model's context length - 1.");
 ABSL_FLAG(absl::Duration, drain_timeout, absl::Seconds(30),
@@ -151,8 +162,10 @@ ABSL_FLAG(std::string, tls_client_ca, "",
           "(mutual TLS).");
 ABSL_FLAG(std::string, api_keys_file, "",
           "File of API keys, one per line ('#' comments): every gRPC call and HTTP API "
-          "request must send 'authorization: Bearer KEY' (health checks excepted). Re-read "
-          "on SIGHUP.");
+          "request must send 'authorization: Bearer KEY' (health checks excepted). A key may "
+          "be followed by 'name=TENANT' and 'weight=N' (its tenant, default the first 8 hex "
+          "digits of its SHA-256, and admission weight, default 1); with keys, "
+          "x-quill-tenant is ignored. Re-read on SIGHUP.");
 ABSL_FLAG(std::string, reflection, "auto",
           "gRPC server reflection: true, false, or auto (on only when --host is loopback).");
 ABSL_FLAG(quill::server::ByteSizeFlag, max_send_message_bytes, quill::server::ByteSizeFlag{4 << 20},
@@ -186,6 +199,8 @@ constexpr const char* kFlagNames[] = {
     "itl_target",
     "max_running",
     "max_queue",
+    "max_queue_per_tenant",
+    "metrics_per_tenant",
     "max_tokens_limit",
     "spec_tokens",
     "spec_max_decoders",
@@ -306,6 +321,8 @@ absl::StatusOr<ServerOptions> OptionsFromFlags(const char* exe) {
   options.engine.itl_target = absl::GetFlag(FLAGS_itl_target);
   options.engine.max_running = absl::GetFlag(FLAGS_max_running);
   options.engine.max_queue = absl::GetFlag(FLAGS_max_queue);
+  options.engine.max_queue_per_tenant = absl::GetFlag(FLAGS_max_queue_per_tenant);
+  options.metrics_per_tenant = absl::GetFlag(FLAGS_metrics_per_tenant);
   options.engine.max_tokens_limit = absl::GetFlag(FLAGS_max_tokens_limit);
   options.engine.num_threads = absl::GetFlag(FLAGS_threads);
   options.engine.spec_tokens = absl::GetFlag(FLAGS_spec_tokens);
@@ -387,6 +404,9 @@ absl::StatusOr<ServerOptions> OptionsFromFlags(const char* exe) {
   }
   if (options.engine.spec_max_decoders < 1) {
     return absl::InvalidArgumentError("--spec-max-decoders must be >= 1");
+  }
+  if (options.engine.max_queue_per_tenant < 0) {
+    return absl::InvalidArgumentError("--max-queue-per-tenant must be >= 0");
   }
   if (options.engine.kv_cache_bytes <= 0) {
     return absl::InvalidArgumentError("--kv-cache-bytes must be > 0");

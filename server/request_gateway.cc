@@ -63,47 +63,49 @@ std::string RequestGateway::NewRequestId() {
                          next_id_.fetch_add(1, std::memory_order_relaxed));
 }
 
-void RequestGateway::RecordRejected(Api api) {
-  if (metrics_ != nullptr) metrics_->RecordRejected(api);
+void RequestGateway::RecordRejected(Api api, std::optional<absl::string_view> tenant) {
+  if (metrics_ != nullptr) metrics_->RecordRejected(api, tenant);
 }
 
 absl::StatusOr<engine::GenerationRequest> RequestGateway::Prepare(
-    const quill::v1::GenerateRequest& request, absl::Time deadline, Api api) {
+    const quill::v1::GenerateRequest& request, absl::Time deadline, Api api, const Tenant& tenant) {
   absl::Status serving = CheckServing();
   if (!serving.ok()) {
-    RecordRejected(api);
+    RecordRejected(api, tenant.name);
     return serving;
   }
   return FinishPrepare(ToEngineRequest(request, limits_, engine()->model().tokenizer()), deadline,
-                       api);
+                       api, tenant);
 }
 
 absl::StatusOr<engine::GenerationRequest> RequestGateway::PrepareChat(
-    const quill::v1::ChatRequest& request, absl::Time deadline, Api api) {
+    const quill::v1::ChatRequest& request, absl::Time deadline, Api api, const Tenant& tenant) {
   absl::Status serving = CheckServing();
   if (!serving.ok()) {
-    RecordRejected(api);
+    RecordRejected(api, tenant.name);
     return serving;
   }
-  return FinishPrepare(ToEngineChatRequest(request, limits_, *chat_prompter_), deadline, api);
+  return FinishPrepare(ToEngineChatRequest(request, limits_, *chat_prompter_), deadline, api,
+                       tenant);
 }
 
 absl::StatusOr<engine::GenerationRequest> RequestGateway::PrepareChat(
     const nlohmann::ordered_json& messages, const quill::v1::GenerateRequest& options,
-    absl::Time deadline, Api api) {
+    absl::Time deadline, Api api, const Tenant& tenant) {
   absl::Status serving = CheckServing();
   if (!serving.ok()) {
-    RecordRejected(api);
+    RecordRejected(api, tenant.name);
     return serving;
   }
   return FinishPrepare(ToEngineChatRequest(messages, options, limits_, *chat_prompter_), deadline,
-                       api);
+                       api, tenant);
 }
 
 absl::StatusOr<engine::GenerationRequest> RequestGateway::FinishPrepare(
-    absl::StatusOr<engine::GenerationRequest> converted, absl::Time deadline, Api api) {
+    absl::StatusOr<engine::GenerationRequest> converted, absl::Time deadline, Api api,
+    const Tenant& tenant) {
   if (!converted.ok()) {
-    RecordRejected(api);
+    RecordRejected(api, tenant.name);
     spdlog::debug("rejected request api={} status={}", std::string(ApiName(api)),
                   LogField(converted.status().ToString()));
     return converted.status();
@@ -111,6 +113,8 @@ absl::StatusOr<engine::GenerationRequest> RequestGateway::FinishPrepare(
   if (converted->request_id.empty()) converted->request_id = NewRequestId();
   converted->deadline = deadline;
   converted->frontend = std::string(ApiName(api));
+  converted->tenant = tenant.name;
+  converted->tenant_weight = tenant.weight;
   return converted;
 }
 
@@ -123,13 +127,14 @@ absl::StatusOr<quill::v1::TokenizeResponse> RequestGateway::Tokenize(
 absl::Status RequestGateway::Submit(engine::GenerationRequest request,
                                     std::shared_ptr<engine::TokenSink> sink, Api api) {
   engine::Engine* e = engine();
+  const std::string tenant = request.tenant;  // for the refusal's count
   absl::Status submitted =
       e == nullptr ? CheckServing() : e->Submit(std::move(request), std::move(sink));
   if (!submitted.ok()) {
     if (submitted.code() == absl::StatusCode::kDeadlineExceeded) {
-      if (metrics_ != nullptr) metrics_->RecordDeadlineRefused(api);
+      if (metrics_ != nullptr) metrics_->RecordDeadlineRefused(api, tenant);
     } else {
-      RecordRejected(api);
+      RecordRejected(api, tenant);
     }
     spdlog::debug("engine refused request api={} status={}", std::string(ApiName(api)),
                   LogField(submitted.ToString()));

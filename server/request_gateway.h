@@ -23,6 +23,7 @@
 #include "quill/v1/quill.pb.h"
 #include "server/metrics/quill_metrics.h"
 #include "server/request_codec.h"
+#include "server/security/tenant.h"
 
 namespace quill::server {
 
@@ -55,11 +56,13 @@ class RequestGateway {
   const std::string& model_path() const { return model_path_; }
 
   // CheckServing, then request_codec's validation and conversion; fills in a request id
-  // when the request has none, `deadline` and the front end's label. On error the
-  // rejection is counted and the status names the offending field (INVALID_ARGUMENT) or
-  // says why the server cannot take it (UNAVAILABLE).
+  // when the request has none, `deadline`, the front end's label and `tenant` (the front
+  // end resolved it with ResolveTenant). On error the rejection is counted and the status
+  // names the offending field (INVALID_ARGUMENT) or says why the server cannot take it
+  // (UNAVAILABLE).
   absl::StatusOr<engine::GenerationRequest> Prepare(const quill::v1::GenerateRequest& request,
-                                                    absl::Time deadline, Api api);
+                                                    absl::Time deadline, Api api,
+                                                    const Tenant& tenant = {});
 
   // The Tokenize call (both front ends): CheckServing, then request_codec's TokenizeText,
   // which refuses text over max_tokenize_bytes before tokenizing it and output over
@@ -69,11 +72,13 @@ class RequestGateway {
   // (request_codec's ToEngineChatRequest). FAILED_PRECONDITION when the server has no chat
   // template; otherwise errors as Prepare's. The rejection is counted either way.
   absl::StatusOr<engine::GenerationRequest> PrepareChat(const quill::v1::ChatRequest& request,
-                                                        absl::Time deadline, Api api);
+                                                        absl::Time deadline, Api api,
+                                                        const Tenant& tenant = {});
   // The same for an OpenAI message array and the options in `options` (HTTP).
   absl::StatusOr<engine::GenerationRequest> PrepareChat(const nlohmann::ordered_json& messages,
                                                         const quill::v1::GenerateRequest& options,
-                                                        absl::Time deadline, Api api);
+                                                        absl::Time deadline, Api api,
+                                                        const Tenant& tenant = {});
 
   // Engine::Submit. On error (RESOURCE_EXHAUSTED queue full, UNAVAILABLE draining,
   // ALREADY_EXISTS duplicate id, INVALID_ARGUMENT) the rejection is counted, and
@@ -82,8 +87,9 @@ class RequestGateway {
   absl::Status Submit(engine::GenerationRequest request, std::shared_ptr<engine::TokenSink> sink,
                       Api api);
 
-  // Counts a request a front end refused on its own (malformed body, bad field types).
-  void RecordRejected(Api api);
+  // Counts a request a front end refused on its own (malformed body, bad field types);
+  // per tenant too when `tenant` is known (--metrics-per-tenant).
+  void RecordRejected(Api api, std::optional<absl::string_view> tenant = std::nullopt);
 
   // Never blocks; the request ends (kCancelled) within one engine step. No-op when the
   // engine is not running or the id is unknown.
@@ -95,7 +101,8 @@ class RequestGateway {
   std::string NewRequestId();
   // Counts and logs a refused request; fills in id, deadline and front end otherwise.
   absl::StatusOr<engine::GenerationRequest> FinishPrepare(
-      absl::StatusOr<engine::GenerationRequest> converted, absl::Time deadline, Api api);
+      absl::StatusOr<engine::GenerationRequest> converted, absl::Time deadline, Api api,
+      const Tenant& tenant);
 
   QuillMetrics* const metrics_;
   const std::string model_path_;

@@ -126,7 +126,7 @@ std::string Server::address() const { return JoinHostPort(options_.host, port_);
 
 absl::Status Server::Start() {
   if (absl::Status s = LoadChatTemplate(); !s.ok()) return s;
-  metrics_ = std::make_unique<QuillMetrics>();
+  metrics_ = std::make_unique<QuillMetrics>(options_.metrics_per_tenant);
   gateway_ = std::make_unique<RequestGateway>(metrics_.get(), options_.model_path);
   if (!options_.api_keys_file.empty()) {
     absl::StatusOr<std::unique_ptr<ApiKeys>> keys = ApiKeys::Load(options_.api_keys_file);

@@ -34,6 +34,8 @@ struct ServerOptions {
   // `metrics_request_timeout` each, so scrapes keep being answered.
   int metrics_threads = 16;
   absl::Duration metrics_request_timeout = absl::Seconds(2);
+  // Per-tenant metric series (QuillMetrics' per_tenant); off = no tenant label anywhere.
+  bool metrics_per_tenant = false;
   std::string http_host;  // empty = same as host
   // OpenAI-compatible HTTP API; 0 = any free port; negative = off. Off unless asked for
   // (quill-server's --http-port defaults to 8080), so that code and tests building a

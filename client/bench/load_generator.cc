@@ -14,6 +14,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "grpcpp/client_context.h"
 
 namespace quill::bench {
 namespace {
@@ -199,13 +200,19 @@ absl::Status ValidateBenchOptions(const BenchOptions& options, const quill::v1::
   return absl::OkStatus();
 }
 
-StreamFn GrpcStreamFn(client::QuillClient& client) {
-  return [&client](const quill::v1::GenerateRequest& request, absl::Duration timeout,
-                   const std::function<void(int)>& on_tokens) {
+StreamFn GrpcStreamFn(client::QuillClient& client, std::string tenant) {
+  client::ClientContextHook hook;
+  if (!tenant.empty()) {
+    hook = [tenant](grpc::ClientContext* context) {
+      context->AddMetadata("x-quill-tenant", tenant);
+    };
+  }
+  return [&client, hook](const quill::v1::GenerateRequest& request, absl::Duration timeout,
+                         const std::function<void(int)>& on_tokens) {
     return client.Generate(
         request,
         [&](const quill::v1::GenerateResponse& response) { on_tokens(response.token_ids_size()); },
-        timeout);
+        timeout, hook);
   };
 }
 

@@ -107,7 +107,9 @@ using StreamFn =
 using StreamFnFactory = std::function<StreamFn()>;
 
 // A StreamFn over gRPC's Generate, sharing `client` (one HTTP/2 channel) between workers.
-StreamFn GrpcStreamFn(client::QuillClient& client);
+// `tenant` not empty: every call carries `x-quill-tenant: tenant` (a server without API
+// keys admits waiting requests fairly across tenants; with keys the key is the tenant).
+StreamFn GrpcStreamFn(client::QuillClient& client, std::string tenant = "");
 
 // Validates `options` against the model (vocab, context length, server limits).
 absl::Status ValidateBenchOptions(const BenchOptions& options, const quill::v1::ModelInfo& info);

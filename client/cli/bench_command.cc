@@ -24,6 +24,7 @@ int BenchCommand(const std::vector<std::string>& args) {
   double temperature = 0;
   bool json = false;
   bool quiet = false;
+  std::string tenant;
   FlagParser parser(
       "quill bench [flags]",
       "Load-tests a server. Closed loop (default): --concurrency workers each send their next "
@@ -61,6 +62,10 @@ int BenchCommand(const std::vector<std::string>& args) {
   parser.AddDuration("timeout", &options.request_timeout, "Deadline of each request.");
   parser.AddBool("json", &json, "Print the report as one JSON object on stdout.");
   parser.AddBool("quiet", &quiet, "No progress line.");
+  parser.AddString("tenant", &tenant,
+                   "Send 'x-quill-tenant: TENANT' with every request (--api grpc only). A "
+                   "server without API keys admits waiting requests fairly across tenants; "
+                   "with keys the key is the tenant and the header is ignored.");
   std::vector<std::string> positional;
   if (int code = ParseFlags(parser, args, &positional); code >= 0) return code;
   if (!positional.empty()) {
@@ -71,6 +76,10 @@ int BenchCommand(const std::vector<std::string>& args) {
   options.temperature = static_cast<float>(temperature);
   if (options.api != "grpc" && options.api != "http") {
     std::cerr << "error: --api must be grpc or http, got \"" << options.api << "\"\n";
+    return kExitUsage;
+  }
+  if (!tenant.empty() && options.api != "grpc") {
+    std::cerr << "error: --tenant works with --api grpc only\n";
     return kExitUsage;
   }
   const std::string& addr = connection.addr;
@@ -100,7 +109,9 @@ int BenchCommand(const std::vector<std::string>& args) {
       std::cerr << (tty ? "\r\033[K" : "") << line << (tty ? "" : "\n") << std::flush;
     };
   }
-  bench::StreamFnFactory make_stream_fn = [&client] { return bench::GrpcStreamFn(*client); };
+  bench::StreamFnFactory make_stream_fn = [&client, &tenant] {
+    return bench::GrpcStreamFn(*client, tenant);
+  };
   if (options.api == "http") {
     make_stream_fn = [&http_addr]() -> bench::StreamFn {
       auto streamer = std::make_shared<bench::HttpStreamer>(http_addr);

@@ -23,7 +23,7 @@ struct RunningView {
   int draft_tokens = 0;      // kDecode: draft tokens proposed for verification this step
 };
 
-// A waiting request, in FIFO order.
+// A waiting request, in the engine's admission order (fair across tenants).
 struct WaitingView {
   int prompt_tokens = 0;
   int kv_blocks_needed = 0;  // reserved in full at admission (prompt + max_tokens)
@@ -32,7 +32,7 @@ struct WaitingView {
 
 struct PlanInput {
   absl::Span<const RunningView> running;  // in admission order
-  absl::Span<const WaitingView> waiting;  // FIFO
+  absl::Span<const WaitingView> waiting;  // admission order
   int free_kv_blocks = 0;
   // Most prompt tokens this step may take (the engine's inter-token-latency budget), on top
   // of max_batch_tokens; decode tokens are never limited by it.
@@ -73,9 +73,10 @@ struct StepPlan {
 //     token budget last (drafts go before prefill: they are few, and bounded).
 //  2. Sequences in kPrefill get chunks of <= prefill_chunk_tokens, in admission order,
 //     while the step's token budget (max_batch_tokens, and max_prefill_tokens) lasts.
-//  3. Waiting requests are admitted from the FIFO head while the running set has room,
-//     the KV pool has the blocks they reserve, and the step has tokens left for their
-//     first chunk. The first request that does not fit stops admission (no overtaking).
+//  3. Waiting requests are admitted from the head (in the order given) while the running
+//     set has room, the KV pool has the blocks they reserve, and the step has tokens left
+//     for their first chunk. The first request that does not fit stops admission (no
+//     overtaking).
 // `plan` is cleared and refilled; its vectors keep their capacity between steps.
 void PlanStep(const PlanInput& input, const PlannerOptions& options, StepPlan* plan);
 

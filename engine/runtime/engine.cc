@@ -18,6 +18,7 @@
 #include "engine/base/status_macros.h"
 #include "engine/runtime/batch_planner.h"
 #include "engine/runtime/ewma_rate.h"
+#include "engine/runtime/fair_queue.h"
 #include "engine/runtime/inbox.h"
 #include "engine/runtime/sequence.h"
 #include "engine/runtime/step_cost_model.h"
@@ -57,6 +58,10 @@ absl::Status ValidateOptions(const EngineOptions& o, int model_max_batch_tokens)
   }
   if (o.max_queue < 1) {
     return absl::InvalidArgumentError(absl::StrCat("max_queue must be >= 1, got ", o.max_queue));
+  }
+  if (o.max_queue_per_tenant < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_queue_per_tenant must be >= 0, got ", o.max_queue_per_tenant));
   }
   if (o.kv_cache_bytes <= 0) {
     return absl::InvalidArgumentError(
@@ -102,7 +107,8 @@ class Engine::Impl {
         observer_(observer),
         clock_(clock),
         kv_(std::move(kv)),
-        inbox_(AdmissionLimits{options.max_queue, options.max_running, kv_->num_blocks()}),
+        inbox_(AdmissionLimits{options.max_queue, options.max_queue_per_tenant, options.max_running,
+                               kv_->num_blocks()}),
         vocab_size_(step_model_->vocab_size()),
         context_length_(step_model_->context_length()),
         max_tokens_limit_(options.max_tokens_limit > 0 ? options.max_tokens_limit
@@ -122,6 +128,8 @@ class Engine::Impl {
     running_.reserve(max_entries);
     running_views_.reserve(max_entries);
     waiting_views_.reserve(max_entries);
+    waiting_head_.reserve(max_entries);
+    fair_head_.reserve(max_entries);
     plan_.entries.reserve(max_entries * 2);
     batch_.reserve(max_entries * 2);
     inter_token_latencies_.reserve(max_rows);
@@ -185,6 +193,7 @@ class Engine::Impl {
   int PrefillTokenLimit(int decode_tokens) const;
   // Moves the planned head of the queue into the running set with its KV reserved.
   void Admit(absl::Time now);
+  bool has_waiting() const { return !promised_.empty() || !queued_.empty(); }
   // Picks the draft tokens each decoding sequence verifies this step (running_views_).
   void ProposeDrafts();
   // Samples `rows` logits rows in turn and emits each token; row j + 1 is valid (its input
@@ -230,7 +239,12 @@ class Engine::Impl {
   // Engine thread state: touched only by Run() and what it calls (checked in debug builds).
   std::thread::id engine_thread_;
   std::vector<Command> commands_;
-  std::deque<std::unique_ptr<Sequence>> waiting_;   // FIFO
+  // Waiting requests, admitted in this order: promised_ (they were promised their slot and
+  // KV at submit, see Inbox; FIFO), then queued_ (weighted-fair across tenants).
+  std::deque<std::unique_ptr<Sequence>> promised_;
+  FairQueue<std::unique_ptr<Sequence>> queued_;
+  std::vector<Sequence*> waiting_head_;                // the first admissible, in admission order
+  std::vector<std::unique_ptr<Sequence>*> fair_head_;  // scratch for queued_.Head()
   std::vector<std::unique_ptr<Sequence>> running_;  // admission order
   int num_paused_ = 0;                              // of running_
   absl::flat_hash_map<std::string, Sequence*> by_id_;
@@ -255,6 +269,15 @@ class Engine::Impl {
 absl::Status Engine::Impl::Validate(const GenerationRequest& r) const {
   if (r.request_id.empty()) return absl::InvalidArgumentError("request_id must not be empty");
   QUILL_RETURN_IF_ERROR(CheckPrintableAscii("request_id", r.request_id));
+  QUILL_RETURN_IF_ERROR(CheckPrintableAscii("tenant", r.tenant));
+  if (r.tenant.size() > kMaxTenantBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tenant is longer than ", kMaxTenantBytes, " bytes"));
+  }
+  if (r.tenant_weight < 1 || r.tenant_weight > kMaxTenantWeight) {
+    return absl::InvalidArgumentError(absl::StrCat("tenant_weight must be in [1, ",
+                                                   kMaxTenantWeight, "], got ", r.tenant_weight));
+  }
   if (r.prompt_ids.empty()) return absl::InvalidArgumentError("prompt must not be empty");
   for (size_t i = 0; i < r.prompt_ids.size(); ++i) {
     if (r.prompt_ids[i] < 0 || r.prompt_ids[i] >= vocab_size_) {
@@ -354,7 +377,7 @@ void Engine::Impl::Run() {
   bool stalled = false;  // the last step planned nothing
   Inbox::Drained drained;
   while (true) {
-    const bool idle = running_.empty() && waiting_.empty();
+    const bool idle = running_.empty() && !has_waiting();
     commands_.clear();
     // An idle engine sleeps here until a command or shutdown arrives; one whose requests
     // are all paused, until a command or its next timer. Neither polls.
@@ -374,12 +397,12 @@ void Engine::Impl::Run() {
       MarkAll(FinishReason::kShutdown, absl::UnavailableError("server shutting down"));
     }
     const int finished = FinishMarked(now);
-    if (finished > 0 || (running_.empty() && waiting_.empty())) {
+    if (finished > 0 || (running_.empty() && !has_waiting())) {
       // The step below may plan nothing (all paused), so report this change here.
       const EngineGauges gauges = PublishGauges();
       if (finished > 0 && observer_ != nullptr) observer_->OnGauges(gauges);
     }
-    if (running_.empty() && waiting_.empty()) {
+    if (running_.empty() && !has_waiting()) {
       if (drained.closed) break;  // nothing left to drain
       stalled = false;
       continue;
@@ -408,7 +431,12 @@ void Engine::Impl::ApplyCommands() {
     if (command.kind == Command::Kind::kSubmit) {
       Sequence* seq = command.sequence.get();
       by_id_[seq->id()] = seq;
-      waiting_.push_back(std::move(command.sequence));
+      if (seq->holds_capacity) {
+        promised_.push_back(std::move(command.sequence));
+      } else {
+        const GenerationRequest& r = seq->request();
+        queued_.Push(r.tenant, r.tenant_weight, std::move(command.sequence));
+      }
     } else {
       auto it = by_id_.find(command.request_id);
       if (it == by_id_.end()) continue;  // unknown or already finished
@@ -430,7 +458,8 @@ void Engine::Impl::MarkExpired(absl::Time now) {
     }
   };
   for (auto& seq : running_) expire(*seq);
-  for (auto& seq : waiting_) expire(*seq);
+  for (auto& seq : promised_) expire(*seq);
+  queued_.ForEach([&](std::unique_ptr<Sequence>& seq) { expire(*seq); });
   if (num_paused_ == 0) return;
   for (auto& seq : running_) {
     // DEADLINE_EXCEEDED: a timeout, named in the message, that the client can act on (read
@@ -453,7 +482,10 @@ absl::Time Engine::Impl::NextTimer(const Inbox::Drained& drained) const {
       next = std::min(next, seq->paused_since + options_.stall_timeout);
     }
   }
-  for (const auto& seq : waiting_) next = std::min(next, seq->request().deadline);
+  for (const auto& seq : promised_) next = std::min(next, seq->request().deadline);
+  queued_.ForEach([&](const std::unique_ptr<Sequence>& seq) {
+    next = std::min(next, seq->request().deadline);
+  });
   return next;
 }
 
@@ -493,7 +525,8 @@ void Engine::Impl::MarkGone(Sequence& seq, const absl::Status& cancelled) {
 
 void Engine::Impl::MarkAll(FinishReason reason, const absl::Status& status) {
   for (auto& seq : running_) seq->MarkFinished(reason, status);
-  for (auto& seq : waiting_) seq->MarkFinished(reason, status);
+  for (auto& seq : promised_) seq->MarkFinished(reason, status);
+  queued_.ForEach([&](std::unique_ptr<Sequence>& seq) { seq->MarkFinished(reason, status); });
 }
 
 bool Engine::Impl::Step() {
@@ -634,8 +667,17 @@ void Engine::Impl::BuildWaitingViews() {
   waiting_views_.clear();
   // Paused requests hold no run slot.
   const size_t admissible = options_.max_running - (running_.size() - num_paused_);
-  for (size_t i = 0; i < waiting_.size() && i < admissible; ++i) {
-    const Sequence& seq = *waiting_[i];
+  // The admission order: promised requests first, then the fair queue's head.
+  waiting_head_.clear();
+  for (size_t i = 0; i < promised_.size() && waiting_head_.size() < admissible; ++i) {
+    waiting_head_.push_back(promised_[i].get());
+  }
+  if (waiting_head_.size() < admissible) {
+    queued_.Head(admissible - waiting_head_.size(), &fair_head_);
+    for (std::unique_ptr<Sequence>* seq : fair_head_) waiting_head_.push_back(seq->get());
+  }
+  for (size_t i = 0; i < waiting_head_.size(); ++i) {
+    const Sequence& seq = *waiting_head_[i];
     WaitingView view;
     view.prompt_tokens = seq.prompt_tokens();
     view.kv_blocks_needed = kv_->BlocksForTokens(seq.kv_tokens_reserved());
@@ -656,7 +698,7 @@ void Engine::Impl::Admit(absl::Time now) {
   // new blocks allocated. An allocation may evict an unheld cached block, and must not
   // evict one that a request admitted in this same step was planned to reuse.
   for (int i = 0; i < plan_.num_admitted; ++i) {
-    Sequence& seq = *waiting_[i];
+    Sequence& seq = *waiting_head_[i];
     if (!options_.prefix_cache) continue;
     const int blocks = kv_->AttachPrefix(seq.kv_id(), seq.prompt_lookup_hashes(), seq.tokens());
     QUILL_CHECK(blocks * kv_block_size_ == waiting_views_[i].cached_tokens);  // nothing changed
@@ -666,12 +708,18 @@ void Engine::Impl::Admit(absl::Time now) {
   }
   // The whole reservation up front, so a running request never runs out.
   for (int i = 0; i < plan_.num_admitted; ++i) {
-    std::unique_ptr<Sequence> seq = std::move(waiting_.front());
-    waiting_.pop_front();
+    std::unique_ptr<Sequence> seq;
+    if (!promised_.empty()) {
+      seq = std::move(promised_.front());
+      promised_.pop_front();
+    } else {
+      seq = queued_.PopFront();
+    }
+    QUILL_CHECK(seq.get() == waiting_head_[i]);  // popped in the order planned
     const absl::Status reserved = kv_->Reserve(seq->kv_id(), seq->kv_tokens_reserved());
     QUILL_CHECK(reserved.ok());  // the planner only admits what fits
     if (!seq->holds_capacity) {
-      inbox_.Admitted(seq->kv_blocks);
+      inbox_.Admitted(seq->request().tenant, seq->kv_blocks);
       seq->holds_capacity = true;
     }
     seq->SetState(SequenceState::kPrefill);
@@ -768,8 +816,9 @@ int Engine::Impl::FinishMarked(absl::Time now) {
   };
   running_.erase(std::remove_if(running_.begin(), running_.end(), finish_if_marked),
                  running_.end());
-  waiting_.erase(std::remove_if(waiting_.begin(), waiting_.end(), finish_if_marked),
-                 waiting_.end());
+  promised_.erase(std::remove_if(promised_.begin(), promised_.end(), finish_if_marked),
+                  promised_.end());
+  queued_.EraseIf(finish_if_marked);
   return finished;
 }
 
@@ -781,7 +830,7 @@ void Engine::Impl::FinishSequence(Sequence& seq, absl::Time now) {
   if (seq.holds_capacity) {
     inbox_.Released(seq.kv_blocks);
   } else {
-    inbox_.LeftQueue();
+    inbox_.LeftQueue(seq.request().tenant);
   }
   ++finished_in_window_;
   by_id_.erase(seq.id());
@@ -795,13 +844,15 @@ void Engine::Impl::FinishSequence(Sequence& seq, absl::Time now) {
   info.cached_prompt_tokens = seq.cached_prompt_tokens();
   info.timings = seq.Timings(now);
   info.frontend = seq.request().frontend;
+  info.tenant = seq.request().tenant;
   seq.sink().OnFinish(info);
   if (observer_ != nullptr) observer_->OnRequestFinished(info);
 }
 
 EngineGauges Engine::Impl::PublishGauges() {
   gauge_running_.store(static_cast<int>(running_.size()), std::memory_order_relaxed);
-  gauge_waiting_.store(static_cast<int>(waiting_.size()), std::memory_order_relaxed);
+  gauge_waiting_.store(static_cast<int>(promised_.size() + queued_.size()),
+                       std::memory_order_relaxed);
   gauge_paused_.store(num_paused_, std::memory_order_relaxed);
   gauge_kv_blocks_used_.store(kv_->num_used_blocks(), std::memory_order_relaxed);
   gauge_kv_blocks_cached_.store(kv_->num_cached_blocks(), std::memory_order_relaxed);

@@ -22,6 +22,10 @@ struct EngineOptions {
   // Requests waiting for a run slot or KV blocks; one more -> RESOURCE_EXHAUSTED. A
   // request that finds both free (and nobody waiting) starts at once and does not count.
   int max_queue = 256;
+  // Requests one tenant (GenerationRequest::tenant) may have waiting; one more from that
+  // tenant -> RESOURCE_EXHAUSTED, while other tenants still get queue space. 0 = no cap of
+  // its own (max_queue bounds everyone together).
+  int max_queue_per_tenant = 0;
   int64_t kv_cache_bytes = int64_t{256} << 20;
   int block_size_tokens = 16;
   int max_tokens_limit = 0;  // largest max_tokens accepted; 0 = the context length
@@ -64,8 +68,14 @@ struct EngineOptions {
 // chunks of sequences being admitted, within max_batch_tokens). Other threads talk to it
 // only through Submit()/Cancel() (a command inbox) and the TokenSink they pass in.
 //
-// KV admission policy: a request is admitted (FIFO, no overtaking) only when the pool can
-// reserve blocks for prompt + max_tokens in full. So a running request never runs out of
+// Admission order: waiting requests are admitted weighted-fair across tenants
+// (GenerationRequest::tenant, fair_queue.h) and FIFO within a tenant, so one tenant's
+// burst delays another tenant's request by about one admission per tenant with queued
+// work, not by the whole burst. Order is all that changes: a request's output does not
+// depend on what else is in the batch.
+//
+// KV admission policy: a request is admitted (in that order, no overtaking) only when the
+// pool can reserve blocks for prompt + max_tokens in full. So a running request never runs out of
 // KV because another one grew, nothing is ever preempted, and memory never exceeds
 // kv_cache_bytes; the price is that short answers to long max_tokens hold blocks they may
 // not use. A request whose prompt + max_tokens exceeds the whole pool is INVALID_ARGUMENT.
@@ -102,11 +112,13 @@ class Engine {
   //                      max_tokens or sampling, prompt larger than the whole KV pool;
   //                      also an empty request_id, logprobs outside [0, 20], more than
   //                      16 stop strings or one over 256 bytes or not UTF-8,
-  //                      stop_token_ids out of vocab, and a request_id that is not
-  //                      printable ASCII);
+  //                      stop_token_ids out of vocab, a request_id or tenant that is
+  //                      not printable ASCII, a tenant over 64 bytes, a tenant_weight
+  //                      outside [1, 1000]);
   //   RESOURCE_EXHAUSTED no free run slot or KV blocks and max_queue requests already
-  //                      wait; carries a retry pushback (retry_pushback.h) from the
-  //                      measured rate at which requests finish;
+  //                      wait (or max_queue_per_tenant of this tenant's); carries a
+  //                      retry pushback (retry_pushback.h) from the measured rate at
+  //                      which requests finish;
   //   DEADLINE_EXCEEDED  the deadline has passed, or cannot cover the expected queue
   //                      wait plus prefill at the measured rates (refused at once
   //                      rather than queued to fail later);

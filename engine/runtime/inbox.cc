@@ -19,15 +19,33 @@ absl::Status Inbox::PushSubmit(std::unique_ptr<Sequence> sequence) {
   }
   const bool fits = queued_ == 0 && held_slots_ < limits_.max_running &&
                     held_blocks_ + sequence->kv_blocks <= limits_.kv_blocks;
+  const std::string& tenant = sequence->request().tenant;
+  const auto retry_in = [](absl::Duration pushback) {
+    return absl::FormatDuration(absl::Trunc(
+        std::clamp(pushback, kMinRetryPushback, kMaxRetryPushback), absl::Milliseconds(1)));
+  };
   if (!fits && queued_ >= limits_.max_queue) {
     const absl::Duration pushback = QueueDrainTime();
     return WithRetryPushback(
         absl::ResourceExhaustedError(absl::StrCat(
             "queue full: ", queued_, " requests waiting for a run slot or KV blocks (max_queue ",
-            limits_.max_queue, "); retry in about ",
-            absl::FormatDuration(
-                absl::Trunc(std::clamp(pushback, kMinRetryPushback, kMaxRetryPushback),
-                            absl::Milliseconds(1))))),
+            limits_.max_queue, "); retry in about ", retry_in(pushback))),
+        pushback);
+  }
+  const auto own = tenant_queued_.find(tenant);
+  const int own_queued = own == tenant_queued_.end() ? 0 : own->second.queued;
+  if (!fits && limits_.max_queue_per_tenant > 0 && own_queued >= limits_.max_queue_per_tenant) {
+    // Fair admission serves this tenant about once per round, so its own backlog is what
+    // a retry waits for (a lower bound: other tenants' turns come in between).
+    const absl::Duration pushback =
+        rates_.requests_finished_per_second > 0.0
+            ? absl::Seconds(own_queued / rates_.requests_finished_per_second)
+            : absl::Seconds(1);
+    return WithRetryPushback(
+        absl::ResourceExhaustedError(absl::StrCat("tenant queue full: this tenant has ", own_queued,
+                                                  " requests waiting (max_queue_per_tenant ",
+                                                  limits_.max_queue_per_tenant,
+                                                  "); retry in about ", retry_in(pushback))),
         pushback);
   }
   QUILL_RETURN_IF_ERROR(CheckDeadline(*sequence, fits));
@@ -38,6 +56,9 @@ absl::Status Inbox::PushSubmit(std::unique_ptr<Sequence> sequence) {
     sequence->holds_capacity = true;
   } else {
     ++queued_;
+    TenantQueue& queue = tenant_queued_[tenant];
+    ++queue.queued;
+    queue.weight = std::clamp(sequence->request().tenant_weight, 1, kMaxTenantWeight);
   }
   Command command;
   command.kind = Command::Kind::kSubmit;
@@ -83,17 +104,25 @@ Inbox::Drained Inbox::WaitAndDrain(absl::Duration timeout, std::vector<Command>*
   return drained;
 }
 
-void Inbox::Admitted(int kv_blocks) {
+void Inbox::DecrementTenant(const std::string& tenant) {
+  auto it = tenant_queued_.find(tenant);
+  QUILL_DCHECK(it != tenant_queued_.end());
+  if (it != tenant_queued_.end() && --it->second.queued <= 0) tenant_queued_.erase(it);
+}
+
+void Inbox::Admitted(const std::string& tenant, int kv_blocks) {
   absl::MutexLock lock(&mu_);
   --queued_;
+  DecrementTenant(tenant);
   ++held_slots_;
   held_blocks_ += kv_blocks;
   QUILL_DCHECK(queued_ >= 0);
 }
 
-void Inbox::LeftQueue() {
+void Inbox::LeftQueue(const std::string& tenant) {
   absl::MutexLock lock(&mu_);
   --queued_;
+  DecrementTenant(tenant);
   QUILL_DCHECK(queued_ >= 0);
 }
 
@@ -125,12 +154,36 @@ int Inbox::queued() const {
   return queued_;
 }
 
+int Inbox::queued(const std::string& tenant) const {
+  absl::MutexLock lock(&mu_);
+  auto it = tenant_queued_.find(tenant);
+  return it == tenant_queued_.end() ? 0 : it->second.queued;
+}
+
+int Inbox::RequestsAhead(const std::string& tenant, int weight) const {
+  weight = std::clamp(weight, 1, kMaxTenantWeight);
+  const auto own = tenant_queued_.find(tenant);
+  const int64_t own_queued = own == tenant_queued_.end() ? 0 : own->second.queued;
+  int64_t ahead = own_queued;
+  for (const auto& [name, queue] : tenant_queued_) {
+    if (name == tenant) continue;
+    // Rounded up: on a tie the earlier arrival goes first.
+    const int64_t turns = ((own_queued + 1) * queue.weight + weight - 1) / weight;
+    ahead += std::min<int64_t>(queue.queued, turns);
+  }
+  return static_cast<int>(ahead);
+}
+
 absl::Status Inbox::CheckDeadline(const Sequence& sequence, bool starts_now) const {
   const absl::Time deadline = sequence.request().deadline;
   if (deadline == absl::InfiniteFuture()) return absl::OkStatus();
   absl::Duration wait = absl::ZeroDuration();
+  int ahead = 0;
+  if (!starts_now) {
+    ahead = RequestsAhead(sequence.request().tenant, sequence.request().tenant_weight);
+  }
   if (!starts_now && rates_.requests_finished_per_second > 0.0) {
-    wait = absl::Seconds((queued_ + 1) / rates_.requests_finished_per_second);
+    wait = absl::Seconds((ahead + 1) / rates_.requests_finished_per_second);
   }
   absl::Duration prefill = absl::ZeroDuration();
   if (rates_.prefill_tokens_per_second > 0.0) {
@@ -142,8 +195,8 @@ absl::Status Inbox::CheckDeadline(const Sequence& sequence, bool starts_now) con
     return absl::FormatDuration(absl::Trunc(d, absl::Milliseconds(1)));
   };
   return absl::DeadlineExceededError(absl::StrCat(
-      "deadline: ", ms(left), " left cannot cover the expected queue wait (", ms(wait), ", ",
-      queued_, " queued) plus prefill (", ms(prefill), ", ", sequence.prompt_tokens(),
+      "deadline: ", ms(left), " left cannot cover the expected queue wait (", ms(wait), ", ", ahead,
+      " of ", queued_, " queued ahead) plus prefill (", ms(prefill), ", ", sequence.prompt_tokens(),
       " tokens) at the measured rates; refused without queueing"));
 }
 

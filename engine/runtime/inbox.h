@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
@@ -26,6 +27,8 @@ struct Command {
 // What admission may hand out: run slots and KV blocks; and how many requests may wait.
 struct AdmissionLimits {
   int max_queue = 256;
+  // Requests one tenant may have queued; 0 = max_queue (no cap of its own).
+  int max_queue_per_tenant = 0;
   int max_running = 64;
   int kv_blocks = 0;
 };
@@ -47,15 +50,21 @@ struct MeasuredRates {
 // step would otherwise all count as "waiting" and overflow max_queue while slots and
 // blocks sat free. With the ledger a request that fits starts at once (it is promised its
 // slot and blocks under this lock) and max_queue bounds only requests that truly wait.
-// Promises go only to requests that find nobody queued, and the engine admits in FIFO
-// order, so a promise is always honoured before any queued request is admitted.
+// Promises go only to requests that find nobody queued, and the engine admits promised
+// requests first (in arrival order, before its fair queue), so a promise is always
+// honoured before any queued request is admitted.
+//
+// Queued requests are also counted per tenant: for the per-tenant cap, and because the
+// engine admits them weighted-fair across tenants, so a request's expected wait depends
+// on its tenant's backlog more than on the queue's length.
 class Inbox {
  public:
   explicit Inbox(const AdmissionLimits& limits) : limits_(limits) {}
 
   // UNAVAILABLE once closed; ALREADY_EXISTS for a live id; RESOURCE_EXHAUSTED (with a
   // retry pushback, see retry_pushback.h) when the request does not fit the free run
-  // slots and KV blocks and max_queue requests are already queued; DEADLINE_EXCEEDED when
+  // slots and KV blocks and max_queue requests are already queued, or its tenant already
+  // has max_queue_per_tenant queued; DEADLINE_EXCEEDED when
   // its deadline cannot cover the expected queue wait plus prefill at the measured rates
   // (or has passed). On OK the request is live and either holds its capacity
   // (sequence->holds_capacity) or is queued.
@@ -75,10 +84,11 @@ class Inbox {
   // can follow.
   Drained WaitAndDrain(absl::Duration timeout, std::vector<Command>* out) ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Engine thread: a queued request was admitted; it now holds a slot and `kv_blocks`.
-  void Admitted(int kv_blocks) ABSL_LOCKS_EXCLUDED(mu_);
-  // Engine thread: a queued request ended before it was admitted.
-  void LeftQueue() ABSL_LOCKS_EXCLUDED(mu_);
+  // Engine thread: a queued request of `tenant` was admitted; it now holds a slot and
+  // `kv_blocks`.
+  void Admitted(const std::string& tenant, int kv_blocks) ABSL_LOCKS_EXCLUDED(mu_);
+  // Engine thread: a queued request of `tenant` ended before it was admitted.
+  void LeftQueue(const std::string& tenant) ABSL_LOCKS_EXCLUDED(mu_);
   // Engine thread: a request holding a slot and `kv_blocks` ended (its KV is released).
   void Released(int kv_blocks) ABSL_LOCKS_EXCLUDED(mu_);
   // Engine thread: a running request paused (TokenSink::WouldBlock) and gave up its run
@@ -88,6 +98,7 @@ class Inbox {
   // Engine thread: the latest measured rates.
   void SetRates(const MeasuredRates& rates) ABSL_LOCKS_EXCLUDED(mu_);
   int queued() const ABSL_LOCKS_EXCLUDED(mu_);
+  int queued(const std::string& tenant) const ABSL_LOCKS_EXCLUDED(mu_);
   // Engine thread: the request ended; its id may be used again.
   void Forget(const std::string& request_id) ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -99,17 +110,31 @@ class Inbox {
   // How long until the requests queued now have been served, at the measured rate.
   absl::Duration QueueDrainTime() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // DEADLINE_EXCEEDED if `sequence` cannot reach its first token by its deadline: the
-  // wait for (queued + 1) requests to finish if it must queue, plus its prompt at the
-  // prefill rate. Unmeasured rates count as no time, so only a sure miss is refused.
+  // wait for the requests the fair queue would admit before it (RequestsAhead) plus
+  // itself to finish if it must queue, plus its prompt at the prefill rate. Unmeasured
+  // rates count as no time, so only a sure miss is refused.
   absl::Status CheckDeadline(const Sequence& sequence, bool starts_now) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // Queued requests the engine's fair queue would admit before a new one from `tenant`
+  // (weight `weight`): all of the tenant's own, and from every other tenant t about
+  // (own + 1) * weight(t) / weight, as many as t has.
+  int RequestsAhead(const std::string& tenant, int weight) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void DecrementTenant(const std::string& tenant) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  struct TenantQueue {
+    int queued = 0;
+    int weight = 1;  // of its latest queued request
+  };
 
   const AdmissionLimits limits_;
   mutable absl::Mutex mu_;
   std::vector<Command> commands_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<std::string> live_ids_ ABSL_GUARDED_BY(mu_);
-  int queued_ ABSL_GUARDED_BY(mu_) = 0;      // accepted, waiting for capacity
-  int held_slots_ ABSL_GUARDED_BY(mu_) = 0;  // running or promised at submit
+  int queued_ ABSL_GUARDED_BY(mu_) = 0;       // accepted, waiting for capacity
+  // The same by tenant; tenants with nothing queued are not kept.
+  absl::flat_hash_map<std::string, TenantQueue> tenant_queued_ ABSL_GUARDED_BY(mu_);
+  int held_slots_ ABSL_GUARDED_BY(mu_) = 0;   // running or promised at submit
   int64_t held_blocks_ ABSL_GUARDED_BY(mu_) = 0;
   MeasuredRates rates_ ABSL_GUARDED_BY(mu_);
   bool closed_ ABSL_GUARDED_BY(mu_) = false;

@@ -51,7 +51,17 @@ struct GenerationRequest {
   // Opaque to the engine: copied into FinishInfo so that its observer can tell front ends
   // apart (the server's metrics label requests "grpc" or "http").
   std::string frontend;
+  // Whose request this is (the server's API key name, or x-quill-tenant): waiting requests
+  // are admitted weighted-fair across tenants (fair_queue.h), FIFO within one. "" is the
+  // default tenant. Printable ASCII, at most kMaxTenantBytes.
+  std::string tenant;
+  // The tenant's share of admissions relative to other tenants with queued requests, in
+  // [1, kMaxTenantWeight].
+  int tenant_weight = 1;
 };
+
+inline constexpr size_t kMaxTenantBytes = 64;
+inline constexpr int kMaxTenantWeight = 1000;
 
 struct GeneratedToken {
   TokenId id = 0;
@@ -85,6 +95,7 @@ struct FinishInfo {
   int cached_prompt_tokens = 0;  // prompt tokens whose K/V came from the prefix cache
   RequestTimings timings;
   std::string frontend;  // GenerationRequest::frontend
+  std::string tenant;    // GenerationRequest::tenant
 };
 
 }  // namespace quill::engine

@@ -85,20 +85,28 @@ void OpenAiApi::Handle(const HttpRequest& request, std::shared_ptr<ResponseChann
     head.headers.emplace_back("Allow", allowed);
     channel->Respond(std::move(head), std::move(body));
   };
+  const bool generation = path == "/v1/completions" || path == "/v1/chat/completions";
   // Health stays open, for load balancers and Kubernetes probes.
   if (api_keys_ != nullptr && path != "/health") {
     if (absl::Status s = api_keys_->Check(request.Header("authorization")); !s.ok()) {
-      if (path == "/v1/completions" || path == "/v1/chat/completions") {
-        gateway_->RecordRejected(Api::kHttp);
-      }
+      if (generation) gateway_->RecordRejected(Api::kHttp);
       return Fail(s, *channel);
     }
   }
-  if (path == "/v1/completions" || path == "/v1/chat/completions") {
+  if (generation) {
     if (!post) return wrong_method("POST");
+    // With keys on, the key's tenant (x-quill-tenant is ignored); else the header's.
+    const absl::string_view header = request.Header(kTenantHeader);
+    absl::StatusOr<Tenant> tenant =
+        ResolveTenant(api_keys_, request.Header("authorization"),
+                      header.empty() ? std::nullopt : std::optional<absl::string_view>(header));
+    if (!tenant.ok()) {
+      gateway_->RecordRejected(Api::kHttp);
+      return Fail(tenant.status(), *channel);
+    }
     return Generate(request,
                     path == "/v1/completions" ? Endpoint::kCompletions : Endpoint::kChatCompletions,
-                    std::move(channel));
+                    *tenant, std::move(channel));
   }
   if (path == "/v1/models" || absl::StartsWith(path, "/v1/models/")) {
     if (!get) return wrong_method("GET");
@@ -143,15 +151,15 @@ void OpenAiApi::Models(const HttpRequest& request, ResponseChannel& channel) {
   channel.Respond(HttpResponseHead(), Dump(model));
 }
 
-void OpenAiApi::Generate(const HttpRequest& request, Endpoint endpoint,
+void OpenAiApi::Generate(const HttpRequest& request, Endpoint endpoint, const Tenant& tenant,
                          std::shared_ptr<ResponseChannel> channel) {
   if (absl::Status s = gateway_->CheckServing(); !s.ok()) {
-    gateway_->RecordRejected(Api::kHttp);
+    gateway_->RecordRejected(Api::kHttp, tenant.name);
     return Fail(s, *channel);
   }
   absl::StatusOr<OpenAiRequest> parsed = ParseOpenAiRequest(request.body, endpoint, NextSeed());
   if (!parsed.ok()) {
-    gateway_->RecordRejected(Api::kHttp);
+    gateway_->RecordRejected(Api::kHttp, tenant.name);
     return Fail(parsed.status(), *channel);
   }
   // Chat renders the messages with the chat template (FAILED_PRECONDITION, a 400, without
@@ -159,8 +167,8 @@ void OpenAiApi::Generate(const HttpRequest& request, Endpoint endpoint,
   absl::StatusOr<engine::GenerationRequest> prepared =
       endpoint == Endpoint::kChatCompletions
           ? gateway_->PrepareChat(parsed->messages, parsed->generate, absl::InfiniteFuture(),
-                                  Api::kHttp)
-          : gateway_->Prepare(parsed->generate, absl::InfiniteFuture(), Api::kHttp);
+                                  Api::kHttp, tenant)
+          : gateway_->Prepare(parsed->generate, absl::InfiniteFuture(), Api::kHttp, tenant);
   if (!prepared.ok()) return Fail(InOpenAiTerms(prepared.status(), *parsed), *channel);
 
   ResponseFormat format;

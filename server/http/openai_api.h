@@ -32,7 +32,7 @@ class OpenAiApi final : public HttpHandler {
  private:
   void Health(ResponseChannel& channel);
   void Models(const HttpRequest& request, ResponseChannel& channel);
-  void Generate(const HttpRequest& request, Endpoint endpoint,
+  void Generate(const HttpRequest& request, Endpoint endpoint, const Tenant& tenant,
                 std::shared_ptr<ResponseChannel> channel);
   // Answers `status` as an OpenAI error; counts a refused generation when `count`.
   void Fail(const absl::Status& status, ResponseChannel& channel);

@@ -65,7 +65,8 @@ class QuillMetrics::ScrapeCollectable final : public prometheus::Collectable {
   const QuillMetrics* metrics_;  // owns this object
 };
 
-QuillMetrics::QuillMetrics() : registry_(std::make_shared<prometheus::Registry>()) {
+QuillMetrics::QuillMetrics(bool per_tenant)
+    : per_tenant_(per_tenant), registry_(std::make_shared<prometheus::Registry>()) {
   prometheus::Registry& r = *registry_;
   auto histogram = [&r](const std::string& name, const std::string& help,
                         const Histogram::BucketBoundaries& buckets) {
@@ -189,7 +190,52 @@ QuillMetrics::QuillMetrics() : registry_(std::make_shared<prometheus::Registry>(
   resident_memory_bytes_ = gauge("quill_process_resident_memory_bytes",
                                  "Resident set size of the server process, read at scrape time.");
 
+  if (per_tenant_) {
+    tenant_requests_family_ =
+        &prometheus::BuildCounter()
+             .Name("quill_tenant_requests_total")
+             .Help(
+                 "Generation requests by tenant (API key name, or x-quill-tenant without "
+                 "keys; \"_default\" for none, \"_other\" past the first 100 tenants) and "
+                 "outcome, as in quill_requests_total; rejected counts only refusals after "
+                 "the tenant was known. Only with --metrics-per-tenant.")
+             .Register(r);
+    tenant_queue_wait_family_ =
+        &prometheus::BuildHistogram()
+             .Name("quill_tenant_queue_wait_seconds")
+             .Help("quill_queue_wait_seconds by tenant. Only with --metrics-per-tenant.")
+             .Register(r);
+    tenant_ttft_family_ = &prometheus::BuildHistogram()
+                               .Name("quill_tenant_time_to_first_token_seconds")
+                               .Help(
+                                   "quill_time_to_first_token_seconds by tenant. Only with "
+                                   "--metrics-per-tenant.")
+                               .Register(r);
+  }
+
   collectable_ = std::make_shared<ScrapeCollectable>(this);
+}
+
+QuillMetrics::TenantSeries& QuillMetrics::SeriesFor(absl::string_view tenant) {
+  absl::MutexLock lock(&tenant_mu_);
+  std::string label = tenant.empty() ? "_default" : std::string(tenant);
+  auto it = tenant_series_.find(label);
+  if (it != tenant_series_.end()) return it->second;
+  if (tenant_series_.size() >= kMaxTenantSeries) {
+    label = "_other";
+    it = tenant_series_.find(label);
+    if (it != tenant_series_.end()) return it->second;
+  }
+  TenantSeries& series = tenant_series_[label];
+  static constexpr const char* kOutcomes[8] = {"length",   "stop",  "eos",      "cancelled",
+                                               "deadline", "error", "shutdown", "rejected"};
+  for (int i = 0; i < 8; ++i) {
+    series.outcomes[i] =
+        &tenant_requests_family_->Add({{"tenant", label}, {"outcome", kOutcomes[i]}});
+  }
+  series.queue_wait = &tenant_queue_wait_family_->Add({{"tenant", label}}, QueueBuckets());
+  series.time_to_first_token = &tenant_ttft_family_->Add({{"tenant", label}}, TtftBuckets());
+  return series;
 }
 
 QuillMetrics::~QuillMetrics() = default;
@@ -258,6 +304,16 @@ void QuillMetrics::OnRequestFinished(const engine::FinishInfo& info) {
     time_to_first_token_->Observe(absl::ToDoubleSeconds(info.timings.time_to_first_token));
     decode_duration_->Observe(absl::ToDoubleSeconds(info.timings.decode));
   }
+  if (per_tenant_) {
+    TenantSeries& series = SeriesFor(info.tenant);
+    static_assert(static_cast<int>(engine::FinishReason::kShutdown) == 6,
+                  "TenantSeries::outcomes follows FinishReason's order");
+    series.outcomes[static_cast<int>(info.reason)]->Increment();
+    if (admitted) series.queue_wait->Observe(absl::ToDoubleSeconds(info.timings.queue_wait));
+    if (info.completion_tokens > 0) {
+      series.time_to_first_token->Observe(absl::ToDoubleSeconds(info.timings.time_to_first_token));
+    }
+  }
 }
 
 // The engine reserves a request's KV blocks at admission and never preempts, so there is
@@ -266,12 +322,16 @@ void QuillMetrics::OnPreemption() {}
 
 void QuillMetrics::OnGauges(const engine::EngineGauges& gauges) { SetEngineGauges(gauges); }
 
-void QuillMetrics::RecordRejected(Api api) {
+void QuillMetrics::RecordRejected(Api api, std::optional<absl::string_view> tenant) {
   requests_[static_cast<int>(api)].rejected->Increment();
+  if (per_tenant_ && tenant.has_value()) SeriesFor(*tenant).outcomes[kTenantRejected]->Increment();
 }
 
-void QuillMetrics::RecordDeadlineRefused(Api api) {
+void QuillMetrics::RecordDeadlineRefused(Api api, std::optional<absl::string_view> tenant) {
   requests_[static_cast<int>(api)].deadline->Increment();
+  if (per_tenant_ && tenant.has_value()) {
+    SeriesFor(*tenant).outcomes[static_cast<int>(engine::FinishReason::kDeadline)]->Increment();
+  }
 }
 
 void QuillMetrics::SetModelWeightsBytes(int64_t bytes) {

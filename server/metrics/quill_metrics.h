@@ -3,9 +3,11 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/node_hash_map.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "engine/runtime/engine_observer.h"
@@ -29,9 +31,18 @@ absl::string_view ApiName(Api api);
 // counters/gauges and prometheus-cpp's short per-histogram lock); the RPC layer reports
 // refusals; gauges of engine state and process memory are also refreshed at every scrape,
 // so they are current even while the engine is idle. Thread-safe.
+//
+// Per tenant: off by default, so the series count does not grow with the number of
+// tenants. With `per_tenant` (--metrics-per-tenant), quill_tenant_requests_total{tenant,
+// outcome}, quill_tenant_queue_wait_seconds{tenant} and
+// quill_tenant_time_to_first_token_seconds{tenant} are added; the default tenant is
+// labelled "_default", and tenants beyond the first kMaxTenantSeries seen share "_other"
+// (without API keys the tenant is whatever x-quill-tenant a client sends).
 class QuillMetrics final : public engine::EngineObserver {
  public:
-  QuillMetrics();
+  static constexpr int kMaxTenantSeries = 100;
+
+  explicit QuillMetrics(bool per_tenant = false);
   ~QuillMetrics() override;
   QuillMetrics(const QuillMetrics&) = delete;
   QuillMetrics& operator=(const QuillMetrics&) = delete;
@@ -44,10 +55,15 @@ class QuillMetrics final : public engine::EngineObserver {
 
   // A generation request refused before the engine accepted it (validation, full queue,
   // draining, loading): quill_requests_total{outcome="rejected",api=...}.
-  void RecordRejected(Api api = Api::kGrpc);
+  // With per-tenant metrics and a `tenant`, also quill_tenant_requests_total{tenant,
+  // outcome="rejected"} (a refusal before the tenant is known, e.g. a bad API key, has
+  // none).
+  void RecordRejected(Api api = Api::kGrpc, std::optional<absl::string_view> tenant = std::nullopt);
   // A request refused at submit because its deadline could not be met: counted under
   // outcome="deadline", with those that expired inside the engine.
-  void RecordDeadlineRefused(Api api);
+  void RecordDeadlineRefused(Api api, std::optional<absl::string_view> tenant = std::nullopt);
+
+  bool per_tenant() const { return per_tenant_; }
 
   void SetModelWeightsBytes(int64_t bytes);
   // Polled at each scrape for running/waiting/KV gauges. Must stay callable until the
@@ -65,6 +81,17 @@ class QuillMetrics final : public engine::EngineObserver {
   class ScrapeCollectable;
   void RefreshScrapeGauges() const ABSL_LOCKS_EXCLUDED(mu_);
   void SetEngineGauges(const engine::EngineGauges& gauges) const;
+
+  struct TenantSeries {
+    prometheus::Counter* outcomes[8];  // by engine::FinishReason, then [7] = rejected
+    prometheus::Histogram* queue_wait;
+    prometheus::Histogram* time_to_first_token;
+  };
+  static constexpr int kTenantRejected = 7;
+  // The series of `tenant` (created on first use; "_other" past kMaxTenantSeries).
+  TenantSeries& SeriesFor(absl::string_view tenant) ABSL_LOCKS_EXCLUDED(tenant_mu_);
+
+  const bool per_tenant_;
 
   std::shared_ptr<prometheus::Registry> registry_;
 
@@ -115,6 +142,14 @@ class QuillMetrics final : public engine::EngineObserver {
 
   mutable absl::Mutex mu_;
   std::function<engine::EngineGauges()> gauge_source_ ABSL_GUARDED_BY(mu_);
+
+  // Per tenant (null families unless per_tenant_).
+  prometheus::Family<prometheus::Counter>* tenant_requests_family_ = nullptr;
+  prometheus::Family<prometheus::Histogram>* tenant_queue_wait_family_ = nullptr;
+  prometheus::Family<prometheus::Histogram>* tenant_ttft_family_ = nullptr;
+  absl::Mutex tenant_mu_;
+  // Node-based: a TenantSeries& stays valid as the map grows.
+  absl::node_hash_map<std::string, TenantSeries> tenant_series_ ABSL_GUARDED_BY(tenant_mu_);
 
   std::shared_ptr<prometheus::Collectable> collectable_;
 };

@@ -264,5 +264,69 @@ TEST(ProcessMetricsTest, ParsesStatm) {
   EXPECT_GT(*rss, 0);
 }
 
+TEST(QuillMetricsTest, NoTenantSeriesByDefault) {
+  QuillMetrics metrics;
+  engine::FinishInfo done;
+  done.tenant = "team-a";
+  done.completion_tokens = 1;
+  metrics.OnRequestFinished(done);
+  metrics.RecordRejected(Api::kHttp, "team-a");
+  const PromText text = Parse(metrics);
+  for (const auto& [name, family] : text.families()) {
+    EXPECT_THAT(name, ::testing::Not(::testing::HasSubstr("tenant")));
+  }
+}
+
+TEST(QuillMetricsTest, PerTenantSeriesAreCappedAndNameTheDefaultTenant) {
+  QuillMetrics metrics(/*per_tenant=*/true);
+  engine::FinishInfo done;
+  done.reason = engine::FinishReason::kLength;
+  done.completion_tokens = 3;
+  done.timings.queue_wait = absl::Milliseconds(20);
+  done.timings.time_to_first_token = absl::Milliseconds(50);
+  done.tenant = "team-a";
+  metrics.OnRequestFinished(done);
+  metrics.OnRequestFinished(done);
+  done.tenant = "";
+  metrics.OnRequestFinished(done);
+  metrics.RecordRejected(Api::kGrpc, "team-a");
+  metrics.RecordDeadlineRefused(Api::kGrpc, "team-a");
+  metrics.RecordRejected(Api::kGrpc);  // tenant unknown: only the unlabelled count
+  for (int i = 0; i < QuillMetrics::kMaxTenantSeries + 10; ++i) {
+    done.tenant = "t" + std::to_string(i);
+    metrics.OnRequestFinished(done);
+  }
+  const PromText text = Parse(metrics);
+  ASSERT_NE(text.Family("quill_tenant_requests_total"), nullptr);
+  EXPECT_EQ(text.Family("quill_tenant_requests_total")->type, "counter");
+  using L = quill::testing::Labels;
+  EXPECT_EQ(
+      text.Value("quill_tenant_requests_total", L{{"tenant", "team-a"}, {"outcome", "length"}}),
+      2.0);
+  EXPECT_EQ(
+      text.Value("quill_tenant_requests_total", L{{"tenant", "team-a"}, {"outcome", "rejected"}}),
+      1.0);
+  EXPECT_EQ(
+      text.Value("quill_tenant_requests_total", L{{"tenant", "team-a"}, {"outcome", "deadline"}}),
+      1.0);
+  EXPECT_EQ(
+      text.Value("quill_tenant_requests_total", L{{"tenant", "_default"}, {"outcome", "length"}}),
+      1.0);
+  EXPECT_EQ(text.HistogramCount("quill_tenant_queue_wait_seconds", L{{"tenant", "team-a"}}), 2.0);
+  EXPECT_EQ(
+      text.HistogramCount("quill_tenant_time_to_first_token_seconds", L{{"tenant", "team-a"}}),
+      2.0);
+  // team-a and _default took two of the 100; t98.. share "_other".
+  EXPECT_EQ(text.Value("quill_tenant_requests_total", L{{"tenant", "t97"}, {"outcome", "length"}}),
+            1.0);
+  EXPECT_FALSE(
+      text.Value("quill_tenant_requests_total", L{{"tenant", "t98"}, {"outcome", "length"}}));
+  EXPECT_EQ(
+      text.Value("quill_tenant_requests_total", L{{"tenant", "_other"}, {"outcome", "length"}}),
+      12.0);
+  EXPECT_EQ(text.Family("quill_tenant_requests_total")->samples.size(),
+            (QuillMetrics::kMaxTenantSeries + 1) * 8u);
+}
+
 }  // namespace
 }  // namespace quill::server

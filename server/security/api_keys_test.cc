@@ -70,5 +70,62 @@ TEST(ApiKeysTest, BadFilesAreRefusedWithoutEchoingKeys) {
   EXPECT_THAT(std::string(s.message()), ::testing::Not(HasSubstr("secret")));
 }
 
+// name= and weight= after a key give its tenant; without a name the tenant is the first 8
+// hex digits of the key's SHA-256, never the key.
+TEST(ApiKeysTest, KeysCarryTheirTenant) {
+  const std::string path =
+      WriteKeys("keys6",
+                "sk-alpha name=team-a weight=3\nsk-alpha-2\tname=team-a  weight=3\n"
+                "sk-beta\nsk-gamma weight=2\n");
+  auto keys = ApiKeys::Load(path);
+  ASSERT_TRUE(keys.ok()) << keys.status();
+  EXPECT_EQ((*keys)->size(), 4u);
+  absl::StatusOr<Tenant> a = (*keys)->Authenticate("Bearer sk-alpha");
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->name, "team-a");
+  EXPECT_EQ(a->weight, 3);
+  absl::StatusOr<Tenant> a2 = (*keys)->Authenticate("Bearer sk-alpha-2");
+  ASSERT_TRUE(a2.ok());
+  EXPECT_EQ(a2->name, "team-a");
+  absl::StatusOr<Tenant> b = (*keys)->Authenticate("Bearer sk-beta");
+  ASSERT_TRUE(b.ok());
+  // printf sk-beta | sha256sum
+  EXPECT_EQ(b->name, "c29d79ad");
+  EXPECT_EQ(b->weight, 1);
+  absl::StatusOr<Tenant> g = (*keys)->Authenticate("Bearer sk-gamma");
+  ASSERT_TRUE(g.ok());
+  EXPECT_EQ(g->name.size(), 8u);
+  EXPECT_NE(g->name, b->name);
+  EXPECT_EQ(g->weight, 2);
+  // The key with fields is still just the key: the fields are not part of it.
+  EXPECT_FALSE((*keys)->Check("Bearer sk-alpha name=team-a weight=3").ok());
+  EXPECT_EQ((*keys)->Authenticate("Bearer nope").status().code(),
+            absl::StatusCode::kUnauthenticated);
+}
+
+TEST(ApiKeysTest, BadTenantFieldsAreRefused) {
+  struct Case {
+    const char* text;
+    const char* message;
+  } cases[] = {
+      {"k1 name=\n", "name="},
+      {"k1 weight=0\n", "weight="},
+      {"k1 weight=1001\n", "weight="},
+      {"k1 weight=two\n", "weight="},
+      {"k1 secret2\n", "field 2 is neither"},
+      {"k1 name=t weight=1\nk2 name=t weight=2\n", "must share the weight"},
+  };
+  for (const Case& c : cases) {
+    const absl::Status s = ApiKeys::Load(WriteKeys("keys7", c.text)).status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.text;
+    EXPECT_THAT(std::string(s.message()), HasSubstr(c.message)) << c.text;
+    EXPECT_THAT(std::string(s.message()), ::testing::Not(HasSubstr("secret2")));
+  }
+  const absl::Status long_name =
+      ApiKeys::Load(WriteKeys("keys8", absl::StrCat("k1 name=", std::string(65, 'n'), "\n")))
+          .status();
+  EXPECT_EQ(long_name.code(), absl::StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace quill::server
