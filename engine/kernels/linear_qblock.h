@@ -86,7 +86,7 @@ inline constexpr int kQBlockCols = 32;       // outputs per column block
 inline constexpr int kQBlockChunkRows = 64;  // x rows quantized and multiplied per pass
 // Run() hands m up to this to the decode kernel (one sweep of the weights, every row in
 // registers; measured with quill-linear-qblock-bench).
-inline constexpr int kQBlockDecodeMaxRows = 8;
+inline constexpr int kQBlockDecodeMaxRows = 16;
 
 struct QBlockXView;  // linear_qblock_simd.h
 

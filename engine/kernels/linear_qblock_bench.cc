@@ -88,8 +88,9 @@ void RunShape(WeightType type, const Shape& shape, const std::vector<int>& ms) {
       2, int64_t{absl::GetFlag(FLAGS_working_set_mb)} * (1 << 20) / static_cast<int64_t>(bytes.size()));
   std::vector<std::unique_ptr<QBlockGemm>> gemms;
   for (int c = 0; c < copies; ++c)
-    gemms.push_back(std::make_unique<QBlockGemm>(absl::MakeConstSpan(&view, 1), 8));
-  std::vector<float> x(8 * shape.k), y(8 * shape.n);
+    gemms.push_back(std::make_unique<QBlockGemm>(absl::MakeConstSpan(&view, 1), linear_internal::kQBlockDecodeMaxRows));
+  std::vector<float> x(linear_internal::kQBlockDecodeMaxRows * shape.k),
+      y(linear_internal::kQBlockDecodeMaxRows * shape.n);
   for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((i * 37) % 101) / 50.0f - 1.0f;
   for (int m : ms) {
     std::vector<double> t[2];
@@ -140,7 +141,7 @@ int main(int argc, char** argv) {
   std::vector<int> ms;
   for (absl::string_view s : absl::StrSplit(absl::GetFlag(FLAGS_ms), ',')) {
     int m;
-    if (absl::SimpleAtoi(s, &m) && m >= 1 && m <= 8) ms.push_back(m);
+    if (absl::SimpleAtoi(s, &m) && m >= 1 && m <= linear_internal::kQBlockDecodeMaxRows) ms.push_back(m);
   }
   for (absl::string_view name : absl::StrSplit(absl::GetFlag(FLAGS_types), ',')) {
     const WeightType type = ParseType(std::string(name));

@@ -73,7 +73,6 @@ QUILL_VNNI void DecodeTile(const uint8_t* cb, int64_t sbs, const QBlockXView& x,
     const float* sc = scales;
     for (int g = 0; g < f.groups(); ++g, sc += kVecs * 32) {
       const uint8_t* gp = groups + g * f.group_bytes();
-#pragma GCC unroll 8
       for (int b = 0; b < f.group_bytes(); b += 64)
         _mm_prefetch(reinterpret_cast<const char*>(gp + kPrefetchBytes + b), _MM_HINT_T0);
       const int64_t gi = sb * f.groups() + g;  // group index along k
