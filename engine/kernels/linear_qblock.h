@@ -3,7 +3,10 @@
 // Block types of Precision::kFast (internal to Linear): Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K
 // and Q6_K weights stay at their bit width, repacked once for AVX512-VNNI; x is quantized
 // per 32 values to int8 at run time and the products are int8 dot products
-// (_mm512_dpbusd_epi32) with the 4/5/6-bit weights unpacked in registers.
+// (_mm512_dpbusd_epi32) with the 4/5/6-bit weights unpacked in registers. Two kernels
+// share the layout and the arithmetic: a tiled one for many rows (prefill) and a decode
+// one for m <= kQBlockDecodeMaxRows (linear_qblock_decode.cc), which splits each group's
+// int32 dot product over independent accumulators and prefetches the weight stream.
 //
 // Arithmetic (the contract reference::QBlockLinear reproduces bit for bit). x row i is cut
 // into blocks of 32: d_x = max|x| / 127, xq = round-to-nearest-even(x * 127 / max|x|)
