@@ -5,6 +5,7 @@
 // for bit.
 
 #include "engine/kernels/linear_qblock.h"
+#include "engine/kernels/linear_qblock_simd.h"
 
 #include <immintrin.h>
 #include <omp.h>
@@ -15,15 +16,8 @@
 
 #include "engine/base/check.h"
 
-// GCC 12's AVX-512 reduce/convert intrinsics start from _mm*_undefined_*() and trip
-// -Wmaybe-uninitialized (GCC bug 105593); the values are fully defined.
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-
 namespace quill::engine::kernels::linear_internal {
 namespace {
-
-#define QUILL_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni")))
 
 using quant::QuantType;
 
@@ -31,111 +25,6 @@ constexpr int kMR = 4;             // x rows per register tile
 constexpr int64_t kChunkK = 1024;  // k per pass of scale decoding (scales stay in L1)
 // Decoded scale floats for one chunk: (k / group) groups x (1 or 2 vectors) x 32 columns.
 constexpr int kMaxChunkScales = 2048;
-
-// x-side arrays of one row chunk for one weight type (row strides in the comments).
-struct XView {
-  const int8_t* q;      // [rows x k]
-  const float* d;       // [rows x groups]
-  const float* sum;     // [rows x groups] or null
-  const int32_t* seed;  // [rows x groups] or null
-  int64_t k, groups;
-};
-
-// Moves bits [pos, pos + width) of every byte to bit 4 (16-bit shifts: the bits that cross
-// a byte boundary are masked off by the caller).
-template <int kPos>
-QUILL_VNNI inline __m512i HighBitsToBit4(__m512i v) {
-  if constexpr (kPos < 4) return _mm512_slli_epi16(v, 4 - kPos);
-  if constexpr (kPos > 4) return _mm512_srli_epi16(v, kPos - 4);
-  return v;
-}
-
-// The 16 columns x 4 k bytes of k-quad `kQuad` of a group, given its nibble register (low
-// nibbles: even quads, high: odd) and its high-bit plane.
-template <int kBits, int kQuad>
-QUILL_VNNI inline __m512i UnpackQuad(__m512i nibbles, __m512i plane) {
-  const __m512i m0f = _mm512_set1_epi8(0x0F);
-  __m512i q = kQuad % 2 == 0 ? _mm512_and_si512(nibbles, m0f)
-                             : _mm512_and_si512(_mm512_srli_epi16(nibbles, 4), m0f);
-  if constexpr (kBits == 5) {
-    // q | (bit kQuad of the plane, moved to bit 4)
-    q = _mm512_ternarylogic_epi32(q, HighBitsToBit4<kQuad>(plane), _mm512_set1_epi8(0x10), 0xF8);
-  } else if constexpr (kBits == 6) {
-    q = _mm512_ternarylogic_epi32(q, HighBitsToBit4<2 * kQuad>(plane), _mm512_set1_epi8(0x30),
-                                  0xF8);
-  }
-  return q;
-}
-
-// Scale (and min) vectors of super-blocks [sb0, sb1) of one column block, per super-block
-// and group: ws[32] then (min types) wm[32].
-template <QuantType T>
-QUILL_VNNI void DecodeScales(const uint8_t* cb, int64_t sb0, int64_t sb1, float* out) {
-  constexpr QBlockFormat f = QBlockFormatOf(T);
-  constexpr int kVecs = f.has_min ? 2 : 1;
-  for (int64_t sb = sb0; sb < sb1; ++sb) {
-    const uint8_t* h = cb + sb * f.sb_bytes();
-    float* o = out + (sb - sb0) * f.groups() * kVecs * 32;
-    __m512 d[2], m[2];
-    for (int half = 0; half < 2; ++half) {
-      d[half] =
-          _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(h + 32 * half)));
-      if constexpr (f.has_min) {
-        m[half] = _mm512_cvtph_ps(
-            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(h + 64 + 32 * half)));
-        // The k-quants subtract dmin * m_j: keep -dmin (a sign flip, exact).
-        if constexpr (f.sb_k > 32) {
-          m[half] = _mm512_castsi512_ps(
-              _mm512_xor_si512(_mm512_castps_si512(m[half]), _mm512_set1_epi32(INT32_MIN)));
-        }
-      }
-    }
-    if constexpr (T == QuantType::kQ4_K || T == QuantType::kQ5_K) {
-      // 12 planes of 32 columns' packed 6-bit (scale, min) bytes.
-      __m256i p[12];
-      for (int i = 0; i < 12; ++i)
-        p[i] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(h + 128 + 32 * i));
-      const __m256i m3f = _mm256_set1_epi8(0x3F), m0f = _mm256_set1_epi8(0x0F),
-                    m30 = _mm256_set1_epi8(0x30);
-      for (int j = 0; j < 8; ++j) {
-        __m256i sc, mn;
-        if (j < 4) {
-          sc = _mm256_and_si256(p[j], m3f);
-          mn = _mm256_and_si256(p[j + 4], m3f);
-        } else {
-          // Low 4 bits from byte j + 4, top 2 bits from the top of bytes j - 4 / j.
-          sc = _mm256_or_si256(_mm256_and_si256(p[j + 4], m0f),
-                               _mm256_and_si256(_mm256_srli_epi16(p[j - 4], 2), m30));
-          mn = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(p[j + 4], 4), m0f),
-                               _mm256_and_si256(_mm256_srli_epi16(p[j], 2), m30));
-        }
-        for (int half = 0; half < 2; ++half) {
-          const __m128i s8 =
-              half == 0 ? _mm256_castsi256_si128(sc) : _mm256_extracti128_si256(sc, 1);
-          const __m128i m8 =
-              half == 0 ? _mm256_castsi256_si128(mn) : _mm256_extracti128_si256(mn, 1);
-          const __m512 s = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(s8));
-          const __m512 mm = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(m8));
-          _mm512_storeu_ps(o + (j * 2 + 0) * 32 + 16 * half, _mm512_mul_ps(d[half], s));
-          _mm512_storeu_ps(o + (j * 2 + 1) * 32 + 16 * half, _mm512_mul_ps(m[half], mm));
-        }
-      }
-    } else if constexpr (T == QuantType::kQ6_K) {
-      for (int g = 0; g < 16; ++g)
-        for (int half = 0; half < 2; ++half) {
-          const __m128i s8 =
-              _mm_loadu_si128(reinterpret_cast<const __m128i*>(h + 64 + 32 * g + 16 * half));
-          _mm512_storeu_ps(o + g * 32 + 16 * half,
-                           _mm512_mul_ps(d[half], _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(s8))));
-        }
-    } else {
-      for (int half = 0; half < 2; ++half) {
-        _mm512_storeu_ps(o + 16 * half, d[half]);
-        if constexpr (f.has_min) _mm512_storeu_ps(o + 32 + 16 * half, m[half]);
-      }
-    }
-  }
-}
 
 // Nibble register R of a group (k-quads 2R and 2R + 1) for both column halves, against MR
 // rows of x: s[i][h] += q . xq per column.
@@ -162,7 +51,7 @@ QUILL_VNNI inline void Step(const uint8_t* gp, const __m512i* plane, const int8_
 // acc[MR][32] (+)= MR rows of x against super-blocks [sb0, sb1) of one column block.
 template <QuantType T, int MR>
 QUILL_VNNI void Tile(const uint8_t* cb, int64_t sb0, int64_t sb1, const float* scales,
-                     const XView& x, float* acc, bool init) {
+                     const QBlockXView& x, float* acc, bool init) {
   constexpr QBlockFormat f = QBlockFormatOf(T);
   constexpr int kVecs = f.has_min ? 2 : 1;
   constexpr int kRegs = f.nibble_regs();
@@ -225,7 +114,7 @@ QUILL_VNNI void Tile(const uint8_t* cb, int64_t sb0, int64_t sb1, const float* s
 
 // All rows of one chunk against one column block; writes `cols` outputs per row.
 template <QuantType T>
-QUILL_VNNI void ColumnBlock(const uint8_t* cb, int64_t sbs, const XView& x, int rows, float* y,
+QUILL_VNNI void ColumnBlock(const uint8_t* cb, int64_t sbs, const QBlockXView& x, int rows, float* y,
                             int64_t y_stride, int cols) {
   constexpr QBlockFormat f = QBlockFormatOf(T);
   constexpr int64_t kChunkSbs = kChunkK / f.sb_k;
@@ -236,7 +125,7 @@ QUILL_VNNI void ColumnBlock(const uint8_t* cb, int64_t sbs, const XView& x, int 
     const int64_t sb1 = std::min(sbs, sb0 + kChunkSbs);
     DecodeScales<T>(cb, sb0, sb1, scales);
     for (int i = 0; i < rows; i += kMR) {
-      XView xi = x;
+      QBlockXView xi = x;
       xi.q += i * x.k;
       xi.d += i * x.groups;
       if (xi.sum != nullptr) xi.sum += i * x.groups;
@@ -262,7 +151,7 @@ QUILL_VNNI void ColumnBlock(const uint8_t* cb, int64_t sbs, const XView& x, int 
     std::memcpy(y + i * y_stride, acc + i * kQBlockCols, cols * sizeof(float));
 }
 
-using ColumnBlockFn = void (*)(const uint8_t*, int64_t, const XView&, int, float*, int64_t, int);
+using ColumnBlockFn = void (*)(const uint8_t*, int64_t, const QBlockXView&, int, float*, int64_t, int);
 
 ColumnBlockFn ColumnBlockFor(QuantType type) {
   switch (type) {
@@ -308,34 +197,75 @@ QUILL_VNNI void QuantizeRow(const float* x, int64_t k, int8_t* xq, float* d32, i
 
 }  // namespace
 
-void QBlockGemm::Run(const float* x, int m, float* y, int64_t y_stride) {
-  QUILL_DCHECK(m >= 1 && m <= max_rows_);
+void QBlockGemm::PrepareX(const float* x, int rows) {
   const int64_t blocks32 = k_ / 32, blocks16 = k_ / 16;
-  for (int r0 = 0; r0 < m; r0 += chunk_rows_) {
-    const int rows = std::min(chunk_rows_, m - r0);
 #pragma omp parallel for schedule(static) if (rows * k_ >= (1 << 16))
+  for (int i = 0; i < rows; ++i) {
+    QuantizeRow(x + i * k_, k_, xq_.data() + i * k_, xd32_.data() + i * blocks32,
+                xs16_.data() + i * blocks16);
+  }
+  // Per type: the x scale, sum and offset seed of each weight group.
+  for (size_t slot = 0; slot < x_types_.size(); ++slot) {
+    const QBlockFormat f = QBlockFormatOf(x_types_[slot]);
+    const int64_t groups = k_ / f.group_k;
+    XGroups& xg = xg_[slot];
     for (int i = 0; i < rows; ++i) {
-      QuantizeRow(x + (r0 + i) * k_, k_, xq_.data() + i * k_, xd32_.data() + i * blocks32,
-                  xs16_.data() + i * blocks16);
-    }
-    // Per type: the x scale, sum and offset seed of each weight group.
-    for (size_t slot = 0; slot < x_types_.size(); ++slot) {
-      const QBlockFormat f = QBlockFormatOf(x_types_[slot]);
-      const int64_t groups = k_ / f.group_k;
-      XGroups& xg = xg_[slot];
-      for (int i = 0; i < rows; ++i) {
-        const float* d32 = xd32_.data() + i * blocks32;
-        const int32_t* s16 = xs16_.data() + i * blocks16;
-        for (int64_t g = 0; g < groups; ++g) {
-          const bool g16 = f.group_k == 16;
-          const float d = g16 ? d32[g / 2] : d32[g];
-          const int32_t sum = g16 ? s16[g] : s16[2 * g] + s16[2 * g + 1];
-          xg.d.data()[i * groups + g] = d;
-          if (f.has_min) xg.sum.data()[i * groups + g] = d * static_cast<float>(sum);
-          if (f.offset != 0) xg.seed.data()[i * groups + g] = -f.offset * sum;
-        }
+      const float* d32 = xd32_.data() + i * blocks32;
+      const int32_t* s16 = xs16_.data() + i * blocks16;
+      for (int64_t g = 0; g < groups; ++g) {
+        const bool g16 = f.group_k == 16;
+        const float d = g16 ? d32[g / 2] : d32[g];
+        const int32_t sum = g16 ? s16[g] : s16[2 * g] + s16[2 * g + 1];
+        xg.d.data()[i * groups + g] = d;
+        if (f.has_min) xg.sum.data()[i * groups + g] = d * static_cast<float>(sum);
+        if (f.offset != 0) xg.seed.data()[i * groups + g] = -f.offset * sum;
       }
     }
+  }
+}
+
+QBlockXView QBlockGemm::XViewOf(const Segment& s) const {
+  const QBlockFormat f = QBlockFormatOf(s.type);
+  const XGroups& xg = xg_[s.x_slot];
+  return QBlockXView{xq_.data(),
+                     xg.d.data(),
+                     f.has_min ? xg.sum.data() : nullptr,
+                     f.offset != 0 ? xg.seed.data() : nullptr,
+                     k_,
+                     k_ / f.group_k};
+}
+
+void QBlockGemm::Run(const float* x, int m, float* y, int64_t y_stride) {
+  if (m <= kQBlockDecodeMaxRows) {
+    RunDecode(x, m, y, y_stride);
+  } else {
+    RunTiled(x, m, y, y_stride);
+  }
+}
+
+void QBlockGemm::RunDecode(const float* x, int m, float* y, int64_t y_stride) {
+  QUILL_DCHECK(m >= 1 && m <= std::min(max_rows_, kQBlockDecodeMaxRows));
+  PrepareX(x, m);
+  const int64_t work = static_cast<int64_t>(blocks_.size());
+  const bool parallel = work > 1 && static_cast<int64_t>(m) * n_ * k_ >= (1 << 16);
+#pragma omp parallel for schedule(static) if (parallel)
+  for (int64_t w = 0; w < work; ++w) {
+    const Segment& s = segments_[blocks_[w].first];
+    const int64_t cb = blocks_[w].second;
+    const QBlockFormat f = QBlockFormatOf(s.type);
+    const int64_t sbs = k_ / f.sb_k;
+    const int64_t col0 = s.first_col + cb * kQBlockCols;
+    const int cols = static_cast<int>(std::min<int64_t>(kQBlockCols, s.first_col + s.cols - col0));
+    QBlockDecodeColumnFor(s.type)(packed_.data() + s.packed_offset + cb * sbs * f.sb_bytes(), sbs,
+                                  XViewOf(s), m, y + col0, y_stride, cols);
+  }
+}
+
+void QBlockGemm::RunTiled(const float* x, int m, float* y, int64_t y_stride) {
+  QUILL_DCHECK(m >= 1 && m <= max_rows_);
+  for (int r0 = 0; r0 < m; r0 += chunk_rows_) {
+    const int rows = std::min(chunk_rows_, m - r0);
+    PrepareX(x + static_cast<int64_t>(r0) * k_, rows);
     const int64_t work = static_cast<int64_t>(blocks_.size());
     const bool parallel = work > 1 && static_cast<int64_t>(rows) * n_ * k_ >= (1 << 16);
 #pragma omp parallel for schedule(static) if (parallel)
@@ -344,18 +274,12 @@ void QBlockGemm::Run(const float* x, int m, float* y, int64_t y_stride) {
       const int64_t cb = blocks_[w].second;
       const QBlockFormat f = QBlockFormatOf(s.type);
       const int64_t sbs = k_ / f.sb_k;
-      const XGroups& xg = xg_[s.x_slot];
-      const XView xv{xq_.data(),
-                     xg.d.data(),
-                     f.has_min ? xg.sum.data() : nullptr,
-                     f.offset != 0 ? xg.seed.data() : nullptr,
-                     k_,
-                     k_ / f.group_k};
       const int64_t col0 = s.first_col + cb * kQBlockCols;
       const int cols =
           static_cast<int>(std::min<int64_t>(kQBlockCols, s.first_col + s.cols - col0));
-      ColumnBlockFor(s.type)(packed_.data() + s.packed_offset + cb * sbs * f.sb_bytes(), sbs, xv,
-                             rows, y + static_cast<int64_t>(r0) * y_stride + col0, y_stride, cols);
+      ColumnBlockFor(s.type)(packed_.data() + s.packed_offset + cb * sbs * f.sb_bytes(), sbs,
+                             XViewOf(s), rows, y + static_cast<int64_t>(r0) * y_stride + col0,
+                             y_stride, cols);
     }
   }
 }

@@ -3,7 +3,10 @@
 // Block types of Precision::kFast (internal to Linear): Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K
 // and Q6_K weights stay at their bit width, repacked once for AVX512-VNNI; x is quantized
 // per 32 values to int8 at run time and the products are int8 dot products
-// (_mm512_dpbusd_epi32) with the 4/5/6-bit weights unpacked in registers.
+// (_mm512_dpbusd_epi32) with the 4/5/6-bit weights unpacked in registers. Two kernels
+// share the layout and the arithmetic: a tiled one for many rows (prefill) and a decode
+// one for m <= kQBlockDecodeMaxRows (linear_qblock_decode.cc), which splits each group's
+// int32 dot product over independent accumulators and prefetches the weight stream.
 //
 // Arithmetic (the contract reference::QBlockLinear reproduces bit for bit). x row i is cut
 // into blocks of 32: d_x = max|x| / 127, xq = round-to-nearest-even(x * 127 / max|x|)
@@ -84,6 +87,11 @@ bool QBlockKernelAvailable();
 
 inline constexpr int kQBlockCols = 32;       // outputs per column block
 inline constexpr int kQBlockChunkRows = 64;  // x rows quantized and multiplied per pass
+// Run() hands m up to this to the decode kernel (one sweep of the weights, every row in
+// registers; measured with quill-linear-qblock-bench).
+inline constexpr int kQBlockDecodeMaxRows = 16;
+
+struct QBlockXView;  // linear_qblock_simd.h
 
 class QBlockGemm {
  public:
@@ -92,7 +100,14 @@ class QBlockGemm {
   QBlockGemm(absl::Span<const WeightView> parts, int max_rows);
 
   // y[m x n] (row stride y_stride) for 1 <= m <= max_rows. Parallel over column blocks.
+  // m <= kQBlockDecodeMaxRows runs RunDecode, larger m RunTiled; both follow the
+  // arithmetic above exactly, so the choice never changes a bit of y.
   void Run(const float* x, int m, float* y, int64_t y_stride);
+  // The many-row kernel (linear_qblock.cc): per column block, k in chunks with the
+  // decoded scales in L1 and 4-row register tiles, 64 rows of x per pass.
+  void RunTiled(const float* x, int m, float* y, int64_t y_stride);
+  // The few-row kernel (linear_qblock_decode.cc), m <= kQBlockDecodeMaxRows.
+  void RunDecode(const float* x, int m, float* y, int64_t y_stride);
   int64_t packed_bytes() const { return static_cast<int64_t>(packed_.bytes()); }
   std::string name() const;  // "int8-vnni-q4_k+q6_k"
 
@@ -114,6 +129,10 @@ class QBlockGemm {
   };
 
  private:
+  // Quantizes rows [0, rows) of x into the x-side arrays.
+  void PrepareX(const float* x, int rows);
+  QBlockXView XViewOf(const Segment& s) const;
+
   int64_t k_, n_;
   int max_rows_;
   int chunk_rows_;  // x rows quantized and multiplied per pass

@@ -432,6 +432,39 @@ TEST_P(QBlockKernel, MatchesScalarTwinBitForBit) {
   }
 }
 
+// Both kernels behind Run() on their own, for every row count the decode kernel takes
+// (1..kQBlockDecodeMaxRows: full and partial 4-row tiles) and a few around the tiled
+// kernel's 4-row tile: each equals the twin bit for bit, so Run()'s choice is invisible.
+TEST_P(QBlockKernel, DecodeAndTiledKernelsMatchScalarTwin) {
+  if (!linear_internal::QBlockKernelAvailable()) GTEST_SKIP() << "no AVX512-VNNI";
+  const auto [type, k, n] = GetParam();
+  const TestWeight w = MakeWeight(type, n, k, 12);
+  constexpr int kMaxRows = linear_internal::kQBlockDecodeMaxRows;
+  linear_internal::QBlockGemm gemm({w.view}, kMaxRows);
+  for (int m = 1; m <= kMaxRows; ++m) {
+    SCOPED_TRACE(testing::Message() << "m=" << m);
+    const std::vector<float> x = RandomVector(static_cast<size_t>(m) * k, 80 + m);
+    std::vector<float> want(static_cast<size_t>(m) * n);
+    reference::QBlockLinear(w.view, x.data(), m, want.data());
+    // A row stride wider than n: the decode kernel's masked stores stay inside each row.
+    const int64_t stride = n + 3;
+    for (int kernel = 0; kernel < 2; ++kernel) {
+      std::vector<float> got(static_cast<size_t>(m) * stride, std::nanf(""));
+      if (kernel == 0) {
+        gemm.RunDecode(x.data(), m, got.data(), stride);
+      } else {
+        gemm.RunTiled(x.data(), m, got.data(), stride);
+      }
+      std::vector<float> packed(static_cast<size_t>(m) * n);
+      for (int i = 0; i < m; ++i) {
+        for (int64_t c = 0; c < n; ++c) packed[i * n + c] = got[i * stride + c];
+        for (int64_t c = n; c < stride; ++c) EXPECT_TRUE(std::isnan(got[i * stride + c]));
+      }
+      EXPECT_EQ(CountBitMismatches(packed, want), 0u) << (kernel == 0 ? "decode" : "tiled");
+    }
+  }
+}
+
 // Odd column counts (the last column block is partial) and rows of one and of several
 // super-blocks, including k that crosses the kernel's 1024-value scale pass.
 std::vector<QBlockParam> QBlockShapes() {

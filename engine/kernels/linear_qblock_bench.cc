@@ -1,0 +1,151 @@
+// quill-linear-qblock-bench: QBlockGemm's decode kernel (RunDecode) against its tiled
+// kernel (RunTiled) on TinyLlama-1.1B shapes, in the same process, rounds interleaved
+// (decode, tiled, decode, ...) so that load from other processes hits both alike. Prints
+// each kernel's best and median round and the ratio of the medians.
+//
+//   OMP_NUM_THREADS=2 quill-linear-qblock-bench [--types=q4_k,q6_k,q4_0] [--ms=1,2,4,8]
+//                                               [--rounds=15] [--working_set_mb=160]
+//                                               [--cpu_time]
+//
+// Each weight is instantiated in enough copies (cycled call after call) that the set is
+// several times the L3, so the figures are DRAM-bound like a real decode step.
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "engine/kernels/linear_internal.h"
+#include "engine/kernels/linear_qblock.h"
+#include "engine/quant/quantize.h"
+
+ABSL_FLAG(std::string, types, "q4_k,q6_k,q4_0", "weight types to run");
+ABSL_FLAG(std::string, ms, "1,2,4,8", "batch sizes (rows of x)");
+ABSL_FLAG(int, rounds, 15, "rounds per kernel (one pass over the copies each)");
+ABSL_FLAG(int, working_set_mb, 160, "cycle weight copies until they total this much");
+ABSL_FLAG(bool, cpu_time, false,
+          "time with process CPU time instead of wall time (a shared machine; use with "
+          "OMP_NUM_THREADS=1, as spinning threads count too)");
+
+namespace quill::engine::kernels {
+namespace {
+
+using linear_internal::QBlockGemm;
+
+struct Shape {
+  const char* name;
+  int64_t k, n;
+};
+constexpr Shape kShapes[] = {{"qkv", 2048, 2560}, {"gate_up", 2048, 11264}, {"down", 5632, 2048}};
+
+double Now() {
+  if (absl::GetFlag(FLAGS_cpu_time)) {
+    timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+  }
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+std::vector<uint8_t> MakeWeights(WeightType type, int64_t n, int64_t k, uint32_t seed) {
+  quant::QuantType q;
+  linear_internal::ToQuantType(type, &q);
+  const int64_t row_bytes = linear_internal::RowBytes(type, k);
+  std::vector<uint8_t> bytes(n * row_bytes);
+  std::vector<float> row(k);
+  uint32_t s = seed * 2654435761u + 1;
+  for (int64_t r = 0; r < n; ++r) {
+    for (float& v : row) {
+      s ^= s << 13;
+      s ^= s >> 17;
+      s ^= s << 5;
+      v = (s >> 8) * (2.0f / 16777216.0f) - 1.0f;
+    }
+    if (!quant::Quantize(q, row.data(), k / quant::BlockElements(q), bytes.data() + r * row_bytes)
+             .ok())
+      std::abort();
+  }
+  return bytes;
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+void RunShape(WeightType type, const Shape& shape, const std::vector<int>& ms) {
+  const std::vector<uint8_t> bytes = MakeWeights(type, shape.n, shape.k, 7);
+  const WeightView view{type, bytes.data(), shape.n, shape.k};
+  const int copies = std::max<int64_t>(
+      2, int64_t{absl::GetFlag(FLAGS_working_set_mb)} * (1 << 20) / static_cast<int64_t>(bytes.size()));
+  std::vector<std::unique_ptr<QBlockGemm>> gemms;
+  for (int c = 0; c < copies; ++c)
+    gemms.push_back(std::make_unique<QBlockGemm>(absl::MakeConstSpan(&view, 1), linear_internal::kQBlockDecodeMaxRows));
+  std::vector<float> x(linear_internal::kQBlockDecodeMaxRows * shape.k),
+      y(linear_internal::kQBlockDecodeMaxRows * shape.n);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((i * 37) % 101) / 50.0f - 1.0f;
+  for (int m : ms) {
+    std::vector<double> t[2];
+    for (int round = 0; round < absl::GetFlag(FLAGS_rounds); ++round) {
+      for (int kernel = 0; kernel < 2; ++kernel) {
+        const double t0 = Now();
+        for (auto& g : gemms) {
+          if (kernel == 0) {
+            g->RunDecode(x.data(), m, y.data(), shape.n);
+          } else {
+            g->RunTiled(x.data(), m, y.data(), shape.n);
+          }
+        }
+        t[kernel].push_back((Now() - t0) / copies * 1e3);
+      }
+    }
+    const double gb = static_cast<double>(bytes.size()) / 1e9;
+    const double med[2] = {Median(t[0]), Median(t[1])};
+    std::printf("%-5s %-8s m=%d | decode best %.3f med %.3f ms (%.1f GB/s) | tiled best %.3f med "
+                "%.3f ms (%.1f GB/s) | tiled/decode %.2fx\n",
+                linear_internal::WeightTypeName(type), shape.name, m,
+                *std::min_element(t[0].begin(), t[0].end()), med[0], gb / med[0] * 1e3,
+                *std::min_element(t[1].begin(), t[1].end()), med[1], gb / med[1] * 1e3,
+                med[1] / med[0]);
+    std::fflush(stdout);
+  }
+}
+
+WeightType ParseType(const std::string& s) {
+  for (WeightType t : {WeightType::kQ4_0, WeightType::kQ4_1, WeightType::kQ5_0, WeightType::kQ5_1,
+                       WeightType::kQ4_K, WeightType::kQ5_K, WeightType::kQ6_K}) {
+    if (s == linear_internal::WeightTypeName(t)) return t;
+  }
+  std::fprintf(stderr, "unknown type %s\n", s.c_str());
+  std::exit(2);
+}
+
+}  // namespace
+}  // namespace quill::engine::kernels
+
+int main(int argc, char** argv) {
+  using namespace quill::engine::kernels;
+  absl::ParseCommandLine(argc, argv);
+  if (!linear_internal::QBlockKernelAvailable()) {
+    std::printf("no AVX512-VNNI: nothing to compare\n");
+    return 0;
+  }
+  std::vector<int> ms;
+  for (absl::string_view s : absl::StrSplit(absl::GetFlag(FLAGS_ms), ',')) {
+    int m;
+    if (absl::SimpleAtoi(s, &m) && m >= 1 && m <= linear_internal::kQBlockDecodeMaxRows) ms.push_back(m);
+  }
+  for (absl::string_view name : absl::StrSplit(absl::GetFlag(FLAGS_types), ',')) {
+    const WeightType type = ParseType(std::string(name));
+    for (const Shape& shape : kShapes) RunShape(type, shape, ms);
+  }
+  return 0;
+}

@@ -1,0 +1,179 @@
+// QBlockGemm::RunDecode: the kernel for the few rows of a decode step. The tiled kernel
+// (linear_qblock.cc) keeps one int32 accumulator per row and column half, so at m = 1 every
+// group is a chain of dependent _mm512_dpbusd_epi32 (8 for a Q4_K group) and the core waits
+// on their latency instead of streaming weights. Here each column block is swept once over
+// the whole k with every row's float sums in registers, and each group's int32 dot product
+// is split over independent accumulators (even and odd k-quads), added at the end: integer
+// addition is exact, so the arithmetic of linear_qblock.h, and every bit of y, is unchanged.
+// For the 4-bit types the odd quads are used in place (q * 16, masked with 0xF0, no shift)
+// and their sum is shifted right by 4 once per group.
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+#include "engine/kernels/linear_qblock.h"
+#include "engine/kernels/linear_qblock_simd.h"
+
+namespace quill::engine::kernels::linear_internal {
+namespace {
+
+using quant::QuantType;
+
+constexpr int kDecodeMR = 4;  // rows per register tile
+// Bytes ahead of the current group that the loop asks to have in L1 (one prefetch per
+// line): with the hardware prefetcher alone a core streamed ~19 GB/s, ~28 GB/s with this
+// (1024: ~23; 8192 and 16384 no better; _MM_HINT_T1 worse) in quill-linear-qblock-bench.
+constexpr int kPrefetchBytes = 4096;
+
+// Nibble register R of a group (k-quads 2R and 2R + 1) for both column halves: even quads
+// into lo, odd quads into hi (4-bit types: 16x the value).
+template <QuantType T, int MR, int R>
+QUILL_VNNI inline void DecodeStep(const uint8_t* gp, const __m512i* plane, const int8_t* xq,
+                                  int64_t k, __m512i (&lo)[MR][2], __m512i (&hi)[MR][2]) {
+  constexpr int kBits = QBlockFormatOf(T).bits;
+#pragma GCC unroll 2
+  for (int h = 0; h < 2; ++h) {
+    const __m512i nib = _mm512_loadu_si512(gp + (2 * R + h) * 64);
+    __m512i wlo, whi;
+    if constexpr (kBits == 4) {
+      wlo = _mm512_and_si512(nib, _mm512_set1_epi8(0x0F));
+      whi = _mm512_and_si512(nib, _mm512_set1_epi8(static_cast<char>(0xF0)));
+    } else {
+      wlo = UnpackQuad<kBits, 2 * R>(nib, plane[h]);
+      whi = UnpackQuad<kBits, 2 * R + 1>(nib, plane[h]);
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < MR; ++i) {
+      int32_t q0, q1;
+      std::memcpy(&q0, xq + i * k + 8 * R, 4);
+      std::memcpy(&q1, xq + i * k + 8 * R + 4, 4);
+      lo[i][h] = _mm512_dpbusd_epi32(lo[i][h], wlo, _mm512_set1_epi32(q0));
+      hi[i][h] = _mm512_dpbusd_epi32(hi[i][h], whi, _mm512_set1_epi32(q1));
+    }
+  }
+}
+
+// MR rows of x against one column block, all super-blocks; writes `cols` outputs per row.
+template <QuantType T, int MR>
+QUILL_VNNI void DecodeTile(const uint8_t* cb, int64_t sbs, const QBlockXView& x, float* y,
+                           int64_t y_stride, int cols) {
+  constexpr QBlockFormat f = QBlockFormatOf(T);
+  constexpr int kVecs = f.has_min ? 2 : 1;
+  constexpr int kRegs = f.nibble_regs();
+  alignas(64) float scales[f.groups() * kVecs * 32];
+  __m512 acc[MR][2];
+#pragma GCC unroll 4
+  for (int i = 0; i < MR; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+  for (int64_t sb = 0; sb < sbs; ++sb) {
+    DecodeScales<T>(cb, sb, sb + 1, scales);
+    const uint8_t* groups = cb + sb * f.sb_bytes() + f.header;
+    const float* sc = scales;
+    for (int g = 0; g < f.groups(); ++g, sc += kVecs * 32) {
+      const uint8_t* gp = groups + g * f.group_bytes();
+      for (int b = 0; b < f.group_bytes(); b += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(gp + kPrefetchBytes + b), _MM_HINT_T0);
+      const int64_t gi = sb * f.groups() + g;  // group index along k
+      const int8_t* xq = x.q + gi * f.group_k;
+      __m512i lo[MR][2], hi[MR][2];
+#pragma GCC unroll 4
+      for (int i = 0; i < MR; ++i) {
+        if constexpr (f.offset != 0) {
+          lo[i][0] = lo[i][1] = _mm512_set1_epi32(x.seed[i * x.groups + gi]);
+        } else {
+          lo[i][0] = lo[i][1] = _mm512_setzero_si512();
+        }
+        hi[i][0] = hi[i][1] = _mm512_setzero_si512();
+      }
+      __m512i plane[2];
+      if constexpr (f.bits > 4) {
+        plane[0] = _mm512_loadu_si512(gp + (2 * kRegs + 0) * 64);
+        plane[1] = _mm512_loadu_si512(gp + (2 * kRegs + 1) * 64);
+      } else {
+        plane[0] = plane[1] = _mm512_setzero_si512();
+      }
+      DecodeStep<T, MR, 0>(gp, plane, xq, x.k, lo, hi);
+      DecodeStep<T, MR, 1>(gp, plane, xq, x.k, lo, hi);
+      if constexpr (kRegs == 4) {
+        DecodeStep<T, MR, 2>(gp, plane, xq, x.k, lo, hi);
+        DecodeStep<T, MR, 3>(gp, plane, xq, x.k, lo, hi);
+      }
+#pragma GCC unroll 4
+      for (int i = 0; i < MR; ++i) {
+        const __m512 dx = _mm512_set1_ps(x.d[i * x.groups + gi]);
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; ++h) {
+          const __m512i s = f.bits == 4 ? _mm512_add_epi32(lo[i][h], _mm512_srai_epi32(hi[i][h], 4))
+                                        : _mm512_add_epi32(lo[i][h], hi[i][h]);
+          const __m512 ws = _mm512_load_ps(sc + 16 * h);
+          acc[i][h] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(ws, dx), acc[i][h]);
+          if constexpr (f.has_min) {
+            acc[i][h] = _mm512_fmadd_ps(_mm512_load_ps(sc + 32 + 16 * h),
+                                        _mm512_set1_ps(x.sum[i * x.groups + gi]), acc[i][h]);
+          }
+        }
+      }
+    }
+  }
+  const __mmask16 m0 = static_cast<__mmask16>((1u << std::min(cols, 16)) - 1);
+  const __mmask16 m1 = static_cast<__mmask16>((1u << std::max(cols - 16, 0)) - 1);
+#pragma GCC unroll 4
+  for (int i = 0; i < MR; ++i) {
+    _mm512_mask_storeu_ps(y + i * y_stride, m0, acc[i][0]);
+    _mm512_mask_storeu_ps(y + i * y_stride + 16, m1, acc[i][1]);
+  }
+}
+
+template <QuantType T>
+QUILL_VNNI void DecodeColumn(const uint8_t* cb, int64_t sbs, const QBlockXView& x, int rows,
+                             float* y, int64_t y_stride, int cols) {
+  for (int i = 0; i < rows; i += kDecodeMR) {
+    QBlockXView xi = x;
+    xi.q += i * x.k;
+    xi.d += i * x.groups;
+    if (xi.sum != nullptr) xi.sum += i * x.groups;
+    if (xi.seed != nullptr) xi.seed += i * x.groups;
+    float* yi = y + i * y_stride;
+    switch (std::min(kDecodeMR, rows - i)) {
+      case 1:
+        DecodeTile<T, 1>(cb, sbs, xi, yi, y_stride, cols);
+        break;
+      case 2:
+        DecodeTile<T, 2>(cb, sbs, xi, yi, y_stride, cols);
+        break;
+      case 3:
+        DecodeTile<T, 3>(cb, sbs, xi, yi, y_stride, cols);
+        break;
+      default:
+        DecodeTile<T, 4>(cb, sbs, xi, yi, y_stride, cols);
+        break;
+    }
+  }
+}
+
+}  // namespace
+
+QBlockColumnFn QBlockDecodeColumnFor(QuantType type) {
+  switch (type) {
+    case QuantType::kQ4_0:
+      return DecodeColumn<QuantType::kQ4_0>;
+    case QuantType::kQ4_1:
+      return DecodeColumn<QuantType::kQ4_1>;
+    case QuantType::kQ5_0:
+      return DecodeColumn<QuantType::kQ5_0>;
+    case QuantType::kQ5_1:
+      return DecodeColumn<QuantType::kQ5_1>;
+    case QuantType::kQ4_K:
+      return DecodeColumn<QuantType::kQ4_K>;
+    case QuantType::kQ5_K:
+      return DecodeColumn<QuantType::kQ5_K>;
+    case QuantType::kQ6_K:
+      return DecodeColumn<QuantType::kQ6_K>;
+    default:
+      return nullptr;
+  }
+}
+
+}  // namespace quill::engine::kernels::linear_internal
