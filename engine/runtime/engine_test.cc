@@ -794,7 +794,9 @@ TEST_F(PrefixCacheEngineTest, FastModeHitGivesTheSameGreedyTokens) {
   Start(Options(/*prefix_cache=*/true), nullptr, kernels::Precision::kFast);
   for (size_t i = 0; i < requests.size(); ++i) {
     auto sink = RunAlone(requests[i]);
-    if (i > 0) EXPECT_GE(sink->info().cached_prompt_tokens, 96);
+    if (i > 0) {
+      EXPECT_GE(sink->info().cached_prompt_tokens, 96);
+    }
     EXPECT_EQ(sink->ids(), solo[i]) << "request " << i;
   }
 }
