@@ -32,6 +32,14 @@ function(quill_cc_test)
   target_link_libraries(${Q_NAME} PRIVATE ${Q_DEPS} GTest::gtest GTest::gmock GTest::gtest_main)
   target_include_directories(${Q_NAME} PRIVATE ${CMAKE_SOURCE_DIR})
   target_compile_options(${Q_NAME} PRIVATE ${QUILL_WARNINGS} ${QUILL_ARCH_FLAGS})
+  # Test code itself needs no optimizer (the libraries it tests keep theirs): half of a
+  # cold build's compile time is test files, and -O1 (-O0 under sanitizers, whose builds are
+  # -O1 already) cuts it by a fifth to a half. This keeps CI within its time budget.
+  if(QUILL_SANITIZE)
+    target_compile_options(${Q_NAME} PRIVATE -O0)
+  else()
+    target_compile_options(${Q_NAME} PRIVATE -O1)
+  endif()
   if(TARGET quill_tsan_absl)
     target_link_libraries(${Q_NAME} PRIVATE quill_tsan_absl)
   endif()

@@ -26,5 +26,7 @@ export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
 slow_numeric='linear_test_portable|RequantizingDequantizedTensorsGivesTheSameBlocks'
 slow_numeric+='|AttentionTest.(MatchesReference|BatchInvariantBitForBit|SoftCapAndWindowMatchReference)/Portable'
 slow_numeric+='|BatchInvarianceTest.Fast.*Among63Others'
-ctest --test-dir "$build_dir" --output-on-failure --timeout 900 -j "${QUILL_TEST_JOBS:-2}" \
+# Three at a time on 2 cores: many of these tests wait (servers, subprocesses, deadlines),
+# so a third keeps the cores busy.
+ctest --test-dir "$build_dir" --output-on-failure --timeout 900 -j "${QUILL_TEST_JOBS:-3}" \
   -L 'unit|integration|fuzz' -E "$slow_numeric" "$@"
