@@ -114,6 +114,17 @@ class SlowReaderSink final : public TokenSink {
   void OnFinish(const FinishInfo& info) override { recorded->OnFinish(info); }
   bool WouldBlock() override {
     absl::MutexLock lock(&mu_);
+    if (unsent_ < bound_) return false;
+    ++times_blocked_;
+    return true;
+  }
+  // How often the engine was told this sink would block (and so paused its request).
+  int times_blocked() {
+    absl::MutexLock lock(&mu_);
+    return times_blocked_;
+  }
+  bool full() {
+    absl::MutexLock lock(&mu_);
     return unsent_ >= bound_;
   }
   // The client reads everything: the sink drains and wakes the engine.
@@ -131,6 +142,7 @@ class SlowReaderSink final : public TokenSink {
   const int bound_;
   absl::Mutex mu_;
   int unsent_ ABSL_GUARDED_BY(mu_) = 0;
+  int times_blocked_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace quill::engine
