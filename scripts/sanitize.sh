@@ -30,6 +30,9 @@ slow_numeric+='|BatchInvarianceTest.Fast.*Among63Others'
 # window over every path): more of the same inner loops, half of this stage's test time.
 # The small and odd shapes, where tails and edges are, still run here.
 slow_numeric+='|LinearMatchesReference.*_(k2048|n1000)|AttentionTest.SoftCapAndWindowMatchReference'
+# Fast-mode numerics of whole models (argmax agreement, fast goldens): the same fast kernels
+# run here through the matmul sweep's small shapes; the exact goldens and invariance stay.
+slow_numeric+='|FamilyInvarianceTest.FastSameArgmax|GoldenTest.MatchesReference/.*_fast'
 # Three at a time on 2 cores: many of these tests wait (servers, subprocesses, deadlines),
 # so a third keeps the cores busy.
 ctest --test-dir "$build_dir" --output-on-failure --timeout 900 -j "${QUILL_TEST_JOBS:-3}" \
