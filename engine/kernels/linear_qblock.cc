@@ -5,7 +5,6 @@
 // for bit.
 
 #include "engine/kernels/linear_qblock.h"
-#include "engine/kernels/linear_qblock_simd.h"
 
 #include <immintrin.h>
 #include <omp.h>
@@ -15,6 +14,7 @@
 #include <cstring>
 
 #include "engine/base/check.h"
+#include "engine/kernels/linear_qblock_simd.h"
 
 namespace quill::engine::kernels::linear_internal {
 namespace {
@@ -114,8 +114,8 @@ QUILL_VNNI void Tile(const uint8_t* cb, int64_t sb0, int64_t sb1, const float* s
 
 // All rows of one chunk against one column block; writes `cols` outputs per row.
 template <QuantType T>
-QUILL_VNNI void ColumnBlock(const uint8_t* cb, int64_t sbs, const QBlockXView& x, int rows, float* y,
-                            int64_t y_stride, int cols) {
+QUILL_VNNI void ColumnBlock(const uint8_t* cb, int64_t sbs, const QBlockXView& x, int rows,
+                            float* y, int64_t y_stride, int cols) {
   constexpr QBlockFormat f = QBlockFormatOf(T);
   constexpr int64_t kChunkSbs = kChunkK / f.sb_k;
   static_assert(kChunkSbs * f.groups() * (f.has_min ? 2 : 1) * 32 <= kMaxChunkScales);
@@ -151,9 +151,7 @@ QUILL_VNNI void ColumnBlock(const uint8_t* cb, int64_t sbs, const QBlockXView& x
     std::memcpy(y + i * y_stride, acc + i * kQBlockCols, cols * sizeof(float));
 }
 
-using ColumnBlockFn = void (*)(const uint8_t*, int64_t, const QBlockXView&, int, float*, int64_t, int);
-
-ColumnBlockFn ColumnBlockFor(QuantType type) {
+QBlockColumnFn ColumnBlockFor(QuantType type) {
   switch (type) {
     case QuantType::kQ4_0:
       return ColumnBlock<QuantType::kQ4_0>;
@@ -243,11 +241,10 @@ void QBlockGemm::Run(const float* x, int m, float* y, int64_t y_stride) {
   }
 }
 
-void QBlockGemm::RunDecode(const float* x, int m, float* y, int64_t y_stride) {
-  QUILL_DCHECK(m >= 1 && m <= std::min(max_rows_, kQBlockDecodeMaxRows));
-  PrepareX(x, m);
+// The decode and the tiled kernels differ only in the per-column-block function.
+void QBlockGemm::RunColumnBlocks(bool decode, int rows, float* y, int64_t y_stride) {
   const int64_t work = static_cast<int64_t>(blocks_.size());
-  const bool parallel = work > 1 && static_cast<int64_t>(m) * n_ * k_ >= (1 << 16);
+  const bool parallel = work > 1 && static_cast<int64_t>(rows) * n_ * k_ >= (1 << 16);
 #pragma omp parallel for schedule(static) if (parallel)
   for (int64_t w = 0; w < work; ++w) {
     const Segment& s = segments_[blocks_[w].first];
@@ -256,9 +253,16 @@ void QBlockGemm::RunDecode(const float* x, int m, float* y, int64_t y_stride) {
     const int64_t sbs = k_ / f.sb_k;
     const int64_t col0 = s.first_col + cb * kQBlockCols;
     const int cols = static_cast<int>(std::min<int64_t>(kQBlockCols, s.first_col + s.cols - col0));
-    QBlockDecodeColumnFor(s.type)(packed_.data() + s.packed_offset + cb * sbs * f.sb_bytes(), sbs,
-                                  XViewOf(s), m, y + col0, y_stride, cols);
+    const QBlockColumnFn column = decode ? QBlockDecodeColumnFor(s.type) : ColumnBlockFor(s.type);
+    column(packed_.data() + s.packed_offset + cb * sbs * f.sb_bytes(), sbs, XViewOf(s), rows,
+           y + col0, y_stride, cols);
   }
+}
+
+void QBlockGemm::RunDecode(const float* x, int m, float* y, int64_t y_stride) {
+  QUILL_DCHECK(m >= 1 && m <= std::min(max_rows_, kQBlockDecodeMaxRows));
+  PrepareX(x, m);
+  RunColumnBlocks(/*decode=*/true, m, y, y_stride);
 }
 
 void QBlockGemm::RunTiled(const float* x, int m, float* y, int64_t y_stride) {
@@ -266,21 +270,7 @@ void QBlockGemm::RunTiled(const float* x, int m, float* y, int64_t y_stride) {
   for (int r0 = 0; r0 < m; r0 += chunk_rows_) {
     const int rows = std::min(chunk_rows_, m - r0);
     PrepareX(x + static_cast<int64_t>(r0) * k_, rows);
-    const int64_t work = static_cast<int64_t>(blocks_.size());
-    const bool parallel = work > 1 && static_cast<int64_t>(rows) * n_ * k_ >= (1 << 16);
-#pragma omp parallel for schedule(static) if (parallel)
-    for (int64_t w = 0; w < work; ++w) {
-      const Segment& s = segments_[blocks_[w].first];
-      const int64_t cb = blocks_[w].second;
-      const QBlockFormat f = QBlockFormatOf(s.type);
-      const int64_t sbs = k_ / f.sb_k;
-      const int64_t col0 = s.first_col + cb * kQBlockCols;
-      const int cols =
-          static_cast<int>(std::min<int64_t>(kQBlockCols, s.first_col + s.cols - col0));
-      ColumnBlockFor(s.type)(packed_.data() + s.packed_offset + cb * sbs * f.sb_bytes(), sbs,
-                             XViewOf(s), rows, y + static_cast<int64_t>(r0) * y_stride + col0,
-                             y_stride, cols);
-    }
+    RunColumnBlocks(/*decode=*/false, rows, y + static_cast<int64_t>(r0) * y_stride, y_stride);
   }
 }
 

@@ -108,6 +108,8 @@ class QBlockGemm {
   void RunTiled(const float* x, int m, float* y, int64_t y_stride);
   // The few-row kernel (linear_qblock_decode.cc), m <= kQBlockDecodeMaxRows.
   void RunDecode(const float* x, int m, float* y, int64_t y_stride);
+  // Every column block over the rows of x prepared last, with the decode or tiled kernel.
+  void RunColumnBlocks(bool decode, int rows, float* y, int64_t y_stride);
   int64_t packed_bytes() const { return static_cast<int64_t>(packed_.bytes()); }
   std::string name() const;  // "int8-vnni-q4_k+q6_k"
 
