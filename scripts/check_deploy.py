@@ -6,7 +6,11 @@ Every YAML file must parse (all documents) and every JSON file must load; then t
 that matter are asserted to agree with each other and with quill-server's flags: native
 gRPC probes on the gRPC port, resources, ports vs the ConfigMap's QUILL_* values, the
 termination grace period vs the drain timeout and preStop, the HPA metric, the PDB, the
-Prometheus/Grafana wiring of the compose file, and the dashboard's metric names.
+Prometheus/Grafana wiring of the compose file, and the metrics: the dashboard shows every
+metric quill-server always exports, every quill_* series a panel, dashboard variable or
+rule reads is one it exports (histograms as _bucket/_sum/_count), every recorded series
+read is defined by a recording rule, and the metric list here is the one
+server/metrics/quill_metrics.cc registers.
 
     /usr/bin/python3 scripts/check_deploy.py [--build-dir build]
 
@@ -28,18 +32,34 @@ import tempfile
 import yaml
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCRIPT_ROOT = ROOT  # this script's repository (ROOT may be set to another tree)
 
-# The metric families quill-server exports (server/metrics/quill_metrics.cc).
-SERVER_METRICS = [
-    "quill_time_to_first_token_seconds", "quill_inter_token_latency_seconds",
-    "quill_request_duration_seconds", "quill_queue_wait_seconds",
-    "quill_prefill_duration_seconds", "quill_decode_duration_seconds",
-    "quill_engine_step_duration_seconds", "quill_batch_tokens", "quill_requests_total",
-    "quill_prompt_tokens_total", "quill_generated_tokens_total", "quill_requests_running",
-    "quill_requests_waiting", "quill_requests_paused", "quill_kv_cache_capacity_blocks", "quill_kv_cache_blocks_used",
-    "quill_kv_cache_bytes_used", "quill_kv_cache_usage_ratio", "quill_model_weights_bytes",
-    "quill_process_resident_memory_bytes",
-]
+# The metric families quill-server exports (server/metrics/quill_metrics.cc, which is
+# checked to register exactly these), by type. SERVER_METRICS are always exported (a real
+# scrape has every one: tests/e2e/test_promtool.py) and the dashboard must show each;
+# PER_TENANT_METRICS only with --metrics-per-tenant.
+SERVER_METRIC_TYPES = {
+    "quill_time_to_first_token_seconds": "histogram", "quill_inter_token_latency_seconds": "histogram",
+    "quill_request_duration_seconds": "histogram", "quill_queue_wait_seconds": "histogram",
+    "quill_prefill_duration_seconds": "histogram", "quill_decode_duration_seconds": "histogram",
+    "quill_engine_step_duration_seconds": "histogram", "quill_batch_tokens": "histogram",
+    "quill_requests_total": "counter", "quill_prompt_tokens_total": "counter",
+    "quill_generated_tokens_total": "counter", "quill_prefix_cache_query_tokens_total": "counter",
+    "quill_prefix_cache_hit_tokens_total": "counter", "quill_spec_draft_tokens_total": "counter",
+    "quill_spec_accepted_tokens_total": "counter", "quill_requests_running": "gauge",
+    "quill_requests_waiting": "gauge", "quill_requests_paused": "gauge",
+    "quill_kv_cache_capacity_blocks": "gauge", "quill_kv_cache_blocks_used": "gauge",
+    "quill_prefix_cache_blocks": "gauge", "quill_kv_cache_bytes_used": "gauge",
+    "quill_kv_cache_bytes_capacity": "gauge", "quill_kv_cache_usage_ratio": "gauge",
+    "quill_model_weights_bytes": "gauge", "quill_process_resident_memory_bytes": "gauge",
+}
+PER_TENANT_METRIC_TYPES = {
+    "quill_tenant_requests_total": "counter", "quill_tenant_queue_wait_seconds": "histogram",
+    "quill_tenant_time_to_first_token_seconds": "histogram",
+}
+SERVER_METRICS = list(SERVER_METRIC_TYPES)
+PER_TENANT_METRICS = list(PER_TENANT_METRIC_TYPES)
+METRICS_SOURCE = os.path.join("server", "metrics", "quill_metrics.cc")
 # Margin between the grace period and preStop + drain: gRPC's own shutdown grace (5 s).
 SHUTDOWN_MARGIN_SECONDS = 5
 # Libraries the base image (debian:bookworm-slim) always has.
@@ -57,6 +77,77 @@ class Checker:
         else:
             self.failures.append(message)
         return condition
+
+
+def exported_series():
+    """{series name: family} of every series quill-server can export: a counter or gauge
+    is its own series; a histogram X is X_bucket, X_sum and X_count (never bare X)."""
+    series = {}
+    for family, kind in list(SERVER_METRIC_TYPES.items()) + list(PER_TENANT_METRIC_TYPES.items()):
+        if kind == "histogram":
+            for suffix in ("_bucket", "_sum", "_count"):
+                series[family + suffix] = family
+        else:
+            series[family] = family
+    return series
+
+
+def series_read_by(expr):
+    """The series names a PromQL expression (or a Grafana label_values() query) reads:
+    (quill_* names, recorded level:metric:operations names). Quoted strings (label values)
+    are skipped; other identifiers (functions, label names, keywords) are ignored."""
+    text = re.sub(r'"(?:[^"\\]|\\.)*"', '""', expr)
+    text = re.sub(r"\[[^\]]*\]", "", text)  # ranges and subqueries: [5m], [1h:1m]
+    names = re.findall(r"[A-Za-z_][A-Za-z0-9_:]*", text)
+    quill = sorted({n for n in names if n.startswith("quill_") and ":" not in n})
+    recorded = sorted({n for n in names if ":" in n})
+    return quill, recorded
+
+
+def check_series_exist(c, where, expr, records):
+    """Every quill_* series `expr` reads is one quill-server exports, and every recorded
+    series it reads is defined by a recording rule."""
+    exported = exported_series()
+    quill, recorded = series_read_by(expr)
+    for name in quill:
+        if name in exported:
+            c.check(True, "")
+            continue
+        hint = ""
+        if name in SERVER_METRIC_TYPES or name in PER_TENANT_METRIC_TYPES:
+            hint = " (a histogram: read %s_bucket, _sum or _count)" % name
+        c.check(False, "%s reads %s, which quill-server does not export%s" % (where, name, hint))
+    for name in recorded:
+        c.check(name in records, "%s reads %s, which no recording rule in deploy/prometheus/rules defines"
+                % (where, name))
+
+
+def check_metrics_source(c):
+    """The metric list above is the one server/metrics/quill_metrics.cc registers (from
+    the checked root, else this script's own repository), with the same types."""
+    path = os.path.join(ROOT, METRICS_SOURCE)
+    if not os.path.exists(path):
+        path = os.path.join(SCRIPT_ROOT, METRICS_SOURCE)
+    if not os.path.exists(path):
+        print("check_deploy: %s not found; the metric list is not checked against it" % METRICS_SOURCE)
+        return
+    with open(path) as f:
+        source = f.read()
+    registered = {}
+    for kind, name in re.findall(r'\b(counter|gauge|histogram)\(\s*"(quill_\w+)"', source):
+        registered[name] = kind
+    for kind, name in re.findall(r'Build(Counter|Gauge|Histogram)\(\)\s*\.Name\("(quill_\w+)"\)', source):
+        registered[name] = kind.lower()
+    known = dict(SERVER_METRIC_TYPES, **PER_TENANT_METRIC_TYPES)
+    c.check(registered, "%s: no metric registrations found (has the way metrics are defined changed?)"
+            % METRICS_SOURCE)
+    for name, kind in sorted(registered.items()):
+        if c.check(name in known, "%s registers %s (%s), which scripts/check_deploy.py's metric list lacks"
+                   % (METRICS_SOURCE, name, kind)):
+            c.check(known[name] == kind, "%s registers %s as a %s; scripts/check_deploy.py lists a %s"
+                    % (METRICS_SOURCE, name, kind, known[name]))
+    for name in sorted(set(known) - set(registered)):
+        c.check(False, "scripts/check_deploy.py lists %s, which %s does not register" % (name, METRICS_SOURCE))
 
 
 def set_root(root):
@@ -360,30 +451,40 @@ def check_k8s(c, loaded):
 # --- Prometheus, Grafana, compose ----------------------------------------------------------
 
 def check_prometheus(c, loaded):
+    """Checks prometheus.yml and the rules; returns (the quill scrape job or None, the
+    names the recording rules define)."""
+    records, alerts = set(), set()
+    rules = []
+    for name in ("quill-recording.yml", "quill-alerts.yml"):
+        for group in loaded.get(os.path.join(ROOT, "deploy", "prometheus", "rules", name), [{}])[0].get("groups", []):
+            for rule in group.get("rules", []):
+                rules.append((name, rule))
+                if "record" in rule:
+                    records.add(rule["record"])
+                if "alert" in rule:
+                    alerts.add(rule["alert"])
+    # Every series a rule reads exists: exported by quill-server or recorded by a rule.
+    for name, rule in rules:
+        where = "prometheus rules: %s %s" % (name, rule.get("record") or rule.get("alert"))
+        check_series_exist(c, where, str(rule.get("expr", "")), records)
+    for needed in ("job:quill_time_to_first_token_seconds:p50_rate1m", "job:quill_time_to_first_token_seconds:p99_rate1m",
+                   "job:quill_inter_token_latency_seconds:p50_rate1m", "job:quill_inter_token_latency_seconds:p99_rate1m",
+                   "job:quill_generated_tokens:rate1m", "instance:quill_kv_cache_utilization:ratio",
+                   "job:quill_prefix_cache_hit_tokens:ratio_rate5m", "job:quill_spec_accepted_tokens:ratio_rate5m"):
+        c.check(needed in records, "prometheus rules: recording rule %s is missing" % needed)
+    for needed in ("QuillHighQueueWait", "QuillKvCacheNearlyFull", "QuillHighErrorRate", "QuillNoSuccessfulRequests"):
+        c.check(needed in alerts, "prometheus rules: alert %s is missing" % needed)
+
     config_path = os.path.join(ROOT, "deploy", "prometheus", "prometheus.yml")
     config = loaded.get(config_path, [None])[0]
     if not c.check(isinstance(config, dict), "deploy/prometheus/prometheus.yml missing or empty"):
-        return None
+        return None, records
     jobs = {j["job_name"]: j for j in config.get("scrape_configs", [])}
     c.check("quill" in jobs, "prometheus.yml: no scrape job named quill")
     for rule_file in config.get("rule_files", []):
         c.check(os.path.exists(os.path.join(os.path.dirname(config_path), rule_file)),
                 "prometheus.yml: rule file %s does not exist" % rule_file)
-    records, alerts = set(), set()
-    for name in ("quill-recording.yml", "quill-alerts.yml"):
-        for group in loaded.get(os.path.join(ROOT, "deploy", "prometheus", "rules", name), [{}])[0].get("groups", []):
-            for rule in group.get("rules", []):
-                if "record" in rule:
-                    records.add(rule["record"])
-                if "alert" in rule:
-                    alerts.add(rule["alert"])
-    for needed in ("job:quill_time_to_first_token_seconds:p50_rate1m", "job:quill_time_to_first_token_seconds:p99_rate1m",
-                   "job:quill_inter_token_latency_seconds:p50_rate1m", "job:quill_inter_token_latency_seconds:p99_rate1m",
-                   "job:quill_generated_tokens:rate1m", "instance:quill_kv_cache_utilization:ratio"):
-        c.check(needed in records, "prometheus rules: recording rule %s is missing" % needed)
-    for needed in ("QuillHighQueueWait", "QuillKvCacheNearlyFull", "QuillHighErrorRate", "QuillNoSuccessfulRequests"):
-        c.check(needed in alerts, "prometheus rules: alert %s is missing" % needed)
-    return jobs.get("quill")
+    return jobs.get("quill"), records
 
 
 def panel_targets(dashboard):
@@ -393,7 +494,7 @@ def panel_targets(dashboard):
                 yield inner, target
 
 
-def check_grafana(c, loaded):
+def check_grafana(c, loaded, records):
     datasource_path = os.path.join(ROOT, "deploy", "grafana", "provisioning", "datasources", "prometheus.yml")
     provider_path = os.path.join(ROOT, "deploy", "grafana", "provisioning", "dashboards", "quill.yml")
     dashboard_path = os.path.join(ROOT, "deploy", "grafana", "dashboards", "quill.json")
@@ -410,10 +511,16 @@ def check_grafana(c, loaded):
         c.check(uid in uids, "quill.json: panel %r uses datasource uid %r, not a provisioned one (%s)"
                 % (panel.get("title"), uid, sorted(uids)))
         expressions.append(target.get("expr", ""))
+        check_series_exist(c, "quill.json: panel %r" % panel.get("title"), target.get("expr", ""), records)
+    for variable in dashboard.get("templating", {}).get("list", []):
+        query = variable.get("query")
+        query = query.get("query", "") if isinstance(query, dict) else str(query or "")
+        check_series_exist(c, "quill.json: variable %r" % variable.get("name"), query, records)
     text = "\n".join(expressions)
     for metric in SERVER_METRICS:
         c.check(metric in text, "quill.json: no panel shows %s" % metric)
-    for title_word in ("outcome", "waiting", "first token", "Inter-token", "prompt", "prefill", "KV cache", "Resident"):
+    for title_word in ("outcome", "waiting", "first token", "Inter-token", "prompt", "prefill", "KV cache", "Resident",
+                       "Prefix cache hit ratio", "Prefix cache blocks", "drafted vs accepted", "acceptance ratio"):
         c.check(any(title_word.lower() in p.get("title", "").lower() for p in dashboard["panels"]),
                 "quill.json: no panel titled with %r" % title_word)
     check_promql(c, expressions)
@@ -604,8 +711,9 @@ def main():
     c = Checker()
     loaded = load_deploy_files(c)
     check_k8s(c, loaded)
-    quill_job = check_prometheus(c, loaded)
-    grafana = check_grafana(c, loaded)
+    check_metrics_source(c)
+    quill_job, records = check_prometheus(c, loaded)
+    grafana = check_grafana(c, loaded, records)
     check_compose(c, loaded, quill_job, grafana)
     packages = check_dockerfile(c)
     if args.build_dir:

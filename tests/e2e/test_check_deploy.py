@@ -36,6 +36,9 @@ class CheckDeployTest(unittest.TestCase):
             for name in ("Dockerfile", ".dockerignore"):
                 shutil.copy(os.path.join(SOURCE_DIR, name), root)
             target = os.path.join(root, path)
+            if not os.path.exists(target) and old is not None:  # e.g. a server source file
+                os.makedirs(os.path.dirname(target), exist_ok=True)
+                shutil.copy(os.path.join(SOURCE_DIR, path), target)
             if old is None:
                 os.remove(target)
             else:
@@ -99,6 +102,43 @@ class CheckDeployTest(unittest.TestCase):
     def test_dashboard_metric_missing(self):
         self.broken_copy_fails("deploy/grafana/dashboards/quill.json", "quill_process_resident_memory_bytes",
                                "process_resident_memory_bytes", r"no panel shows quill_process_resident_memory_bytes")
+
+    def test_dashboard_reads_a_metric_the_server_does_not_export(self):
+        # The acceptance-ratio panel still reads the real name, so only the new check can fail.
+        self.broken_copy_fails("deploy/grafana/dashboards/quill.json", "quill_spec_draft_tokens_total{",
+                               "quill_spec_drafted_tokens_total{",
+                               r"panel 'Speculative decoding: drafted vs accepted tokens per second' reads "
+                               r"quill_spec_drafted_tokens_total, which quill-server does not export")
+
+    def test_dashboard_reads_a_histogram_without_its_suffix(self):
+        self.broken_copy_fails("deploy/grafana/dashboards/quill.json", "quill_batch_tokens_bucket{",
+                               "quill_batch_tokens{",
+                               r"reads quill_batch_tokens, which quill-server does not export "
+                               r"\(a histogram: read quill_batch_tokens_bucket")
+
+    def test_dashboard_variable_reads_a_metric_the_server_does_not_export(self):
+        self.broken_copy_fails("deploy/grafana/dashboards/quill.json", "label_values(quill_requests_running,",
+                               "label_values(quill_running_requests,",
+                               r"variable 'instance' reads quill_running_requests")
+
+    def test_recording_rule_reads_a_metric_the_server_does_not_export(self):
+        self.broken_copy_fails("deploy/prometheus/rules/quill-recording.yml", "quill_spec_draft_tokens_total[5m]",
+                               "quill_spec_drafts_total[5m]",
+                               r"job:quill_spec_accepted_tokens:ratio_rate5m reads quill_spec_drafts_total, "
+                               r"which quill-server does not export")
+
+    def test_alert_reads_an_undefined_recorded_series(self):
+        self.broken_copy_fails("deploy/prometheus/rules/quill-alerts.yml", "job:quill_requests_error:ratio_rate5m",
+                               "job:quill_request_errors:ratio_rate5m",
+                               r"QuillHighErrorRate reads job:quill_request_errors:ratio_rate5m, which no "
+                               r"recording rule")
+
+    def test_metric_list_follows_the_server_source(self):
+        # A metric renamed in the server: the list (and so the dashboard check) must follow.
+        self.broken_copy_fails("server/metrics/quill_metrics.cc", '"quill_prefix_cache_blocks"',
+                               '"quill_prefix_cache_blocks_cached"',
+                               r"registers quill_prefix_cache_blocks_cached \(gauge\), which "
+                               r"scripts/check_deploy.py's metric list lacks")
 
     def test_prometheus_rule_drift(self):
         self.broken_copy_fails("deploy/prometheus/rules/quill-alerts.yml", "> 0.9", "> 0.8",
