@@ -58,7 +58,8 @@ std::string ParamOf(absl::string_view message) {
                                                   "frequency_penalty",
                                                   "presence_penalty",
                                                   "ignore_eos",
-                                                  "stop_token_ids"};
+                                                  "stop_token_ids",
+                                                  "disable_speculation"};
   absl::string_view word = message.substr(0, message.find(' '));
   if (absl::StartsWith(word, "sampling.")) word.remove_prefix(9);  // Quill's proto nests it
   word = word.substr(0, word.find_first_of(".["));

@@ -354,6 +354,12 @@ absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(absl::string_view body, Endpoin
   bool ignore_eos = false;
   if (absl::Status s = GetBool(parsed, "ignore_eos", &ignore_eos); !s.ok()) return s;
   out.generate.set_ignore_eos(ignore_eos);
+  // Quill's extra, as in the gRPC request: the same tokens, without speculative drafting.
+  bool disable_speculation = false;
+  if (absl::Status s = GetBool(parsed, "disable_speculation", &disable_speculation); !s.ok()) {
+    return s;
+  }
+  out.generate.set_disable_speculation(disable_speculation);
   if (const json* ids = Find(parsed, "stop_token_ids"); ids != nullptr) {
     std::vector<int32_t> list;
     if (absl::Status s = GetIdList("stop_token_ids", *ids, &list); !s.ok()) return s;

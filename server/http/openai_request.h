@@ -21,14 +21,15 @@ enum class Endpoint { kCompletions, kChatCompletions };
 
 struct OpenAiRequest {
   Endpoint endpoint = Endpoint::kCompletions;
-  // Sampling, stop, max_tokens, logprobs, ignore_eos, and for completions the prompt.
+  // Sampling, stop, max_tokens, logprobs, ignore_eos, disable_speculation, and for
+  // completions the prompt.
   // Chat prompts are rendered from `messages` later.
   quill::v1::GenerateRequest generate;
   // Chat only: the message array as sent, in the client's key order (templates see every
   // field, and tojson prints them as given), except that a content given as text parts is
   // joined into one string.
   nlohmann::ordered_json messages;
-  bool max_tokens_given = false;      // else the caller picks the default
+  bool max_tokens_given = false;  // else the caller picks the default
   // Which field carried max_tokens ("max_tokens" or "max_completion_tokens"), for errors.
   std::string max_tokens_field = "max_tokens";
   bool stream = false;

@@ -1,6 +1,7 @@
 #include "server/http/openai_request.h"
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/http/openai_error.h"
@@ -28,6 +29,31 @@ TEST(OpenAiRequestTest, CompletionDefaultsAreOpenAis) {
   EXPECT_FALSE(r->stream);
   EXPECT_FALSE(r->logprobs);
   EXPECT_EQ(r->generate.logprobs(), 0);
+  EXPECT_FALSE(r->generate.disable_speculation());  // speculation is on unless opted out
+}
+
+TEST(OpenAiRequestTest, DisableSpeculationIsAQuillExtraOnBothEndpoints) {
+  absl::StatusOr<OpenAiRequest> r = Completions(R"({"prompt": "x", "disable_speculation": true})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->generate.disable_speculation());
+  r = Chat(R"({"messages": [{"role": "user", "content": "x"}], "disable_speculation": true})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->generate.disable_speculation());
+  for (const char* value : {"false", "null"}) {
+    r = Completions(absl::StrCat(R"({"prompt": "x", "disable_speculation": )", value, "}"));
+    ASSERT_TRUE(r.ok()) << value << ": " << r.status();
+    EXPECT_FALSE(r->generate.disable_speculation()) << value;
+  }
+  // Not a boolean: a 400 whose param is the field.
+  for (const char* value : {"\"true\"", "1", "0", "[]", "{}"}) {
+    r = Completions(absl::StrCat(R"({"prompt": "x", "disable_speculation": )", value, "}"));
+    ASSERT_FALSE(r.ok()) << value;
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << value;
+    EXPECT_EQ(r.status().message(), "disable_speculation must be a boolean") << value;
+    std::string body;
+    EXPECT_EQ(OpenAiErrorResponse(r.status(), &body).status, 400);
+    EXPECT_THAT(body, HasSubstr(R"("param":"disable_speculation")")) << value;
+  }
 }
 
 TEST(OpenAiRequestTest, EveryFieldMapsOntoTheGenerateRequest) {
@@ -117,6 +143,9 @@ TEST(OpenAiRequestTest, BadInputNamesTheField) {
       {R"({"prompt": "x", "seed": "7"})", "seed"},
       {R"({"prompt": "x", "stop": [1]})", "stop[0]"},
       {R"({"prompt": "x", "stream": 1})", "stream"},
+      {R"({"prompt": "x", "disable_speculation": "yes"})", "disable_speculation"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "disable_speculation": 1})",
+       "disable_speculation", true},
       {R"({"prompt": "x", "stream_options": {"include_usage": "yes"}})",
        "stream_options.include_usage"},
       {R"({"prompt": "x", "model": 5})", "model"},

@@ -89,9 +89,10 @@ SseResult ParseStream(const HttpReply& reply) {
 
 class HttpApiTest : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
+  static void SetUpTestSuite() { StartServer(TestOptions()); }
+  static void StartServer(const server::ServerOptions& options) {
     if (ModelPath().empty()) return;
-    absl::StatusOr<std::unique_ptr<server::Server>> server = server::Server::Create(TestOptions());
+    absl::StatusOr<std::unique_ptr<server::Server>> server = server::Server::Create(options);
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = std::move(*server).release();
     grpc_ = client::QuillClient::Connect(server_->address()).release();
@@ -285,6 +286,7 @@ TEST_F(HttpApiTest, InvalidInputIs400NamingTheFieldAndCountsAsRejected) {
       {{{"prompt", "x"}, {"logprobs", 50}}, "logprobs"},
       {{{"prompt", "x"}, {"seed", 1.5}}, "seed"},
       {{{"prompt", "x"}, {"stream", "yes"}}, "stream"},
+      {{{"prompt", "x"}, {"disable_speculation", "yes"}}, "disable_speculation"},
   };
   for (const auto& c : cases) {
     const HttpReply reply = Post("/v1/completions", c.body);
@@ -532,6 +534,64 @@ TEST_F(HttpApiTest, MisbehavingClientsLeaveTheServerServingWithNothingHeld) {
   const HttpReply reply =
       Post("/v1/completions", {{"prompt", "In the beginning"}, {"max_tokens", 4}});
   EXPECT_EQ(reply.status, 200) << reply.body;
+}
+
+// HttpApiTest's fixture on a server that speculates (--spec-tokens 4, quill-server's
+// default), with no other traffic, so the quill_spec_* counters move for these requests
+// only.
+class HttpSpeculationTest : public HttpApiTest {
+ protected:
+  static void SetUpTestSuite() {
+    server::ServerOptions options = TestOptions();
+    options.engine.spec_tokens = 4;
+    StartServer(options);
+  }
+};
+
+// The quill extra disable_speculation: the same greedy tokens as a speculating request (and
+// the gRPC stream), with no token drafted for it.
+TEST_F(HttpSpeculationTest, DisableSpeculationGivesTheSameTokensWithNoneDrafted) {
+  const std::string prompt = "And the LORD said unto Moses";
+  constexpr int kTokens = 64;
+  v1::GenerateRequest grpc_request = TextRequest(prompt, kTokens);
+  grpc_request.set_ignore_eos(true);
+  const Stream grpc = Collect(*grpc_, grpc_request);
+  ASSERT_TRUE(grpc.status.ok()) << grpc.status;
+  const json request = {
+      {"prompt", prompt}, {"max_tokens", kTokens}, {"temperature", 0}, {"ignore_eos", true}};
+  json opted_out = request;
+  opted_out["disable_speculation"] = true;
+  // The engine reports a step's drafts after the step's tokens are sent: a later request
+  // (opted out, one token, so it drafts nothing) shows that the earlier steps are counted.
+  auto barrier = [] {
+    const HttpReply reply = Post(
+        "/v1/completions", {{"prompt", "Amen"}, {"max_tokens", 1}, {"disable_speculation", true}});
+    EXPECT_EQ(reply.status, 200) << reply.body;
+  };
+  barrier();
+  const PromText before = Scrape();
+  const HttpReply off = Post("/v1/completions", opted_out);
+  ASSERT_EQ(off.status, 200) << off.body;
+  barrier();
+  const PromText between = Scrape();
+  const HttpReply on = Post("/v1/completions", request);
+  ASSERT_EQ(on.status, 200) << on.body;
+  barrier();
+  const PromText after = Scrape();
+
+  const json off_body = json::parse(off.body);
+  const json on_body = json::parse(on.body);
+  EXPECT_EQ(off_body["usage"]["completion_tokens"], kTokens);
+  EXPECT_EQ(off_body["choices"][0]["text"], grpc.text);
+  EXPECT_EQ(off_body["choices"][0]["text"], on_body["choices"][0]["text"]);
+  auto drafted = [](const PromText& from, const PromText& to) {
+    return Metric(to, "quill_spec_draft_tokens_total") -
+           Metric(from, "quill_spec_draft_tokens_total");
+  };
+  EXPECT_EQ(drafted(before, between), 0.0);
+  // The same request without the field does draft here (else the check above proves
+  // nothing).
+  EXPECT_GT(drafted(between, after), 0.0);
 }
 
 // ---------------------------------------------------------------------------------------
