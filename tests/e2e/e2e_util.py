@@ -32,7 +32,7 @@ PYTHON = "/usr/bin/python3"
 # The metric families quill-server exports (checked on a real scrape): one list, kept in
 # scripts/check_deploy.py, which also checks the dashboard covers them.
 sys.path.insert(0, os.path.join(SOURCE_DIR, "scripts"))
-from check_deploy import SERVER_METRICS  # noqa: E402
+from check_deploy import SERVER_METRICS, SERVER_METRIC_TYPES  # noqa: E402
 
 
 def skip(message):

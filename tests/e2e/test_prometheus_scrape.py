@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """A real Prometheus (Debian's /usr/bin/prometheus) scrapes a live quill-server every
 second, with Quill's recording rules loaded; after a few streamed requests its query API
-must return generated tokens and a TTFT median."""
+must return generated tokens, a TTFT median and the recorded generation rate and
+prefix-cache hit ratio."""
 
 import json
 import math
@@ -65,8 +66,14 @@ class PrometheusScrapeTest(unittest.TestCase):
                 recorded = self.wait_for(
                     lambda: [v for _, v in query(base, "job:quill_generated_tokens:rate1m") if v > 0],
                     "the recording rule job:quill_generated_tokens:rate1m", process, log)
-                print("generated tokens %g, TTFT p50 %.2f ms, recorded rate %.1f tok/s"
-                      % (tokens[0], ttft[0] * 1e3, recorded[0]))
+                # The prefix-cache ratio rule reads the server's real counters: a ratio in
+                # [0, 1] (the short prompts fill no 16-token block, so mostly 0).
+                hit_ratio = self.wait_for(
+                    lambda: [v for _, v in query(base, "job:quill_prefix_cache_hit_tokens:ratio_rate5m")
+                             if 0 <= v <= 1],
+                    "the recording rule job:quill_prefix_cache_hit_tokens:ratio_rate5m", process, log)
+                print("generated tokens %g, TTFT p50 %.2f ms, recorded rate %.1f tok/s, prefix-cache hit "
+                      "ratio %.2f" % (tokens[0], ttft[0] * 1e3, recorded[0], hit_ratio[0]))
                 self.assertGreater(ttft[0], 0)
             finally:
                 stop.set()
