@@ -10,7 +10,7 @@ packages=(
   libgtest-dev libgmock-dev nlohmann-json3-dev zlib1g-dev libpcre2-dev libboost1.81-dev
   python3 python3-grpcio python3-grpc-tools python3-yaml
   prometheus curl
-  clang-14 libclang-rt-14-dev llvm-14
+  clang-14 libclang-rt-14-dev llvm-14 lld
 )
 
 # Node.js and npm run the official `openai` npm package test (tests/openai). Debian's
