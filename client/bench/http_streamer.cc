@@ -47,6 +47,7 @@ std::string CompletionBodyFor(const quill::v1::GenerateRequest& request) {
                          {"temperature", request.sampling().temperature()},
                          {"seed", request.sampling().seed()},
                          {"ignore_eos", request.ignore_eos()},
+                         {"disable_speculation", request.disable_speculation()},
                          {"stream", true},
                          {"stream_options", {{"continuous_usage_stats", true}}}};
   return body.dump();

@@ -122,6 +122,7 @@ void Worker(const StreamFn& stream, const quill::v1::ModelInfo& info, const Benc
     for (int32_t id : own) request.mutable_prompt_token_ids()->add_ids(id);
     request.set_max_tokens(options.max_tokens);
     request.set_ignore_eos(true);
+    request.set_disable_speculation(options.disable_speculation);
     request.mutable_sampling()->set_temperature(options.temperature);
     request.mutable_sampling()->set_seed(options.seed + static_cast<uint64_t>(index));
     state.started.fetch_add(1, std::memory_order_relaxed);
@@ -146,8 +147,8 @@ std::string SummaryRow(absl::string_view name, const Summary& s) {
 
 }  // namespace
 
-std::vector<int32_t> MakePromptIds(int prompt_tokens, int64_t vocab_size, int32_t bos,
-                                   int32_t eos, std::mt19937_64& rng) {
+std::vector<int32_t> MakePromptIds(int prompt_tokens, int64_t vocab_size, int32_t bos, int32_t eos,
+                                   std::mt19937_64& rng) {
   std::vector<int32_t> ids;
   if (prompt_tokens <= 0 || vocab_size <= 0) return ids;
   ids.reserve(prompt_tokens);
@@ -216,8 +217,7 @@ StreamFn GrpcStreamFn(client::QuillClient& client, std::string tenant) {
   };
 }
 
-absl::StatusOr<BenchReport> RunBench(client::QuillClient& client,
-                                     const quill::v1::ModelInfo& info,
+absl::StatusOr<BenchReport> RunBench(client::QuillClient& client, const quill::v1::ModelInfo& info,
                                      const BenchOptions& options,
                                      const std::function<void(const BenchProgress&)>& on_progress,
                                      absl::Duration progress_interval) {
@@ -317,6 +317,7 @@ nlohmann::json ReportToJson(const BenchReport& report) {
                            {"shared_prefix_tokens", o.shared_prefix_tokens},
                            {"max_tokens", o.max_tokens},
                            {"temperature", o.temperature},
+                           {"disable_speculation", o.disable_speculation},
                            {"seed", o.seed}};
   nlohmann::json errors = nlohmann::json::object();
   for (const auto& [name, count] : report.errors) {
@@ -351,8 +352,8 @@ std::string FormatReport(const BenchReport& report) {
     absl::StrAppendFormat(&out, "== quill bench (%s): closed loop, concurrency %d ==\n", o.api,
                           o.concurrency);
   }
-  absl::StrAppendFormat(&out, "%-34s %d prompt + %d output tokens\n", "Request shape:",
-                        o.prompt_tokens, o.max_tokens);
+  absl::StrAppendFormat(&out, "%-34s %d prompt + %d output tokens\n",
+                        "Request shape:", o.prompt_tokens, o.max_tokens);
   absl::StrAppendFormat(&out, "%-34s %d\n", "Successful requests:", report.completed);
   absl::StrAppendFormat(&out, "%-34s %d\n", "Failed requests:", report.failed);
   for (const auto& [name, count] : report.errors) {
@@ -362,12 +363,12 @@ std::string FormatReport(const BenchReport& report) {
   absl::StrAppendFormat(&out, "%-34s %.2f\n", "Duration (s):", report.duration_seconds);
   absl::StrAppendFormat(&out, "%-34s %d / %d\n", "Prompt / output tokens:", report.prompt_tokens,
                         report.output_tokens);
-  absl::StrAppendFormat(&out, "%-34s %.2f\n", "Request throughput (req/s):",
-                        report.request_throughput);
-  absl::StrAppendFormat(&out, "%-34s %.1f\n", "Output token throughput (tok/s):",
-                        report.output_token_throughput);
-  absl::StrAppendFormat(&out, "%-34s %.1f\n", "Total token throughput (tok/s):",
-                        report.total_token_throughput);
+  absl::StrAppendFormat(&out, "%-34s %.2f\n",
+                        "Request throughput (req/s):", report.request_throughput);
+  absl::StrAppendFormat(&out, "%-34s %.1f\n",
+                        "Output token throughput (tok/s):", report.output_token_throughput);
+  absl::StrAppendFormat(&out, "%-34s %.1f\n",
+                        "Total token throughput (tok/s):", report.total_token_throughput);
   if (o.rate > 0) {
     absl::StrAppendFormat(&out, "%-34s %d\n", "Late arrivals (>10 ms):", report.late_arrivals);
   }

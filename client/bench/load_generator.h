@@ -37,6 +37,8 @@ struct BenchOptions {
   int max_tokens = 64;
   float temperature = 0;  // 0 = greedy
   uint64_t seed = 0;      // prompts and arrival times
+  // Opts every request out of the server's speculative decoding (speed with it off).
+  bool disable_speculation = false;
   absl::Duration request_timeout = absl::Seconds(60);
   std::string api = "grpc";  // the front end measured: "grpc" or "http" (for the report)
 };
@@ -54,9 +56,9 @@ struct BenchProgress {
 struct RequestRecord {
   absl::StatusCode code = absl::StatusCode::kOk;
   std::string message;
-  double ttft = 0;              // send -> first message with tokens
-  double e2e = 0;               // send -> stream finished
-  std::vector<double> itl;      // per later message: gap since the previous one / its tokens
+  double ttft = 0;          // send -> first message with tokens
+  double e2e = 0;           // send -> stream finished
+  std::vector<double> itl;  // per later message: gap since the previous one / its tokens
   int64_t output_tokens = 0;
   int64_t prompt_tokens = 0;
 };
@@ -66,13 +68,13 @@ struct BenchReport {
   double duration_seconds = 0;  // first start -> last completion
   int64_t completed = 0;
   int64_t failed = 0;
-  std::map<std::string, int64_t> errors;         // status code name -> count
+  std::map<std::string, int64_t> errors;              // status code name -> count
   std::map<std::string, std::string> error_examples;  // status code name -> first message
-  int64_t prompt_tokens = 0;   // of successful requests
-  int64_t output_tokens = 0;   // of successful requests
-  double request_throughput = 0;       // completed / duration
-  double output_token_throughput = 0;  // output tokens / duration
-  double total_token_throughput = 0;   // (prompt + output tokens) / duration
+  int64_t prompt_tokens = 0;                          // of successful requests
+  int64_t output_tokens = 0;                          // of successful requests
+  double request_throughput = 0;                      // completed / duration
+  double output_token_throughput = 0;                 // output tokens / duration
+  double total_token_throughput = 0;                  // (prompt + output tokens) / duration
   Summary ttft_ms;
   Summary itl_ms;
   Summary tpot_ms;  // per request: (e2e - ttft) / (output tokens - 1)
@@ -83,8 +85,8 @@ struct BenchReport {
 // Token ids for one prompt: exactly `prompt_tokens` ids, `bos` first (if >= 0), the rest
 // uniform over the vocabulary minus BOS/EOS and, for SentencePiece-style vocabularies whose
 // specials are the first ids, minus those low control ids.
-std::vector<int32_t> MakePromptIds(int prompt_tokens, int64_t vocab_size, int32_t bos,
-                                   int32_t eos, std::mt19937_64& rng);
+std::vector<int32_t> MakePromptIds(int prompt_tokens, int64_t vocab_size, int32_t bos, int32_t eos,
+                                   std::mt19937_64& rng);
 
 // Poisson arrivals: each Next() returns the next arrival's offset from the start.
 class ArrivalSchedule {

@@ -30,6 +30,9 @@ TEST(HttpStreamerTest, RequestBodyAndTokenCounts) {
   EXPECT_THAT(body, ::testing::HasSubstr(R"("stream":true)"));
   EXPECT_THAT(body, ::testing::HasSubstr(R"("continuous_usage_stats":true)"));
   EXPECT_THAT(body, ::testing::HasSubstr(R"("seed":9)"));
+  EXPECT_THAT(body, ::testing::HasSubstr(R"("disable_speculation":false)"));
+  request.set_disable_speculation(true);
+  EXPECT_THAT(CompletionBodyFor(request), ::testing::HasSubstr(R"("disable_speculation":true)"));
   EXPECT_EQ(CompletionTokensOf(R"({"usage":{"completion_tokens":12,"prompt_tokens":3}})"), 12);
   EXPECT_EQ(CompletionTokensOf(R"({"usage":null})"), -1);
 }
@@ -37,7 +40,8 @@ TEST(HttpStreamerTest, RequestBodyAndTokenCounts) {
 TEST(MakePromptIdsTest, ExactLengthBosFirstNoSpecials) {
   std::mt19937_64 rng(1);
   for (int length : {1, 2, 17, 200}) {
-    std::vector<int32_t> ids = MakePromptIds(length, /*vocab_size=*/1024, /*bos=*/1, /*eos=*/2, rng);
+    std::vector<int32_t> ids =
+        MakePromptIds(length, /*vocab_size=*/1024, /*bos=*/1, /*eos=*/2, rng);
     ASSERT_EQ(ids.size(), static_cast<size_t>(length));
     EXPECT_EQ(ids[0], 1);
     for (size_t i = 1; i < ids.size(); ++i) {
@@ -125,6 +129,7 @@ class FakeGenerator final : public quill::v1::Generator::Service {
  public:
   grpc::Status Generate(grpc::ServerContext*, const quill::v1::GenerateRequest* request,
                         grpc::ServerWriter<quill::v1::GenerateResponse>* writer) override {
+    if (request->disable_speculation()) ++speculation_disabled_;
     if (++calls_ % 3 == 0) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "inbox full");
     if (request->prompt_token_ids().ids_size() != expected_prompt_tokens_ ||
         !request->ignore_eos()) {
@@ -143,6 +148,7 @@ class FakeGenerator final : public quill::v1::Generator::Service {
     return grpc::Status::OK;
   }
   std::atomic<int> calls_{0};
+  std::atomic<int> speculation_disabled_{0};  // requests that opted out
   int expected_prompt_tokens_ = 8;
   std::mutex mu_;
   std::vector<std::vector<int>> prompts_;  // guarded by mu_
@@ -176,6 +182,7 @@ TEST(RunBenchTest, ClosedLoopAgainstFakeServer) {
   server->Shutdown();
   ASSERT_TRUE(report.ok()) << report.status();
   EXPECT_EQ(service.calls_.load(), 9);
+  EXPECT_EQ(service.speculation_disabled_.load(), 0);
   EXPECT_EQ(report->completed, 6);
   EXPECT_EQ(report->failed, 3);
   EXPECT_EQ(report->errors.at("UNAVAILABLE"), 3);
@@ -186,6 +193,36 @@ TEST(RunBenchTest, ClosedLoopAgainstFakeServer) {
   EXPECT_LE(report->e2e_ms.p50, report->e2e_ms.p90);
   EXPECT_LE(report->e2e_ms.p90, report->e2e_ms.p99);
   EXPECT_GT(report->request_throughput, 0);
+}
+
+TEST(RunBenchTest, DisableSpeculationReachesEveryRequest) {
+  FakeGenerator service;
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_NE(server, nullptr);
+  std::unique_ptr<client::QuillClient> client =
+      client::QuillClient::Connect("127.0.0.1:" + std::to_string(port));
+  quill::v1::ModelInfo info;
+  info.set_vocab_size(1024);
+  info.set_context_length(256);
+  info.set_bos_token_id(1);
+  info.set_eos_token_id(2);
+  BenchOptions options;
+  options.concurrency = 2;
+  options.requests = 4;
+  options.prompt_tokens = 8;
+  options.max_tokens = 2;
+  options.disable_speculation = true;
+  absl::StatusOr<BenchReport> report = RunBench(
+      *client, info, options, [](const BenchProgress&) {}, absl::Milliseconds(1));
+  server->Shutdown();
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_EQ(service.calls_.load(), 4);
+  EXPECT_EQ(service.speculation_disabled_.load(), 4);
+  EXPECT_EQ(ReportToJson(*report)["config"]["disable_speculation"], true);
 }
 
 TEST(RunBenchTest, SharedPrefixStartsEveryPromptThenOwnIds) {

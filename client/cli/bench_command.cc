@@ -59,6 +59,9 @@ int BenchCommand(const std::vector<std::string>& args) {
   parser.AddInt("max-tokens", &options.max_tokens, "Tokens generated per request.");
   parser.AddDouble("temperature", &temperature, "Sampling temperature; 0 is greedy.");
   parser.AddUint64("seed", &options.seed, "Seed for the prompts and the arrival times.");
+  parser.AddBool("disable-speculation", &options.disable_speculation,
+                 "Opt every request out of the server's speculative decoding, to compare speed "
+                 "with it on and off.");
   parser.AddDuration("timeout", &options.request_timeout, "Deadline of each request.");
   parser.AddBool("json", &json, "Print the report as one JSON object on stdout.");
   parser.AddBool("quiet", &quiet, "No progress line.");
@@ -102,8 +105,7 @@ int BenchCommand(const std::vector<std::string>& args) {
     progress = [tty](const bench::BenchProgress& p) {
       const std::string line = absl::StrFormat(
           "[%6.1fs] started %d, done %d, failed %d, in flight %d | %.2f req/s, %.1f tok/s",
-          p.elapsed_seconds, p.started, p.completed, p.failed,
-          p.started - p.completed - p.failed,
+          p.elapsed_seconds, p.started, p.completed, p.failed, p.started - p.completed - p.failed,
           p.elapsed_seconds > 0 ? p.completed / p.elapsed_seconds : 0.0,
           p.elapsed_seconds > 0 ? p.output_tokens / p.elapsed_seconds : 0.0);
       std::cerr << (tty ? "\r\033[K" : "") << line << (tty ? "" : "\n") << std::flush;

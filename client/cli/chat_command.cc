@@ -24,6 +24,7 @@ struct ChatFlags {
   std::string system;
   int max_tokens = 0;
   SamplingFlags sampling;
+  bool disable_speculation = false;
   absl::Duration timeout = absl::Seconds(120);
   bool stats = false;
 };
@@ -54,6 +55,7 @@ class Conversation {
     for (const auto& [role, content] : turns_) add(role, content);
     request.set_max_tokens(f.max_tokens);
     f.sampling.Fill(&request);
+    request.set_disable_speculation(f.disable_speculation);
     return request;
   }
 
@@ -105,6 +107,8 @@ int ChatCommand(const std::vector<std::string>& args) {
   parser.AddInt("max-tokens", &f.max_tokens,
                 "Most tokens per answer; 0 lets the answer fill what the context has left.");
   f.sampling.Register(parser, "Sampling seed (each turn uses it).");
+  parser.AddBool("disable-speculation", &f.disable_speculation,
+                 "Opt the answers out of the server's speculative decoding (same text).");
   parser.AddDuration("timeout", &f.timeout, "Deadline for each answer.");
   parser.AddBool("stats", &f.stats, "After each answer, print finish reason and usage on stderr.");
   std::vector<std::string> positional;

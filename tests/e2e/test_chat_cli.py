@@ -5,12 +5,13 @@ and errors. Every expected answer is `quill generate` on the prompt `quill-run
 --render-chat` prints for the conversation so far, never the chat path's own output."""
 
 import json
+import re
 import os
 import tempfile
 import unittest
 
 import e2e_util
-from e2e_util import BINARY_DIR, SHARED_DIR, QuillServer, run
+from e2e_util import BINARY_DIR, SHARED_DIR, QuillServer, http_get, run
 
 QUILL_RUN = os.path.join(BINARY_DIR, "engine", "tools", "quill-run")
 TEMPLATE = os.path.join(SHARED_DIR, "chat_templates", "Qwen-Qwen2.5-7B-Instruct.jinja")
@@ -71,6 +72,26 @@ class ChatCliTest(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertEqual(r.stdout,
                          self.as_line(answer1) + self.as_line(answer2) + self.as_line(answer1))
+
+    def drafted_tokens(self):
+        text = http_get(self.server.metrics_url)
+        m = re.search(r"^quill_spec_draft_tokens_total(?:\{[^}]*\})? (\S+)$", text, re.M)
+        self.assertIsNotNone(m, "quill_spec_draft_tokens_total not exported")
+        return float(m.group(1))
+
+    def test_disable_speculation_gives_the_same_answer_with_nothing_drafted(self):
+        # A repetitive question, so that the n-gram drafter has something to propose.
+        question = "the LORD the LORD the LORD the LORD the LORD"
+        want = self.expected_answer([{"role": "user", "content": question}])
+        before = self.drafted_tokens()
+        r = self.server.cli("chat", "--max-tokens", MAX_TOKENS, "--disable-speculation",
+                            question)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout, self.as_line(want))
+        # The server counts a step's drafts after sending its tokens; a last one-token
+        # request makes sure the counts of the chat have landed.
+        self.server.cli("generate", "--max-tokens", "1", "--disable-speculation", "x")
+        self.assertEqual(self.drafted_tokens(), before)
 
     def test_without_system(self):
         want = self.expected_answer([{"role": "user", "content": "In the beginning"}])
