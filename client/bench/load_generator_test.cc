@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -154,32 +155,43 @@ class FakeGenerator final : public quill::v1::Generator::Service {
   std::vector<std::vector<int>> prompts_;  // guarded by mu_
 };
 
-TEST(RunBenchTest, ClosedLoopAgainstFakeServer) {
-  FakeGenerator service;
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(&service);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  ASSERT_NE(server, nullptr);
-  std::unique_ptr<client::QuillClient> client =
-      client::QuillClient::Connect("127.0.0.1:" + std::to_string(port));
-
+// A model of 1024 tokens and a 256-token context, BOS 1 and EOS 2.
+quill::v1::ModelInfo FakeModelInfo() {
   quill::v1::ModelInfo info;
   info.set_vocab_size(1024);
   info.set_context_length(256);
   info.set_bos_token_id(1);
   info.set_eos_token_id(2);
+  return info;
+}
+
+// Runs `options` against `service`, served on 127.0.0.1 for the length of the run.
+absl::StatusOr<BenchReport> RunAgainst(FakeGenerator& service, const BenchOptions& options,
+                                       std::function<void(const BenchProgress&)> progress) {
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr) return absl::InternalError("the fake server did not start");
+  std::unique_ptr<client::QuillClient> client =
+      client::QuillClient::Connect("127.0.0.1:" + std::to_string(port));
+  absl::StatusOr<BenchReport> report =
+      RunBench(*client, FakeModelInfo(), options, std::move(progress), absl::Milliseconds(1));
+  server->Shutdown();
+  return report;
+}
+
+TEST(RunBenchTest, ClosedLoopAgainstFakeServer) {
+  FakeGenerator service;
   BenchOptions options;
   options.concurrency = 3;
   options.requests = 9;
   options.prompt_tokens = 8;
   options.max_tokens = 5;
   std::atomic<int> progress_calls{0};
-  absl::StatusOr<BenchReport> report = RunBench(
-      *client, info, options, [&](const BenchProgress&) { ++progress_calls; },
-      absl::Milliseconds(1));
-  server->Shutdown();
+  absl::StatusOr<BenchReport> report =
+      RunAgainst(service, options, [&](const BenchProgress&) { ++progress_calls; });
   ASSERT_TRUE(report.ok()) << report.status();
   EXPECT_EQ(service.calls_.load(), 9);
   EXPECT_EQ(service.speculation_disabled_.load(), 0);
@@ -197,28 +209,13 @@ TEST(RunBenchTest, ClosedLoopAgainstFakeServer) {
 
 TEST(RunBenchTest, DisableSpeculationReachesEveryRequest) {
   FakeGenerator service;
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(&service);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  ASSERT_NE(server, nullptr);
-  std::unique_ptr<client::QuillClient> client =
-      client::QuillClient::Connect("127.0.0.1:" + std::to_string(port));
-  quill::v1::ModelInfo info;
-  info.set_vocab_size(1024);
-  info.set_context_length(256);
-  info.set_bos_token_id(1);
-  info.set_eos_token_id(2);
   BenchOptions options;
   options.concurrency = 2;
   options.requests = 4;
   options.prompt_tokens = 8;
   options.max_tokens = 2;
   options.disable_speculation = true;
-  absl::StatusOr<BenchReport> report = RunBench(
-      *client, info, options, [](const BenchProgress&) {}, absl::Milliseconds(1));
-  server->Shutdown();
+  absl::StatusOr<BenchReport> report = RunAgainst(service, options, nullptr);
   ASSERT_TRUE(report.ok()) << report.status();
   EXPECT_EQ(service.calls_.load(), 4);
   EXPECT_EQ(service.speculation_disabled_.load(), 4);
@@ -228,27 +225,13 @@ TEST(RunBenchTest, DisableSpeculationReachesEveryRequest) {
 TEST(RunBenchTest, SharedPrefixStartsEveryPromptThenOwnIds) {
   FakeGenerator service;
   service.expected_prompt_tokens_ = 20 + 8;
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(&service);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  ASSERT_NE(server, nullptr);
-  std::unique_ptr<client::QuillClient> client =
-      client::QuillClient::Connect("127.0.0.1:" + std::to_string(port));
-  quill::v1::ModelInfo info;
-  info.set_vocab_size(1024);
-  info.set_context_length(256);
-  info.set_bos_token_id(1);
-  info.set_eos_token_id(2);
   BenchOptions options;
   options.concurrency = 2;
   options.requests = 4;
   options.shared_prefix_tokens = 20;
   options.prompt_tokens = 8;
   options.max_tokens = 2;
-  absl::StatusOr<BenchReport> report = RunBench(*client, info, options);
-  server->Shutdown();
+  absl::StatusOr<BenchReport> report = RunAgainst(service, options, nullptr);
   ASSERT_TRUE(report.ok()) << report.status();
   std::lock_guard<std::mutex> lock(service.mu_);
   ASSERT_EQ(service.prompts_.size(), 3u);  // the third call fails by design
