@@ -207,8 +207,8 @@ class Binder {
   absl::StatusOr<std::unique_ptr<Linear>> Pack(std::initializer_list<WeightView> parts,
                                                const std::string& what) {
     for (const WeightView& p : parts) types_.insert(WeightTypeName(p.type));
-    auto linear =
-        Linear::Create(absl::MakeConstSpan(parts.begin(), parts.size()), precision_, max_tokens_);
+    auto linear = Linear::Create(absl::MakeConstSpan(parts.begin(), parts.size()), precision_,
+                                 max_tokens_, w_->linear_scratch);
     if (!linear.ok()) {
       return absl::Status(linear.status().code(),
                           absl::StrCat(what, ": ", linear.status().message()));
@@ -326,10 +326,12 @@ absl::StatusOr<ModelWeights> LoadWeights(const GgufFile& file, const ModelConfig
   const DecoderDescription& dd = c.decoder;
   const int64_t d = c.embedding_length;
   ModelWeights w;
+  w.linear_scratch = std::make_shared<kernels::LinearScratch>();
   Binder b(file, precision, max_tokens, &w);
 
   // Embeddings: any type DequantizeRow understands, read in place.
   QUILL_ASSIGN_OR_RETURN(w.token_embedding, b.Matrix("token_embd.weight", c.vocab_size, d));
+  w.mapped_bytes = static_cast<int64_t>(file.FindTensor("token_embd.weight")->size_bytes);
   if (dd.positions == PositionKind::kLearned) {
     QUILL_ASSIGN_OR_RETURN(WeightView pos, b.Matrix("position_embd.weight", c.context_length, d));
     w.position_embedding.resize(static_cast<size_t>(c.context_length * d));

@@ -3,6 +3,7 @@
 health, help, and error reporting."""
 
 import json
+import re
 import unittest
 
 import e2e_util
@@ -101,6 +102,31 @@ class CliTest(unittest.TestCase):
         self.assertEqual(human.returncode, 0, human.stderr)
         self.assertIn("Context                256 tokens", human.stdout)
         self.assertIn("4 layers, 4 heads / 2 KV heads", human.stdout)
+
+    def test_info_reports_memory(self):
+        info = json.loads(self.server.cli("info", "--json").stdout)
+        self.assertGreater(info["resident_memory_bytes"], 0)
+        self.assertEqual(info["mapped_weights_bytes"], 1024 * 128 * 4)  # kjv-1m's F32 embedding
+        human = self.server.cli("info")
+        self.assertEqual(human.returncode, 0, human.stderr)
+        m = re.search(r"^Memory +RSS ([0-9.]+) GiB = ([0-9.]+) x \(weights ([0-9.]+) GiB \+ "
+                      r"KV budget ([0-9.]+) GiB\)$", human.stdout, re.MULTILINE)
+        self.assertIsNotNone(m, human.stdout)
+        rss, ratio, weights, kv = (float(g) for g in m.groups())
+        gib = float(1 << 30)
+        self.assertAlmostEqual(weights, (info["weights_bytes"] + info["mapped_weights_bytes"]) / gib,
+                               delta=0.005)
+        self.assertAlmostEqual(kv, info["limits"]["kv_cache_bytes"] / gib, delta=0.005)
+        self.assertGreater(rss, 0)
+        # The ratio is of the unrounded bytes, and the RSS is read per call: it lies between
+        # the ratios of a call just before and one just after.
+        after = json.loads(self.server.cli("info", "--json").stdout)
+        ratios = [i["resident_memory_bytes"] /
+                  (i["weights_bytes"] + i["mapped_weights_bytes"] + i["limits"]["kv_cache_bytes"])
+                  for i in (info, after)]
+        self.assertGreaterEqual(ratio, min(ratios) - 0.006)
+        self.assertLessEqual(ratio, max(ratios) + 0.006)
+        self.assertIn("token embedding read from the file mapping", human.stdout)
 
     def test_health(self):
         r = self.server.cli("health")
