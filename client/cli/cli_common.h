@@ -80,7 +80,7 @@ nlohmann::json ToJson(const quill::v1::ModelInfo& info);
 nlohmann::json ToJson(const quill::v1::TokenizeResponse& response);
 
 // `quill info`'s Memory line: "RSS 1.23 GiB = 1.04 x (weights 1.10 GiB + KV budget
-// 0.08 GiB)", weights being weights_bytes + mapped_weights_bytes.
+// 80.00 MiB)", weights being weights_bytes + mapped_weights_bytes.
 std::string MemoryLine(const quill::v1::ModelInfo& info);
 
 // Subcommands; each receives the words after its name.

@@ -32,18 +32,17 @@ std::string Bytes(int64_t n) {
 
 }  // namespace
 
-// "RSS 1.23 GiB = 1.04 x (weights 1.10 GiB + KV budget 0.08 GiB)": the weights are the
-// packed ones plus the embedding table read from the mapping.
+// "RSS 1.23 GiB = 1.04 x (weights 1.10 GiB + KV budget 0.08 GiB)" (units as Bytes()): the
+// weights are the packed ones plus the embedding table read from the mapping.
 std::string MemoryLine(const quill::v1::ModelInfo& m) {
   const int64_t weights = m.weights_bytes() + m.mapped_weights_bytes();
   const int64_t kv = m.limits().kv_cache_bytes();
-  const double gib = static_cast<double>(int64_t{1} << 30);
   const std::string ratio =
       weights + kv > 0
           ? absl::StrFormat("%.2f", static_cast<double>(m.resident_memory_bytes()) / (weights + kv))
           : "?";
-  return absl::StrFormat("RSS %.2f GiB = %s x (weights %.2f GiB + KV budget %.2f GiB)",
-                         m.resident_memory_bytes() / gib, ratio, weights / gib, kv / gib);
+  return absl::StrFormat("RSS %s = %s x (weights %s + KV budget %s)",
+                         Bytes(m.resident_memory_bytes()), ratio, Bytes(weights), Bytes(kv));
 }
 
 namespace {

@@ -10,6 +10,12 @@ import e2e_util
 from e2e_util import CLI, QuillServer, run
 
 
+def parse_size(text):
+    """'3.50 MiB' -> bytes, as `quill info` prints sizes."""
+    value, unit = text.split()
+    return float(value) * {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}[unit]
+
+
 class CliTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -109,14 +115,16 @@ class CliTest(unittest.TestCase):
         self.assertEqual(info["mapped_weights_bytes"], 1024 * 128 * 4)  # kjv-1m's F32 embedding
         human = self.server.cli("info")
         self.assertEqual(human.returncode, 0, human.stderr)
-        m = re.search(r"^Memory +RSS ([0-9.]+) GiB = ([0-9.]+) x \(weights ([0-9.]+) GiB \+ "
-                      r"KV budget ([0-9.]+) GiB\)$", human.stdout, re.MULTILINE)
+        size = r"([0-9.]+ (?:B|KiB|MiB|GiB))"
+        m = re.search(r"^Memory +RSS %s = ([0-9.]+) x \(weights %s \+ KV budget %s\)$" %
+                      (size, size, size), human.stdout, re.MULTILINE)
         self.assertIsNotNone(m, human.stdout)
-        rss, ratio, weights, kv = (float(g) for g in m.groups())
-        gib = float(1 << 30)
-        self.assertAlmostEqual(weights, (info["weights_bytes"] + info["mapped_weights_bytes"]) / gib,
-                               delta=0.005)
-        self.assertAlmostEqual(kv, info["limits"]["kv_cache_bytes"] / gib, delta=0.005)
+        rss, weights, kv = (parse_size(m.group(i)) for i in (1, 3, 4))
+        ratio = float(m.group(2))
+        # Sizes print with 2 decimals in their unit.
+        self.assertAlmostEqual(weights, info["weights_bytes"] + info["mapped_weights_bytes"],
+                               delta=0.006 * weights)
+        self.assertAlmostEqual(kv, info["limits"]["kv_cache_bytes"], delta=0.006 * kv)
         self.assertGreater(rss, 0)
         # The ratio is of the unrounded bytes, and the RSS is read per call: it lies between
         # the ratios of a call just before and one just after.
