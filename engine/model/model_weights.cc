@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <initializer_list>
+#include <map>
 #include <set>
 #include <utility>
 
@@ -181,7 +182,9 @@ class Binder {
 
   absl::StatusOr<WeightView> Matrix(const std::string& name, int64_t rows, int64_t cols) {
     used_.insert(name);
-    return BindMatrix(file_, name, rows, cols);
+    QUILL_ASSIGN_OR_RETURN(WeightView view, BindMatrix(file_, name, rows, cols));
+    tensor_of_[view.data] = file_.FindTensor(name);
+    return view;
   }
 
   absl::StatusOr<std::vector<float>> Vector(const std::string& name, int64_t n) {
@@ -214,6 +217,12 @@ class Binder {
                           absl::StrCat(what, ": ", linear.status().message()));
     }
     w_->bytes += (*linear)->packed_bytes();
+    // Packed: the file's copy need not stay resident (the load's peak is one copy + a part).
+    for (const WeightView& p : parts) {
+      if (auto it = tensor_of_.find(p.data); it != tensor_of_.end()) {
+        file_.ReleaseResidentPages(*it->second);
+      }
+    }
     kernels_.insert((*linear)->kernel_name());
     return linear;
   }
@@ -246,6 +255,7 @@ class Binder {
   const int max_tokens_;
   ModelWeights* w_;
   std::set<std::string> used_;
+  std::map<const void*, const GgufTensorInfo*> tensor_of_;  // bound matrices, by data
   std::set<std::string> types_;
   std::set<std::string> kernels_;
 };
