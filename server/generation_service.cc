@@ -13,6 +13,7 @@
 #include "engine/model/model_config.h"
 #include "engine/runtime/retry_pushback.h"
 #include "server/generate_reactor.h"
+#include "server/metrics/process_metrics.h"
 #include "server/metrics/quill_metrics.h"
 #include "server/status_codec.h"
 #include "spdlog/spdlog.h"
@@ -192,6 +193,10 @@ v1::ModelInfo BuildModelInfo(const engine::Engine& engine, const RequestLimits& 
   info.set_non_embedding_parameter_count(accounting.non_embedding_params);
   info.set_kv_bytes_per_token(accounting.kv_bytes_per_token);
   info.set_weights_bytes(model.weight_bytes());
+  info.set_mapped_weights_bytes(model.mapped_weight_bytes());
+  if (absl::StatusOr<int64_t> rss = ReadResidentMemoryBytes(); rss.ok()) {
+    info.set_resident_memory_bytes(*rss);
+  }
   info.set_bos_token_id(tokenizer.bos_id());
   info.set_eos_token_id(tokenizer.eos_id());
   v1::ServerLimits* l = info.mutable_limits();

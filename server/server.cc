@@ -280,6 +280,10 @@ absl::Status Server::LoadModelAndEngine() {
       std::string(PrecisionName(options_.precision)), (*model)->weight_bytes(),
       HumanBytes((*model)->weight_bytes()), absl::ToDoubleMilliseconds(absl::Now() - start));
   spdlog::info("kernels: {}", (*model)->kernel_summary());
+  spdlog::info("weights held: packed={} ({}) mapped_embedding={} ({}) matmul_scratch={} ({})",
+               (*model)->weight_bytes(), HumanBytes((*model)->weight_bytes()),
+               (*model)->mapped_weight_bytes(), HumanBytes((*model)->mapped_weight_bytes()),
+               (*model)->scratch_bytes(), HumanBytes((*model)->scratch_bytes()));
   const int64_t weight_bytes = (*model)->weight_bytes();
 
   absl::StatusOr<std::unique_ptr<engine::Engine>> engine =

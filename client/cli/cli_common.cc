@@ -138,6 +138,8 @@ nlohmann::json ToJson(const quill::v1::ModelInfo& info) {
           {"non_embedding_parameter_count", info.non_embedding_parameter_count()},
           {"kv_bytes_per_token", info.kv_bytes_per_token()},
           {"weights_bytes", info.weights_bytes()},
+          {"mapped_weights_bytes", info.mapped_weights_bytes()},
+          {"resident_memory_bytes", info.resident_memory_bytes()},
           {"bos_token_id", info.bos_token_id()},
           {"eos_token_id", info.eos_token_id()},
           {"limits",

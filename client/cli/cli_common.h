@@ -79,6 +79,10 @@ nlohmann::json ToJson(const quill::v1::GenerateResponse& response);
 nlohmann::json ToJson(const quill::v1::ModelInfo& info);
 nlohmann::json ToJson(const quill::v1::TokenizeResponse& response);
 
+// `quill info`'s Memory line: "RSS 1.23 GiB = 1.04 x (weights 1.10 GiB + KV budget
+// 80.00 MiB)", weights being weights_bytes + mapped_weights_bytes.
+std::string MemoryLine(const quill::v1::ModelInfo& info);
+
 // Subcommands; each receives the words after its name.
 int GenerateCommand(const std::vector<std::string>& args);
 int ChatCommand(const std::vector<std::string>& args);

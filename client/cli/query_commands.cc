@@ -30,6 +30,23 @@ std::string Bytes(int64_t n) {
   return absl::StrFormat("%d B", n);
 }
 
+}  // namespace
+
+// "RSS 1.23 GiB = 1.04 x (weights 1.10 GiB + KV budget 0.08 GiB)" (units as Bytes()): the
+// weights are the packed ones plus the embedding table read from the mapping.
+std::string MemoryLine(const quill::v1::ModelInfo& m) {
+  const int64_t weights = m.weights_bytes() + m.mapped_weights_bytes();
+  const int64_t kv = m.limits().kv_cache_bytes();
+  const std::string ratio =
+      weights + kv > 0
+          ? absl::StrFormat("%.2f", static_cast<double>(m.resident_memory_bytes()) / (weights + kv))
+          : "?";
+  return absl::StrFormat("RSS %s = %s x (weights %s + KV budget %s)",
+                         Bytes(m.resident_memory_bytes()), ratio, Bytes(weights), Bytes(kv));
+}
+
+namespace {
+
 void PrintModelInfo(const quill::v1::ModelInfo& m) {
   const quill::v1::ServerLimits& l = m.limits();
   auto row = [](absl::string_view key, const std::string& value) {
@@ -40,6 +57,10 @@ void PrintModelInfo(const quill::v1::ModelInfo& m) {
   row("Weights", absl::StrFormat("%s, %s (%s parameters, %s without embeddings)", m.weight_type(),
                                  Bytes(m.weights_bytes()), Thousands(m.parameter_count()),
                                  Thousands(m.non_embedding_parameter_count())));
+  if (m.mapped_weights_bytes() > 0) {
+    row("", absl::StrFormat("packed; + %s token embedding read from the file mapping",
+                            Bytes(m.mapped_weights_bytes())));
+  }
   row("Precision", m.precision());
   row("Vocabulary", absl::StrFormat("%s tokens (BOS %d, EOS %d)", Thousands(m.vocab_size()),
                                     m.bos_token_id(), m.eos_token_id()));
@@ -48,6 +69,8 @@ void PrintModelInfo(const quill::v1::ModelInfo& m) {
                                m.embedding_length(), m.block_count(), m.head_count(),
                                m.head_count_kv(), m.feed_forward_length()));
   row("KV cache per token", Bytes(m.kv_bytes_per_token()));
+  // Older servers do not send the RSS (0): no line rather than a wrong ratio.
+  if (m.resident_memory_bytes() > 0) row("Memory", MemoryLine(m));
   std::cout << "Server limits\n";
   row("  max_tokens", Thousands(l.max_tokens()));
   row("  max_prompt_tokens", Thousands(l.max_prompt_tokens()));

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 #include <utility>
@@ -595,6 +596,15 @@ GgufFile::~GgufFile() = default;
 void GgufFile::ReleaseResidentPages() const {
   // Advisory: on failure the pages simply stay resident.
   madvise(impl_->mapping, impl_->size, MADV_DONTNEED);
+}
+
+void GgufFile::ReleaseResidentPages(const GgufTensorInfo& t) const {
+  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(t.data) / page * page;
+  const uintptr_t end = std::min(reinterpret_cast<uintptr_t>(t.data) + t.size_bytes,
+                                 reinterpret_cast<uintptr_t>(impl_->base) + impl_->size);
+  if (t.data == nullptr || end <= begin) return;
+  madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);  // advisory
 }
 
 uint32_t GgufFile::version() const { return impl_->version; }

@@ -109,6 +109,10 @@ class GgufFile {
   // pointers stay valid (the mapping is read-only). For loaders that copied the weights
   // they use, so memory holds the copy and not the file as well.
   void ReleaseResidentPages() const;
+  // The same for the pages holding tensor `t` (whole pages: a neighbour sharing its first
+  // or last page is dropped too, and simply re-read if used). Loaders call it as soon as a
+  // tensor is copied, so the load's peak holds one tensor of the file, not all of them.
+  void ReleaseResidentPages(const GgufTensorInfo& t) const;
 
   const std::vector<GgufTensorInfo>& tensors() const;
   // nullptr if absent.

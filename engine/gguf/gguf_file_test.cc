@@ -317,6 +317,32 @@ TEST_F(SharedFilesTest, ReleaseResidentPagesKeepsContentsAndFreesMemory) {
   EXPECT_EQ(again, sum);
 }
 
+// One tensor's pages: that tensor stops counting, another touched one stays resident.
+TEST_F(SharedFilesTest, ReleaseResidentPagesOfOneTensorKeepsContentsAndTheOthers) {
+  auto file = GgufFile::Open(shared_ + "/models/tinyllama-256-Q6_K.gguf");
+  ASSERT_TRUE(file.ok()) << file.status();
+  const GgufTensorInfo* embd = (*file)->FindTensor("token_embd.weight");
+  const GgufTensorInfo* out = (*file)->FindTensor("output.weight");
+  ASSERT_NE(embd, nullptr);
+  ASSERT_NE(out, nullptr);
+  const auto sum = [](const GgufTensorInfo& t) {
+    uint64_t s = 0;
+    for (uint64_t i = 0; i < t.size_bytes; ++i) s += t.data[i];
+    return s;
+  };
+  const uint64_t embd_sum = sum(*embd);
+  EXPECT_GT(sum(*out), 0u);  // used, so the reads happen
+  const int64_t touched = RssFileBytes();
+  (*file)->ReleaseResidentPages(*embd);
+  const int64_t released = RssFileBytes();
+  EXPECT_LT(released, touched - static_cast<int64_t>(embd->size_bytes) / 2)
+      << "RssFile " << touched << " -> " << released;
+  // output.weight's pages (but the one it may share with the embedding) are still there.
+  EXPECT_GT(released, static_cast<int64_t>(out->size_bytes) - 8192)
+      << "RssFile " << touched << " -> " << released;
+  EXPECT_EQ(sum(*embd), embd_sum);
+}
+
 TEST(GgufFileTest, GettersReturnStoredValues) {
   auto file_or = OpenBytes(MakeMetadataFile(), "getters");
   ASSERT_TRUE(file_or.ok()) << file_or.status();

@@ -2,6 +2,9 @@
 
 #include "engine/kernels/linear.h"
 
+#include <cstring>
+#include <utility>
+
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "engine/base/status_macros.h"
@@ -60,14 +63,37 @@ absl::Status ValidateParts(absl::Span<const WeightView> parts, int max_tokens) {
 
 }  // namespace
 
+absl::Status LinearScratch::Reserve(Use use, size_t bytes) {
+  if (bytes <= sizes_[use]) return absl::OkStatus();
+  const size_t rounded = (bytes + 63) / 64 * 64;
+  buffers_[use].reset();
+  sizes_[use] = 0;
+  buffers_[use].reset(std::aligned_alloc(64, rounded));
+  if (buffers_[use] == nullptr) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("Linear scratch: cannot allocate ", rounded, " bytes"));
+  }
+  std::memset(buffers_[use].get(), 0, rounded);  // resident from load, as each Run may use it
+  sizes_[use] = rounded;
+  return absl::OkStatus();
+}
+
+int64_t LinearScratch::bytes() const {
+  int64_t total = 0;
+  for (size_t size : sizes_) total += static_cast<int64_t>(size);
+  return total;
+}
+
 absl::StatusOr<std::unique_ptr<Linear>> Linear::Create(absl::Span<const WeightView> parts,
-                                                       Precision precision, int max_tokens) {
+                                                       Precision precision, int max_tokens,
+                                                       std::shared_ptr<LinearScratch> scratch) {
   QUILL_RETURN_IF_ERROR(ValidateParts(parts, max_tokens));
+  if (scratch == nullptr) scratch = std::make_shared<LinearScratch>();
   switch (precision) {
     case Precision::kExact:
       return linear_internal::CreateExactLinear(parts, max_tokens);
     case Precision::kFast:
-      return linear_internal::CreateFastLinear(parts, max_tokens);
+      return linear_internal::CreateFastLinear(parts, max_tokens, std::move(scratch));
   }
   return absl::InvalidArgumentError(
       absl::StrCat("Linear: unknown precision ", static_cast<int>(precision)));

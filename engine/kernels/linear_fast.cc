@@ -12,7 +12,9 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
 #include <optional>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "engine/base/check.h"
@@ -48,8 +50,10 @@ enum class SmallM { kPadded, kGemvBf16, kGemvF32, kQ8, kQBlock };
 class FastLinear final : public Linear {
  public:
   static absl::StatusOr<std::unique_ptr<Linear>> Create(absl::Span<const WeightView> parts,
-                                                        int max_tokens) {
+                                                        int max_tokens,
+                                                        std::shared_ptr<LinearScratch> scratch) {
     auto lin = std::unique_ptr<FastLinear>(new FastLinear());
+    lin->scratch_ = std::move(scratch);
     bool any_f32 = false, all_q8 = true, all_qblock = true;
     for (const WeightView& p : parts) {
       any_f32 = any_f32 || p.type == WeightType::kF32;
@@ -87,8 +91,9 @@ class FastLinear final : public Linear {
     size_t elem = sizeof(float);
     if (bf16_) {
       const int convert = small_ == SmallM::kGemvBf16 ? m : direct;
-      if (convert > 0) ConvertRowsToBf16(x, convert, k_, x_bf16_.data(), k_padded_);
-      src = x_bf16_.data();
+      uint16_t* x_bf16 = static_cast<uint16_t*>(scratch_->Get(LinearScratch::kXBf16));
+      if (convert > 0) ConvertRowsToBf16(x, convert, k_, x_bf16, k_padded_);
+      src = x_bf16;
       src_stride = k_padded_;
       elem = sizeof(uint16_t);
     }
@@ -187,8 +192,14 @@ class FastLinear final : public Linear {
     k_padded_ = gemv_desc.data.padded_dims[0];
     const int64_t src_stride = bf16_ ? k_padded_ : k_;
 
-    if (small_ == SmallM::kQ8) q8_.emplace(parts, max_tokens_);
-    if (small_ == SmallM::kQBlock) qblock_.emplace(parts, max_tokens_);
+    if (small_ == SmallM::kQ8) {
+      QUILL_RETURN_IF_ERROR(Q8Gemv::ReserveScratch(k_, max_tokens_, *scratch_));
+      q8_.emplace(parts, max_tokens_, scratch_.get());
+    }
+    if (small_ == SmallM::kQBlock) {
+      qblock_.emplace(parts, max_tokens_, scratch_.get());
+      QUILL_RETURN_IF_ERROR(qblock_->ReserveScratch(*scratch_));
+    }
     if (!need_onednn && !gemv) return absl::OkStatus();
 
     // The plain row-major copy lives only until the reorders into the blocked layouts.
@@ -207,8 +218,8 @@ class FastLinear final : public Linear {
       const int largest = std::max(smallest, std::min(kMaxBucketRows, NextPow2(max_tokens_)));
       std::vector<int> buckets;
       for (int b = smallest; b <= largest; b *= 2) buckets.push_back(b);
-      QUILL_ASSIGN_OR_RETURN(matmul_,
-                             OnednnMatmul::Create(type, k_mm, n_, src_stride, plain, buckets));
+      QUILL_ASSIGN_OR_RETURN(matmul_, OnednnMatmul::Create(type, k_mm, n_, src_stride, plain,
+                                                           buckets, scratch_.get()));
       if (matmul_->buckets().front() != smallest) {
         return absl::InternalError("oneDNN refused the smallest static-M bucket");
       }
@@ -234,7 +245,10 @@ class FastLinear final : public Linear {
       gemv_bf16_ = static_cast<const uint16_t*>(weights);
       gemv_f32_ = static_cast<const float*>(weights);
     }
-    if (bf16_) x_bf16_ = AlignedBuffer<uint16_t>(static_cast<size_t>(max_tokens_) * k_padded_);
+    if (bf16_) {
+      QUILL_RETURN_IF_ERROR(scratch_->Reserve(
+          LinearScratch::kXBf16, static_cast<size_t>(max_tokens_) * k_padded_ * sizeof(uint16_t)));
+    }
     if (small_ == SmallM::kPadded) {
       const int pad_rows = NextPow2(std::min(max_tokens_, kPadBelowRows - 1));
       x_pad_ = AlignedBuffer<uint8_t>(static_cast<size_t>(pad_rows) * src_stride * (bf16_ ? 2 : 4));
@@ -257,7 +271,7 @@ class FastLinear final : public Linear {
   const float* gemv_f32_ = nullptr;
   std::optional<Q8Gemv> q8_;
   std::optional<QBlockGemm> qblock_;
-  AlignedBuffer<uint16_t> x_bf16_;
+  std::shared_ptr<LinearScratch> scratch_;  // x in bf16 (kXBf16), Q8 and oneDNN scratch
   AlignedBuffer<uint8_t> x_pad_;
   AlignedBuffer<float> y_pad_;
 };
@@ -265,8 +279,9 @@ class FastLinear final : public Linear {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Linear>> CreateFastLinear(absl::Span<const WeightView> parts,
-                                                         int max_tokens) {
-  return FastLinear::Create(parts, max_tokens);
+                                                         int max_tokens,
+                                                         std::shared_ptr<LinearScratch> scratch) {
+  return FastLinear::Create(parts, max_tokens, std::move(scratch));
 }
 
 }  // namespace quill::engine::kernels::linear_internal

@@ -93,7 +93,8 @@ absl::StatusOr<std::unique_ptr<Linear>> CreateExactLinear(absl::Span<const Weigh
 
 // ---- Fast paths (linear_fast.cc, linear_onednn.cc, linear_gemv_bf16.cc, linear_q8.cc) ----
 absl::StatusOr<std::unique_ptr<Linear>> CreateFastLinear(absl::Span<const WeightView> parts,
-                                                         int max_tokens);
+                                                         int max_tokens,
+                                                         std::shared_ptr<LinearScratch> scratch);
 
 // bf16 GEMV over oneDNN's BA16a64b2a weights layout: w holds n_padded/64 column blocks,
 // each [k_padded/2 pairs][64 columns][2] bf16 (k_padded % 32 == 0, zero padded). x is m

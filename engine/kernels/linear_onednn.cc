@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/base/check.h"
+#include "engine/base/status_macros.h"
 
 namespace quill::engine::kernels::linear_internal {
 
@@ -21,12 +22,11 @@ dnnl::stream& DnnlStream() {
   return *stream;
 }
 
-absl::StatusOr<std::unique_ptr<OnednnMatmul>> OnednnMatmul::Create(memory::data_type type,
-                                                                   int64_t k, int64_t n,
-                                                                   int64_t src_stride,
-                                                                   const void* plain,
-                                                                   std::vector<int> buckets) {
+absl::StatusOr<std::unique_ptr<OnednnMatmul>> OnednnMatmul::Create(
+    memory::data_type type, int64_t k, int64_t n, int64_t src_stride, const void* plain,
+    std::vector<int> buckets, LinearScratch* scratch) {
   std::unique_ptr<OnednnMatmul> mm(new OnednnMatmul());
+  mm->scratch_ = scratch;
   try {
     dnnl::engine& eng = DnnlEngine();
     dnnl::primitive_attr attr;
@@ -48,16 +48,17 @@ absl::StatusOr<std::unique_ptr<OnednnMatmul>> OnednnMatmul::Create(memory::data_
       mm->bucket_rows_.push_back(rows);
       pds.push_back(pd);
     }
-    mm->scratchpad_ = AlignedBuffer<uint8_t>(std::max<size_t>(scratch_bytes, 64));
+    QUILL_RETURN_IF_ERROR(scratch->Reserve(LinearScratch::kOnednn, scratch_bytes));
     for (const auto& pd : pds) {
       Bucket b;
       b.primitive = dnnl::matmul(pd);
       b.src = memory(pd.src_desc(), eng, DNNL_MEMORY_NONE);
       b.dst = memory(pd.dst_desc(), eng, DNNL_MEMORY_NONE);
+      b.scratchpad = memory(pd.scratchpad_desc(), eng, DNNL_MEMORY_NONE);
       b.args = {{DNNL_ARG_SRC, b.src},
                 {DNNL_ARG_WEIGHTS, memory()},  // set below, once the packed copy exists
                 {DNNL_ARG_DST, b.dst},
-                {DNNL_ARG_SCRATCHPAD, memory(pd.scratchpad_desc(), eng, mm->scratchpad_.data())}};
+                {DNNL_ARG_SCRATCHPAD, b.scratchpad}};
       mm->buckets_.push_back(std::move(b));
     }
     // Pack: the plain [n x k] weight is {k, n} in "ba" order; reorder once into the layout
@@ -81,6 +82,8 @@ void OnednnMatmul::RunBucket(size_t b, const void* src, float* dst) {
   Bucket& bucket = buckets_[b];
   bucket.src.set_data_handle(const_cast<void*>(src));
   bucket.dst.set_data_handle(dst);
+  // Shared with other Linears, and may have grown since Create(): bound per call.
+  bucket.scratchpad.set_data_handle(scratch_->Get(LinearScratch::kOnednn));
   try {
     bucket.primitive.execute(DnnlStream(), bucket.args);
     DnnlStream().wait();

@@ -24,11 +24,13 @@ dnnl::stream& DnnlStream();
 class OnednnMatmul {
  public:
   // `plain` is the row-major [n x k] weight in `type` (f32 or bf16); src rows (type `type`)
-  // have stride `src_stride` elements. Throws nothing: oneDNN errors become INTERNAL.
+  // have stride `src_stride` elements. Throws nothing: oneDNN errors become INTERNAL. The
+  // primitives' scratchpad is `scratch`'s kOnednn buffer (which must outlive this).
   static absl::StatusOr<std::unique_ptr<OnednnMatmul>> Create(dnnl::memory::data_type type,
                                                               int64_t k, int64_t n,
                                                               int64_t src_stride, const void* plain,
-                                                              std::vector<int> buckets);
+                                                              std::vector<int> buckets,
+                                                              LinearScratch* scratch);
 
   const std::vector<int>& buckets() const { return bucket_rows_; }
   // Runs the matmul of exactly buckets()[b] rows; dst row stride is n.
@@ -42,7 +44,7 @@ class OnednnMatmul {
  private:
   struct Bucket {
     dnnl::matmul primitive;
-    dnnl::memory src, dst;
+    dnnl::memory src, dst, scratchpad;
     std::unordered_map<int, dnnl::memory> args;  // built once: execute() gets a ready map
   };
   OnednnMatmul() = default;
@@ -52,7 +54,7 @@ class OnednnMatmul {
   dnnl::memory::desc weights_desc_;
   AlignedBuffer<uint8_t> weights_buffer_;  // huge-page backed storage of weights_
   dnnl::memory weights_;
-  AlignedBuffer<uint8_t> scratchpad_;
+  LinearScratch* scratch_ = nullptr;
   std::string impl_name_;
 };
 

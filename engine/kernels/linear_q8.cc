@@ -11,6 +11,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "engine/base/status_macros.h"
+
 // GCC 12's AVX-512 reduce/convert intrinsics start from _mm*_undefined_*() and trip
 // -Wmaybe-uninitialized (GCC bug 105593); the values are fully defined.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -114,16 +116,22 @@ void QuantizeRowsQ8(const float* x, int m, int64_t k, int8_t* xq, float* xd, int
     QuantizeRowQ8(x + i * k, groups, xq + i * k, xd + i * groups, xneg + i * groups);
 }
 
-Q8Gemv::Q8Gemv(absl::Span<const WeightView> parts, int max_rows)
+absl::Status Q8Gemv::ReserveScratch(int64_t k, int max_rows, LinearScratch& scratch) {
+  const size_t rows = static_cast<size_t>(max_rows);
+  const size_t groups = static_cast<size_t>(k / 32);
+  QUILL_RETURN_IF_ERROR(scratch.Reserve(LinearScratch::kXq, rows * k * sizeof(int8_t)));
+  QUILL_RETURN_IF_ERROR(scratch.Reserve(LinearScratch::kXScales, rows * groups * sizeof(float)));
+  return scratch.Reserve(LinearScratch::kXSums, rows * groups * sizeof(int32_t));
+}
+
+Q8Gemv::Q8Gemv(absl::Span<const WeightView> parts, int max_rows, LinearScratch* scratch)
     : k_(parts[0].cols),
       n_(TotalRows(parts)),
       groups_(parts[0].cols / 32),
       col_blocks_((TotalRows(parts) + kQ8BlockCols - 1) / kQ8BlockCols),
       max_rows_(max_rows),
       w_(static_cast<size_t>(col_blocks_ * groups_ * kQ8GroupBytes), /*huge_pages=*/true),
-      xq_(static_cast<size_t>(max_rows) * k_),
-      xd_(static_cast<size_t>(max_rows) * groups_),
-      xneg_(static_cast<size_t>(max_rows) * groups_) {
+      scratch_(scratch) {
   // Row pointers of the fused parts, in output order.
   std::vector<const uint8_t*> rows(n_);
   int64_t r = 0;
@@ -154,7 +162,10 @@ Q8Gemv::Q8Gemv(absl::Span<const WeightView> parts, int max_rows)
 }
 
 void Q8Gemv::Run(const float* x, int m, float* y, int64_t y_stride) {
-  QuantizeRowsQ8(x, m, k_, xq_.data(), xd_.data(), xneg_.data());
+  int8_t* const xq_all = static_cast<int8_t*>(scratch_->Get(LinearScratch::kXq));
+  float* const xd_all = static_cast<float*>(scratch_->Get(LinearScratch::kXScales));
+  int32_t* const xneg_all = static_cast<int32_t*>(scratch_->Get(LinearScratch::kXSums));
+  QuantizeRowsQ8(x, m, k_, xq_all, xd_all, xneg_all);
   const int64_t groups = groups_;
   const bool parallel = col_blocks_ > 1 && static_cast<int64_t>(m) * n_ * k_ >= (1 << 16);
 #pragma omp parallel for schedule(static) if (parallel)
@@ -165,9 +176,9 @@ void Q8Gemv::Run(const float* x, int m, float* y, int64_t y_stride) {
     const int64_t cols = std::min<int64_t>(kQ8BlockCols, n_ - n0);
     for (int i0 = 0; i0 < m; i0 += kMaxGroupRows) {
       const int rows = std::min(kMaxGroupRows, m - i0);
-      const int8_t* xq = xq_.data() + i0 * k_;
-      const float* xd = xd_.data() + i0 * groups;
-      const int32_t* xneg = xneg_.data() + i0 * groups;
+      const int8_t* xq = xq_all + i0 * k_;
+      const float* xd = xd_all + i0 * groups;
+      const int32_t* xneg = xneg_all + i0 * groups;
       if (rows <= kMaxRows) {
         kBlockRows[rows](wb, 0, groups, xq, k_, xd, xneg, groups, acc, true);
       } else {

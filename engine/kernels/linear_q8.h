@@ -23,7 +23,10 @@ inline constexpr int64_t kQ8GroupBytes = 64 + 8 * kQ8BlockCols * 4;
 class Q8Gemv {
  public:
   // Call only when HasAvx512Bf16() (which includes VNNI). parts: Q8_0, equal cols.
-  Q8Gemv(absl::Span<const WeightView> parts, int max_rows);
+  // x's int8 copy, scales and sums live in `scratch` (kXq, kXScales, kXSums), which must
+  // outlive this and have had ReserveScratch(k, max_rows) called on it.
+  Q8Gemv(absl::Span<const WeightView> parts, int max_rows, LinearScratch* scratch);
+  static absl::Status ReserveScratch(int64_t k, int max_rows, LinearScratch& scratch);
 
   // y[m x n] (row stride y_stride) for m <= max_rows. Parallel over column blocks.
   void Run(const float* x, int m, float* y, int64_t y_stride);
@@ -33,9 +36,9 @@ class Q8Gemv {
   int64_t k_, n_, groups_, col_blocks_;
   int max_rows_;
   AlignedBuffer<uint8_t> w_;
-  AlignedBuffer<int8_t> xq_;     // [max_rows x k] quantized x
-  AlignedBuffer<float> xd_;      // [max_rows x groups] x scales
-  AlignedBuffer<int32_t> xneg_;  // [max_rows x groups] -128 * sum(xq) (undoes the +128)
+  // Run's x side: [max_rows x k] quantized x (kXq), [max_rows x groups] x scales
+  // (kXScales) and -128 * sum(xq) (kXSums, undoes the +128).
+  LinearScratch* scratch_;
 };
 
 // x rows -> int8 per 32-block (round to nearest even, |q| <= 127), scale d = max|x| / 127.

@@ -197,26 +197,31 @@ QUILL_VNNI void QuantizeRow(const float* x, int64_t k, int8_t* xq, float* d32, i
 
 void QBlockGemm::PrepareX(const float* x, int rows) {
   const int64_t blocks32 = k_ / 32, blocks16 = k_ / 16;
+  x_ = static_cast<uint8_t*>(scratch_->Get(LinearScratch::kXq));
+  int8_t* const xq = reinterpret_cast<int8_t*>(x_);
+  float* const xd32 = reinterpret_cast<float*>(x_ + xd32_offset_);
+  int32_t* const xs16 = reinterpret_cast<int32_t*>(x_ + xs16_offset_);
 #pragma omp parallel for schedule(static) if (rows * k_ >= (1 << 16))
   for (int i = 0; i < rows; ++i) {
-    QuantizeRow(x + i * k_, k_, xq_.data() + i * k_, xd32_.data() + i * blocks32,
-                xs16_.data() + i * blocks16);
+    QuantizeRow(x + i * k_, k_, xq + i * k_, xd32 + i * blocks32, xs16 + i * blocks16);
   }
   // Per type: the x scale, sum and offset seed of each weight group.
   for (size_t slot = 0; slot < x_types_.size(); ++slot) {
     const QBlockFormat f = QBlockFormatOf(x_types_[slot]);
     const int64_t groups = k_ / f.group_k;
-    XGroups& xg = xg_[slot];
+    float* const xg_d = reinterpret_cast<float*>(x_ + xg_[slot].d);
+    float* const xg_sum = reinterpret_cast<float*>(x_ + xg_[slot].sum);
+    int32_t* const xg_seed = reinterpret_cast<int32_t*>(x_ + xg_[slot].seed);
     for (int i = 0; i < rows; ++i) {
-      const float* d32 = xd32_.data() + i * blocks32;
-      const int32_t* s16 = xs16_.data() + i * blocks16;
+      const float* d32 = xd32 + i * blocks32;
+      const int32_t* s16 = xs16 + i * blocks16;
       for (int64_t g = 0; g < groups; ++g) {
         const bool g16 = f.group_k == 16;
         const float d = g16 ? d32[g / 2] : d32[g];
         const int32_t sum = g16 ? s16[g] : s16[2 * g] + s16[2 * g + 1];
-        xg.d.data()[i * groups + g] = d;
-        if (f.has_min) xg.sum.data()[i * groups + g] = d * static_cast<float>(sum);
-        if (f.offset != 0) xg.seed.data()[i * groups + g] = -f.offset * sum;
+        xg_d[i * groups + g] = d;
+        if (f.has_min) xg_sum[i * groups + g] = d * static_cast<float>(sum);
+        if (f.offset != 0) xg_seed[i * groups + g] = -f.offset * sum;
       }
     }
   }
@@ -225,10 +230,10 @@ void QBlockGemm::PrepareX(const float* x, int rows) {
 QBlockXView QBlockGemm::XViewOf(const Segment& s) const {
   const QBlockFormat f = QBlockFormatOf(s.type);
   const XGroups& xg = xg_[s.x_slot];
-  return QBlockXView{xq_.data(),
-                     xg.d.data(),
-                     f.has_min ? xg.sum.data() : nullptr,
-                     f.offset != 0 ? xg.seed.data() : nullptr,
+  return QBlockXView{reinterpret_cast<const int8_t*>(x_),
+                     reinterpret_cast<const float*>(x_ + xg.d),
+                     f.has_min ? reinterpret_cast<const float*>(x_ + xg.sum) : nullptr,
+                     f.offset != 0 ? reinterpret_cast<const int32_t*>(x_ + xg.seed) : nullptr,
                      k_,
                      k_ / f.group_k};
 }

@@ -35,9 +35,11 @@
 // Columns past the end of a segment have zero scales and weights.
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/types/span.h"
 #include "engine/kernels/linear.h"
 #include "engine/kernels/linear_internal.h"
@@ -96,8 +98,12 @@ struct QBlockXView;  // linear_qblock_simd.h
 class QBlockGemm {
  public:
   // parts: QBlock types (they may differ), equal cols, validated by Linear::Create. Call
-  // only when QBlockKernelAvailable().
-  QBlockGemm(absl::Span<const WeightView> parts, int max_rows);
+  // only when QBlockKernelAvailable(). The x-side arrays of a Run live in `scratch`'s kXq
+  // buffer (shared with other Linears; must outlive this), reserved by ReserveScratch();
+  // null: this QBlockGemm keeps its own (tests and benchmarks).
+  QBlockGemm(absl::Span<const WeightView> parts, int max_rows, LinearScratch* scratch = nullptr);
+  // Grows `scratch` to hold this QBlockGemm's x side.
+  absl::Status ReserveScratch(LinearScratch& scratch) const;
 
   // y[m x n] (row stride y_stride) for 1 <= m <= max_rows. Parallel over column blocks.
   // m <= kQBlockDecodeMaxRows runs RunDecode, larger m RunTiled; both follow the
@@ -124,10 +130,11 @@ class QBlockGemm {
   };
 
   // x-side arrays for one row chunk and one weight type: per row, per group of that type.
+  // Byte offsets into the scratch buffer.
   struct XGroups {
-    AlignedBuffer<float> d;       // d_x of the 32-block holding the group
-    AlignedBuffer<float> sum;     // d_x * sum(xq) over the group (min types)
-    AlignedBuffer<int32_t> seed;  // -offset * sum(xq) over the group (offset types)
+    size_t d = 0;     // float: d_x of the 32-block holding the group
+    size_t sum = 0;   // float: d_x * sum(xq) over the group (min types)
+    size_t seed = 0;  // int32: -offset * sum(xq) over the group (offset types)
   };
 
  private:
@@ -142,10 +149,13 @@ class QBlockGemm {
   std::vector<quant::QuantType> x_types_;        // x_slot -> type
   std::vector<std::pair<int, int64_t>> blocks_;  // (segment, column block), the parallel work
   AlignedBuffer<uint8_t> packed_;
-  AlignedBuffer<int8_t> xq_;     // [chunk_rows x k]
-  AlignedBuffer<float> xd32_;    // [chunk_rows x k/32]
-  AlignedBuffer<int32_t> xs16_;  // [chunk_rows x k/16] sums of xq
-  std::vector<XGroups> xg_;      // per x_slot
+  // The x side, at byte offsets into the scratch: int8 [chunk_rows x k] (at 0), float
+  // [chunk_rows x k/32] scales, int32 [chunk_rows x k/16] sums of xq, then xg_ per x_slot.
+  size_t xd32_offset_ = 0, xs16_offset_ = 0, scratch_bytes_ = 0;
+  std::vector<XGroups> xg_;
+  LinearScratch* scratch_ = nullptr;
+  std::unique_ptr<LinearScratch> own_scratch_;  // when none was given
+  uint8_t* x_ = nullptr;  // the scratch's kXq buffer, as of the last PrepareX()
 };
 
 // Repacks rows [0, rows) of one GGUF-encoded matrix of `type` (rows of `k` values) into

@@ -8,6 +8,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "engine/base/check.h"
 #include "engine/base/cpu_features.h"
 #include "engine/kernels/linear_qblock.h"
 #include "engine/quant/block_layout.h"
@@ -79,8 +80,8 @@ void PackQBlockSegment(quant::QuantType type, absl::Span<const uint8_t* const> r
   }
 }
 
-QBlockGemm::QBlockGemm(absl::Span<const WeightView> parts, int max_rows)
-    : k_(parts[0].cols), n_(TotalRows(parts)), max_rows_(max_rows) {
+QBlockGemm::QBlockGemm(absl::Span<const WeightView> parts, int max_rows, LinearScratch* scratch)
+    : k_(parts[0].cols), n_(TotalRows(parts)), max_rows_(max_rows), scratch_(scratch) {
   // Consecutive parts of one type form a segment.
   int64_t col = 0;
   size_t bytes = 0;
@@ -121,17 +122,36 @@ QBlockGemm::QBlockGemm(absl::Span<const WeightView> parts, int max_rows)
   }
 
   chunk_rows_ = std::min(max_rows, kQBlockChunkRows);
-  xq_ = AlignedBuffer<int8_t>(static_cast<size_t>(chunk_rows_) * k_);
-  xd32_ = AlignedBuffer<float>(static_cast<size_t>(chunk_rows_) * (k_ / 32));
-  xs16_ = AlignedBuffer<int32_t>(static_cast<size_t>(chunk_rows_) * (k_ / 16));
+  // The x side's layout in the scratch, each array 64-byte aligned.
+  const size_t chunk = static_cast<size_t>(chunk_rows_);
+  size_t offset = 0;
+  const auto take = [&offset](size_t array_bytes) {
+    const size_t at = offset;
+    offset += (array_bytes + 63) / 64 * 64;
+    return at;
+  };
+  take(chunk * k_);  // xq at 0
+  xd32_offset_ = take(chunk * (k_ / 32) * sizeof(float));
+  xs16_offset_ = take(chunk * (k_ / 16) * sizeof(int32_t));
   xg_.resize(x_types_.size());
   for (size_t slot = 0; slot < x_types_.size(); ++slot) {
     const QBlockFormat f = QBlockFormatOf(x_types_[slot]);
-    const size_t groups = static_cast<size_t>(chunk_rows_) * (k_ / f.group_k);
-    xg_[slot].d = AlignedBuffer<float>(groups);
-    if (f.has_min) xg_[slot].sum = AlignedBuffer<float>(groups);
-    if (f.offset != 0) xg_[slot].seed = AlignedBuffer<int32_t>(groups);
+    const size_t groups = chunk * (k_ / f.group_k);
+    xg_[slot].d = take(groups * sizeof(float));
+    if (f.has_min) xg_[slot].sum = take(groups * sizeof(float));
+    if (f.offset != 0) xg_[slot].seed = take(groups * sizeof(int32_t));
   }
+  scratch_bytes_ = offset;
+  if (scratch_ == nullptr) {
+    own_scratch_ = std::make_unique<LinearScratch>();
+    scratch_ = own_scratch_.get();
+    // Tests and benchmarks only (Linear passes a scratch it has reserved).
+    QUILL_CHECK(ReserveScratch(*scratch_).ok());
+  }
+}
+
+absl::Status QBlockGemm::ReserveScratch(LinearScratch& scratch) const {
+  return scratch.Reserve(LinearScratch::kXq, scratch_bytes_);
 }
 
 std::string QBlockGemm::name() const {

@@ -3,10 +3,12 @@
 #include <immintrin.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <map>
+#include <memory>
 #include <random>
 #include <string>
 #include <tuple>
@@ -398,6 +400,53 @@ TEST(LinearFastBf16, KeepsOnePackedCopy) {
     EXPECT_THAT((*linear)->kernel_name(), HasSubstr("brg:"));
     EXPECT_THAT((*linear)->kernel_name(), Not(HasSubstr("2nd copy")));
     EXPECT_EQ((*linear)->packed_bytes(), linear_internal::RoundUp(k, 32) * 128 * 2) << "k=" << k;
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// LinearScratch: Linears that share one give the same bits as Linears on their own, run in
+// any order, and identical shapes need no more scratch than one of them.
+
+TEST(LinearScratch, SharedScratchGivesTheSameBitsAsOwnScratch) {
+  constexpr int kMaxTokens = 96;
+  constexpr int64_t kN = 80;
+  for (WeightType type : {WeightType::kF32, WeightType::kBF16, WeightType::kF16, WeightType::kQ8_0,
+                          WeightType::kQ4_K, WeightType::kQ6_K}) {
+    SCOPED_TRACE(TypeName(type));
+    // Two shapes (different k: the larger one sizes every buffer), fast precision.
+    const TestWeight a = MakeWeight(type, kN, 256, 3);
+    const TestWeight b = MakeWeight(type, kN, 768, 4);
+    auto shared = std::make_shared<LinearScratch>();
+    auto shared_a = Linear::Create({a.view}, Precision::kFast, kMaxTokens, shared);
+    auto shared_b = Linear::Create({b.view}, Precision::kFast, kMaxTokens, shared);
+    auto own_a_scratch = std::make_shared<LinearScratch>();
+    auto own_b_scratch = std::make_shared<LinearScratch>();
+    auto own_a = Linear::Create({a.view}, Precision::kFast, kMaxTokens, own_a_scratch);
+    auto own_b = Linear::Create({b.view}, Precision::kFast, kMaxTokens, own_b_scratch);
+    ASSERT_TRUE(shared_a.ok() && shared_b.ok() && own_a.ok() && own_b.ok());
+    EXPECT_GE(shared->bytes(), std::max(own_a_scratch->bytes(), own_b_scratch->bytes()));
+    EXPECT_LE(shared->bytes(), own_a_scratch->bytes() + own_b_scratch->bytes());
+    // Interleaved, with row counts for every path (small-m kernels, oneDNN buckets, both).
+    for (int m : {1, 40, 3, 96, 17, 64, 2}) {
+      SCOPED_TRACE(testing::Message() << "m=" << m);
+      for (auto [lin, own, k] : {std::tuple{shared_a->get(), own_a->get(), int64_t{256}},
+                                 std::tuple{shared_b->get(), own_b->get(), int64_t{768}}}) {
+        const std::vector<float> x = RandomVector(static_cast<size_t>(m) * k, 70 + m);
+        std::vector<float> got(static_cast<size_t>(m) * kN), want(got.size());
+        lin->Run(x.data(), m, got.data());
+        own->Run(x.data(), m, want.data());
+        for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(Bits(got[i]), Bits(want[i])) << i;
+      }
+    }
+    // Many Linears of one shape (a model's layers) share one Linear's worth.
+    auto one = std::make_shared<LinearScratch>();
+    std::vector<std::unique_ptr<Linear>> layers;
+    for (int i = 0; i < 4; ++i) {
+      auto l = Linear::Create({b.view}, Precision::kFast, kMaxTokens, one);
+      ASSERT_TRUE(l.ok());
+      layers.push_back(*std::move(l));
+    }
+    EXPECT_EQ(one->bytes(), own_b_scratch->bytes());
   }
 }
 

@@ -1,5 +1,9 @@
 #include "engine/model/model.h"
 
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
+
 #include <optional>
 #include <string>
 #include <utility>
@@ -54,6 +58,11 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const ModelOptions& options) 
   // Every Linear holds its own copy of its weights, so the file's pages are only needed for
   // the embedding rows a batch looks up: drop them (RSS ~ the packed weights, not the file too).
   file.ReleaseResidentPages();
+#ifdef __GLIBC__
+  // Packing's temporaries (plain row-major copies, widened parts) were freed into malloc's
+  // arenas, where they stay resident unless given back: the steady RSS is what is held.
+  malloc_trim(0);
+#endif
   impl->forward = std::make_unique<ForwardPass>(c, impl->weights, options.max_batch_tokens);
   impl->profile.Reset(static_cast<int>(c.block_count));
   return std::unique_ptr<Model>(new Model(std::move(impl)));
@@ -67,6 +76,8 @@ const Tokenizer& Model::tokenizer() const { return *impl_->tokenizer; }
 const std::optional<std::string>& Model::chat_template() const { return impl_->chat_template; }
 const ModelOptions& Model::options() const { return impl_->options; }
 int64_t Model::weight_bytes() const { return impl_->weights.bytes; }
+int64_t Model::mapped_weight_bytes() const { return impl_->weights.mapped_bytes; }
+int64_t Model::scratch_bytes() const { return impl_->weights.linear_scratch->bytes(); }
 std::string Model::weight_type_name() const { return impl_->weights.type_name; }
 std::string Model::kernel_summary() const { return impl_->weights.kernel_summary; }
 

@@ -40,7 +40,11 @@ class Model {
   const ModelOptions& options() const;
   // The GGUF's tokenizer.chat_template source, unparsed; nullopt when the file has none.
   const std::optional<std::string>& chat_template() const;
-  int64_t weight_bytes() const;      // bytes of packed weights held in memory
+  int64_t weight_bytes() const;  // bytes of packed weights held in memory (heap copies)
+  // Bytes of weights read in place from the file mapping at run time (the token embedding
+  // table): resident only as far as rows are looked up, so at most this much.
+  int64_t mapped_weight_bytes() const;
+  int64_t scratch_bytes() const;         // run-time scratch the matmuls share
   std::string weight_type_name() const;  // e.g. "BF16", "Q8_0", "F32" (of the matmul weights)
   std::string kernel_summary() const;    // which matmul kernels were chosen
 

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <initializer_list>
+#include <map>
 #include <set>
 #include <utility>
 
@@ -181,7 +182,9 @@ class Binder {
 
   absl::StatusOr<WeightView> Matrix(const std::string& name, int64_t rows, int64_t cols) {
     used_.insert(name);
-    return BindMatrix(file_, name, rows, cols);
+    QUILL_ASSIGN_OR_RETURN(WeightView view, BindMatrix(file_, name, rows, cols));
+    tensor_of_[view.data] = file_.FindTensor(name);
+    return view;
   }
 
   absl::StatusOr<std::vector<float>> Vector(const std::string& name, int64_t n) {
@@ -207,13 +210,19 @@ class Binder {
   absl::StatusOr<std::unique_ptr<Linear>> Pack(std::initializer_list<WeightView> parts,
                                                const std::string& what) {
     for (const WeightView& p : parts) types_.insert(WeightTypeName(p.type));
-    auto linear =
-        Linear::Create(absl::MakeConstSpan(parts.begin(), parts.size()), precision_, max_tokens_);
+    auto linear = Linear::Create(absl::MakeConstSpan(parts.begin(), parts.size()), precision_,
+                                 max_tokens_, w_->linear_scratch);
     if (!linear.ok()) {
       return absl::Status(linear.status().code(),
                           absl::StrCat(what, ": ", linear.status().message()));
     }
     w_->bytes += (*linear)->packed_bytes();
+    // Packed: the file's copy need not stay resident (the load's peak is one copy + a part).
+    for (const WeightView& p : parts) {
+      if (auto it = tensor_of_.find(p.data); it != tensor_of_.end()) {
+        file_.ReleaseResidentPages(*it->second);
+      }
+    }
     kernels_.insert((*linear)->kernel_name());
     return linear;
   }
@@ -246,6 +255,7 @@ class Binder {
   const int max_tokens_;
   ModelWeights* w_;
   std::set<std::string> used_;
+  std::map<const void*, const GgufTensorInfo*> tensor_of_;  // bound matrices, by data
   std::set<std::string> types_;
   std::set<std::string> kernels_;
 };
@@ -326,10 +336,12 @@ absl::StatusOr<ModelWeights> LoadWeights(const GgufFile& file, const ModelConfig
   const DecoderDescription& dd = c.decoder;
   const int64_t d = c.embedding_length;
   ModelWeights w;
+  w.linear_scratch = std::make_shared<kernels::LinearScratch>();
   Binder b(file, precision, max_tokens, &w);
 
   // Embeddings: any type DequantizeRow understands, read in place.
   QUILL_ASSIGN_OR_RETURN(w.token_embedding, b.Matrix("token_embd.weight", c.vocab_size, d));
+  w.mapped_bytes = static_cast<int64_t>(file.FindTensor("token_embd.weight")->size_bytes);
   if (dd.positions == PositionKind::kLearned) {
     QUILL_ASSIGN_OR_RETURN(WeightView pos, b.Matrix("position_embd.weight", c.context_length, d));
     w.position_embedding.resize(static_cast<size_t>(c.context_length * d));

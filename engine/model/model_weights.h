@@ -39,7 +39,13 @@ struct ModelWeights {
   std::vector<float> output_norm, output_norm_bias;
   std::unique_ptr<kernels::Linear> lm_head;  // output.weight, or token_embd.weight when tied
 
-  int64_t bytes = 0;           // packed matmul weights plus the f32 vectors
+  // Run-time scratch every Linear above shares (they run one at a time).
+  std::shared_ptr<kernels::LinearScratch> linear_scratch;
+
+  int64_t bytes = 0;  // packed matmul weights plus the f32 vectors (heap copies)
+  // token_embd.weight's bytes in the file: rows are read from the mapping as a batch looks
+  // them up, so up to this much of the file stays resident (not in `bytes`).
+  int64_t mapped_bytes = 0;
   std::string type_name;       // matmul weight types of the blocks, e.g. "BF16" or "F16+Q8_0"
   std::string kernel_summary;  // which matmul kernels were chosen
 };

@@ -3,10 +3,17 @@
 health, help, and error reporting."""
 
 import json
+import re
 import unittest
 
 import e2e_util
 from e2e_util import CLI, QuillServer, run
+
+
+def parse_size(text):
+    """'3.50 MiB' -> bytes, as `quill info` prints sizes."""
+    value, unit = text.split()
+    return float(value) * {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}[unit]
 
 
 class CliTest(unittest.TestCase):
@@ -101,6 +108,33 @@ class CliTest(unittest.TestCase):
         self.assertEqual(human.returncode, 0, human.stderr)
         self.assertIn("Context                256 tokens", human.stdout)
         self.assertIn("4 layers, 4 heads / 2 KV heads", human.stdout)
+
+    def test_info_reports_memory(self):
+        info = json.loads(self.server.cli("info", "--json").stdout)
+        self.assertGreater(info["resident_memory_bytes"], 0)
+        self.assertEqual(info["mapped_weights_bytes"], 1024 * 128 * 4)  # kjv-1m's F32 embedding
+        human = self.server.cli("info")
+        self.assertEqual(human.returncode, 0, human.stderr)
+        size = r"([0-9.]+ (?:B|KiB|MiB|GiB))"
+        m = re.search(r"^Memory +RSS %s = ([0-9.]+) x \(weights %s \+ KV budget %s\)$" %
+                      (size, size, size), human.stdout, re.MULTILINE)
+        self.assertIsNotNone(m, human.stdout)
+        rss, weights, kv = (parse_size(m.group(i)) for i in (1, 3, 4))
+        ratio = float(m.group(2))
+        # Sizes print with 2 decimals in their unit.
+        self.assertAlmostEqual(weights, info["weights_bytes"] + info["mapped_weights_bytes"],
+                               delta=0.006 * weights)
+        self.assertAlmostEqual(kv, info["limits"]["kv_cache_bytes"], delta=0.006 * kv)
+        self.assertGreater(rss, 0)
+        # The ratio is of the unrounded bytes, and the RSS is read per call: it lies between
+        # the ratios of a call just before and one just after.
+        after = json.loads(self.server.cli("info", "--json").stdout)
+        ratios = [i["resident_memory_bytes"] /
+                  (i["weights_bytes"] + i["mapped_weights_bytes"] + i["limits"]["kv_cache_bytes"])
+                  for i in (info, after)]
+        self.assertGreaterEqual(ratio, min(ratios) - 0.006)
+        self.assertLessEqual(ratio, max(ratios) + 0.006)
+        self.assertIn("token embedding read from the file mapping", human.stdout)
 
     def test_health(self):
         r = self.server.cli("health")

@@ -782,6 +782,11 @@ TEST_F(ServerTest, ModelInfoDescribesKjv) {
   // Packed weights: at most 4 bytes per parameter (F32), and most of the model.
   EXPECT_GT(info->weights_bytes(), 2 * 1049728);
   EXPECT_LE(info->weights_bytes(), 4 * 1049728);
+  // What the engine holds, as it reports it; the F32 embedding (1024 x 128) stays mapped.
+  EXPECT_EQ(info->weights_bytes(), server_->engine().model().weight_bytes());
+  EXPECT_EQ(info->mapped_weights_bytes(), server_->engine().model().mapped_weight_bytes());
+  EXPECT_EQ(info->mapped_weights_bytes(), 1024 * 128 * 4);
+  EXPECT_GT(info->resident_memory_bytes(), 0);  // this test process's, read per request
   const engine::EngineOptions& options = TestOptions().engine;
   EXPECT_EQ(info->limits().max_tokens(), 255);
   EXPECT_EQ(info->limits().max_prompt_tokens(), 255);
