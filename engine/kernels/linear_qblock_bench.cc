@@ -8,7 +8,9 @@
 //                                               [--cpu_time]
 //
 // Each weight is instantiated in enough copies (cycled call after call) that the set is
-// several times the L3, so the figures are DRAM-bound like a real decode step.
+// several times the L3, so the figures are DRAM-bound like a real decode step. On a shared
+// machine, two --cpu_time single-thread processes started together approximate a 2-thread
+// decode step (both cores sharing the DRAM) without counting time lost to other work.
 
 #include <algorithm>
 #include <chrono>
@@ -31,6 +33,9 @@ ABSL_FLAG(std::string, types, "q4_k,q6_k,q4_0", "weight types to run");
 ABSL_FLAG(std::string, ms, "1,2,4,8", "batch sizes (rows of x)");
 ABSL_FLAG(int, rounds, 15, "rounds per kernel (one pass over the copies each)");
 ABSL_FLAG(int, working_set_mb, 160, "cycle weight copies until they total this much");
+ABSL_FLAG(std::string, shapes, "",
+          "extra shapes kxn, comma-separated (e.g. 2048x256 with --working_set_mb=1: weights "
+          "in L2, the kernels' compute alone); given, only these run");
 ABSL_FLAG(bool, cpu_time, false,
           "time with process CPU time instead of wall time (a shared machine; use with "
           "OMP_NUM_THREADS=1, as spinning threads count too)");
@@ -84,11 +89,12 @@ double Median(std::vector<double> v) {
 void RunShape(WeightType type, const Shape& shape, const std::vector<int>& ms) {
   const std::vector<uint8_t> bytes = MakeWeights(type, shape.n, shape.k, 7);
   const WeightView view{type, bytes.data(), shape.n, shape.k};
-  const int copies = std::max<int64_t>(
-      2, int64_t{absl::GetFlag(FLAGS_working_set_mb)} * (1 << 20) / static_cast<int64_t>(bytes.size()));
+  const int copies = std::max<int64_t>(2, int64_t{absl::GetFlag(FLAGS_working_set_mb)} * (1 << 20) /
+                                              static_cast<int64_t>(bytes.size()));
   std::vector<std::unique_ptr<QBlockGemm>> gemms;
   for (int c = 0; c < copies; ++c)
-    gemms.push_back(std::make_unique<QBlockGemm>(absl::MakeConstSpan(&view, 1), linear_internal::kQBlockDecodeMaxRows));
+    gemms.push_back(std::make_unique<QBlockGemm>(absl::MakeConstSpan(&view, 1),
+                                                 linear_internal::kQBlockDecodeMaxRows));
   std::vector<float> x(linear_internal::kQBlockDecodeMaxRows * shape.k),
       y(linear_internal::kQBlockDecodeMaxRows * shape.n);
   for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((i * 37) % 101) / 50.0f - 1.0f;
@@ -109,12 +115,12 @@ void RunShape(WeightType type, const Shape& shape, const std::vector<int>& ms) {
     }
     const double gb = static_cast<double>(bytes.size()) / 1e9;
     const double med[2] = {Median(t[0]), Median(t[1])};
-    std::printf("%-5s %-8s m=%d | decode best %.3f med %.3f ms (%.1f GB/s) | tiled best %.3f med "
-                "%.3f ms (%.1f GB/s) | tiled/decode %.2fx\n",
-                linear_internal::WeightTypeName(type), shape.name, m,
-                *std::min_element(t[0].begin(), t[0].end()), med[0], gb / med[0] * 1e3,
-                *std::min_element(t[1].begin(), t[1].end()), med[1], gb / med[1] * 1e3,
-                med[1] / med[0]);
+    std::printf(
+        "%-5s %-8s m=%d | decode best %.4f med %.4f ms (%.1f GB/s) | tiled best %.4f med "
+        "%.4f ms (%.1f GB/s) | tiled/decode %.2fx\n",
+        linear_internal::WeightTypeName(type), shape.name, m,
+        *std::min_element(t[0].begin(), t[0].end()), med[0], gb / med[0] * 1e3,
+        *std::min_element(t[1].begin(), t[1].end()), med[1], gb / med[1] * 1e3, med[1] / med[0]);
     std::fflush(stdout);
   }
 }
@@ -141,11 +147,26 @@ int main(int argc, char** argv) {
   std::vector<int> ms;
   for (absl::string_view s : absl::StrSplit(absl::GetFlag(FLAGS_ms), ',')) {
     int m;
-    if (absl::SimpleAtoi(s, &m) && m >= 1 && m <= linear_internal::kQBlockDecodeMaxRows) ms.push_back(m);
+    if (absl::SimpleAtoi(s, &m) && m >= 1 && m <= linear_internal::kQBlockDecodeMaxRows)
+      ms.push_back(m);
   }
   for (absl::string_view name : absl::StrSplit(absl::GetFlag(FLAGS_types), ',')) {
     const WeightType type = ParseType(std::string(name));
-    for (const Shape& shape : kShapes) RunShape(type, shape, ms);
+    if (absl::GetFlag(FLAGS_shapes).empty()) {
+      for (const Shape& shape : kShapes) RunShape(type, shape, ms);
+      continue;
+    }
+    for (absl::string_view kn : absl::StrSplit(absl::GetFlag(FLAGS_shapes), ',')) {
+      const std::vector<std::string> parts = absl::StrSplit(kn, 'x');
+      int64_t k, n;
+      if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &k) || !absl::SimpleAtoi(parts[1], &n) ||
+          k % 256 != 0 || n < 1) {
+        std::fprintf(stderr, "bad shape %s (k x n, k a multiple of 256)\n",
+                     std::string(kn).c_str());
+        return 2;
+      }
+      RunShape(type, Shape{"custom", k, n}, ms);
+    }
   }
   return 0;
 }
