@@ -35,11 +35,11 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 // either part of one KV group or several whole groups. Heads are independent: how they
 // are grouped into items never changes a result.
 struct Item {
-  const float* q;    // the query row (all heads)
-  float* out;        // its output row
+  const float* q;  // the query row (all heads)
+  float* out;      // its output row
   int head_begin;
   int head_end;
-  int group;         // query heads per KV head
+  int group;          // query heads per KV head
   int32_t first_key;  // the query attends to positions [first_key, num_keys)
   int32_t num_keys;
   const int32_t* block_table;
@@ -67,9 +67,8 @@ inline __mmask16 LaneRange(int lo, int hi) {
 void TileRows(const Item& it, int t0, int count, const float** k_rows, const float** v_rows) {
   for (int i = 0; i < count; ++i) {
     const int pos = t0 + i;
-    const int64_t slot =
-        static_cast<int64_t>(it.block_table[pos / it.block_size]) * it.block_size +
-        pos % it.block_size;
+    const int64_t slot = static_cast<int64_t>(it.block_table[pos / it.block_size]) * it.block_size +
+                         pos % it.block_size;
     k_rows[i] = it.k_cache + slot * it.kv_row;
     v_rows[i] = it.v_cache + slot * it.kv_row;
   }
@@ -121,8 +120,7 @@ struct Avx512Attention {
       const __mmask16 m = ChunkMask(c, last);
       const __m512 qc = _mm512_maskz_loadu_ps(m, q + 16 * c);
       for (int i = 0; i < 16; ++i) {
-        dot[i] = _mm512_fmadd_ps(qc, _mm512_maskz_loadu_ps(m, k_rows[i] + offset + 16 * c),
-                                 dot[i]);
+        dot[i] = _mm512_fmadd_ps(qc, _mm512_maskz_loadu_ps(m, k_rows[i] + offset + 16 * c), dot[i]);
       }
     }
     return TransposeReduce16(dot);
@@ -369,7 +367,10 @@ struct HeadSplit {
 };
 
 // The widest split (most heads sharing each K/V row read) that still gives every thread
-// a few items.
+// a few items. Whole KV groups are halved down to one group per item for that; a group is
+// cut into runs only while there are fewer items than threads, because its runs each read
+// the group's K/V rows again (at decode, from memory: a long context's decode step is
+// bound by those reads).
 HeadSplit ChooseSplit(int n_heads, int group, int64_t num_queries, int threads) {
   HeadSplit split{n_heads, group, 0};
   if (group <= kMaxHeadsPerItem) {
@@ -378,10 +379,11 @@ HeadSplit ChooseSplit(int n_heads, int group, int64_t num_queries, int threads) 
     split.span = kMaxHeadsPerItem;
   }
   const int64_t wanted = 4 * static_cast<int64_t>(threads);
-  while (split.span > 1 && num_queries * split.ItemsPerQuery() < wanted) {
-    // Halve whole groups first, then cut the group into runs.
-    split.span = split.span > group ? std::max(group, split.span / group / 2 * group)
-                                    : (split.span + 1) / 2;
+  while (split.span > group && num_queries * split.ItemsPerQuery() < wanted) {
+    split.span = std::max(group, split.span / group / 2 * group);
+  }
+  while (split.span > 1 && num_queries * split.ItemsPerQuery() < threads) {
+    split.span = (split.span + 1) / 2;
   }
   return split;
 }
