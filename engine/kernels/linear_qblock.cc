@@ -152,24 +152,8 @@ QUILL_VNNI void ColumnBlock(const uint8_t* cb, int64_t sbs, const QBlockXView& x
 }
 
 QBlockColumnFn ColumnBlockFor(QuantType type) {
-  switch (type) {
-    case QuantType::kQ4_0:
-      return ColumnBlock<QuantType::kQ4_0>;
-    case QuantType::kQ4_1:
-      return ColumnBlock<QuantType::kQ4_1>;
-    case QuantType::kQ5_0:
-      return ColumnBlock<QuantType::kQ5_0>;
-    case QuantType::kQ5_1:
-      return ColumnBlock<QuantType::kQ5_1>;
-    case QuantType::kQ4_K:
-      return ColumnBlock<QuantType::kQ4_K>;
-    case QuantType::kQ5_K:
-      return ColumnBlock<QuantType::kQ5_K>;
-    case QuantType::kQ6_K:
-      return ColumnBlock<QuantType::kQ6_K>;
-    default:
-      return nullptr;
-  }
+  return ForQBlockType(type,
+                       [](auto t) -> QBlockColumnFn { return ColumnBlock<decltype(t)::value>; });
 }
 
 // One x row -> int8 per 32 values (d = max|x| / 127, round to nearest even, |q| <= 127) and

@@ -156,24 +156,8 @@ QUILL_VNNI void DecodeColumn(const uint8_t* cb, int64_t sbs, const QBlockXView& 
 }  // namespace
 
 QBlockColumnFn QBlockDecodeColumnFor(QuantType type) {
-  switch (type) {
-    case QuantType::kQ4_0:
-      return DecodeColumn<QuantType::kQ4_0>;
-    case QuantType::kQ4_1:
-      return DecodeColumn<QuantType::kQ4_1>;
-    case QuantType::kQ5_0:
-      return DecodeColumn<QuantType::kQ5_0>;
-    case QuantType::kQ5_1:
-      return DecodeColumn<QuantType::kQ5_1>;
-    case QuantType::kQ4_K:
-      return DecodeColumn<QuantType::kQ4_K>;
-    case QuantType::kQ5_K:
-      return DecodeColumn<QuantType::kQ5_K>;
-    case QuantType::kQ6_K:
-      return DecodeColumn<QuantType::kQ6_K>;
-    default:
-      return nullptr;
-  }
+  return ForQBlockType(type,
+                       [](auto t) -> QBlockColumnFn { return DecodeColumn<decltype(t)::value>; });
 }
 
 }  // namespace quill::engine::kernels::linear_internal

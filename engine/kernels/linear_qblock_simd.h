@@ -8,6 +8,7 @@
 #include <immintrin.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "engine/kernels/linear_qblock.h"
 
@@ -130,5 +131,30 @@ QUILL_VNNI inline void DecodeScales(const uint8_t* cb, int64_t sb0, int64_t sb1,
 using QBlockColumnFn = void (*)(const uint8_t* cb, int64_t sbs, const QBlockXView& x, int rows,
                                 float* y, int64_t y_stride, int cols);
 QBlockColumnFn QBlockDecodeColumnFor(quant::QuantType type);
+
+// The instance of a per-type kernel template for `type`, or null for a type QBlockGemm does
+// not serve: pick(std::integral_constant<QuantType, T>) returns the instance for T.
+template <typename Pick>
+QBlockColumnFn ForQBlockType(quant::QuantType type, Pick pick) {
+  using quant::QuantType;
+  switch (type) {
+    case QuantType::kQ4_0:
+      return pick(std::integral_constant<QuantType, QuantType::kQ4_0>{});
+    case QuantType::kQ4_1:
+      return pick(std::integral_constant<QuantType, QuantType::kQ4_1>{});
+    case QuantType::kQ5_0:
+      return pick(std::integral_constant<QuantType, QuantType::kQ5_0>{});
+    case QuantType::kQ5_1:
+      return pick(std::integral_constant<QuantType, QuantType::kQ5_1>{});
+    case QuantType::kQ4_K:
+      return pick(std::integral_constant<QuantType, QuantType::kQ4_K>{});
+    case QuantType::kQ5_K:
+      return pick(std::integral_constant<QuantType, QuantType::kQ5_K>{});
+    case QuantType::kQ6_K:
+      return pick(std::integral_constant<QuantType, QuantType::kQ6_K>{});
+    default:
+      return nullptr;
+  }
+}
 
 }  // namespace quill::engine::kernels::linear_internal
