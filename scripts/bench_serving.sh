@@ -5,6 +5,8 @@
 #   scripts/bench_serving.sh [MODEL.gguf] [CONCURRENCIES]     (defaults: a bf16 model, "1 4 16 64")
 # SERVER_FLAGS adds quill-server flags (e.g. "--max-batch-tokens 128"). APIS="grpc http" runs
 # each concurrency over gRPC and then over the OpenAI-compatible HTTP API, on one server.
+# ROUNDS (default 2) is requests per stream; WARMUP=1 leaves each stream's first request out
+# of the latency figures (the closed loop's synchronized start; `quill bench --warmup`).
 # The model is made with quill-make-model (tokenizer from ../shared) when it does not exist.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -36,10 +38,12 @@ done
 printf '%-5s %-8s %9s %10s %11s %11s %10s %10s\n' api streams completed "out tok/s" "TTFT p50 ms" "TTFT p99 ms" "ITL p50 ms" "ITL p99 ms"
 for c in $concurrencies; do
   requests=$(( c * ${ROUNDS:-2} ))
+  warmup=0
+  if [ "${WARMUP:-0}" = 1 ]; then warmup=$c; fi
   for api in $apis; do
   json=$("$build_dir/client/quill" bench --addr "127.0.0.1:$port" --api "$api" \
     --http-addr "127.0.0.1:$http_port" --concurrency "$c" \
-    --requests "$requests" --prompt-tokens "$prompt_tokens" --max-tokens "$max_tokens" \
+    --requests "$requests" --warmup "$warmup" --prompt-tokens "$prompt_tokens" --max-tokens "$max_tokens" \
     --timeout 10m --json --quiet)
   /usr/bin/python3 - "$api" "$c" "$json" <<'PY'
 import json, sys

@@ -127,6 +127,7 @@ void Worker(const StreamFn& stream, const quill::v1::ModelInfo& info, const Benc
     request.mutable_sampling()->set_seed(options.seed + static_cast<uint64_t>(index));
     state.started.fetch_add(1, std::memory_order_relaxed);
     records->push_back(RunOne(stream, request, options.request_timeout, state));
+    records->back().warmup = index < options.warmup_requests;
     (records->back().code == absl::StatusCode::kOk ? state.completed : state.failed)
         .fetch_add(1, std::memory_order_relaxed);
   }
@@ -178,6 +179,12 @@ absl::Duration ArrivalSchedule::Next() {
 absl::Status ValidateBenchOptions(const BenchOptions& options, const quill::v1::ModelInfo& info) {
   if (options.concurrency < 1) return absl::InvalidArgumentError("--concurrency must be >= 1");
   if (options.requests < 0) return absl::InvalidArgumentError("--requests must be >= 0");
+  if (options.warmup_requests < 0) return absl::InvalidArgumentError("--warmup must be >= 0");
+  if (options.requests > 0 && options.warmup_requests >= options.requests) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--warmup (", options.warmup_requests, ") must be below --requests (",
+                     options.requests, "): nothing would be left to measure"));
+  }
   if (options.requests == 0 && options.duration == absl::ZeroDuration()) {
     return absl::InvalidArgumentError("give --requests or --duration (or both)");
   }
@@ -285,6 +292,7 @@ BenchReport Aggregate(const BenchOptions& options, const std::vector<RequestReco
     ++report.completed;
     report.prompt_tokens += record.prompt_tokens;
     report.output_tokens += record.output_tokens;
+    if (record.warmup) continue;
     if (record.output_tokens > 0) ttft.push_back(record.ttft * 1e3);
     for (double gap : record.itl) itl.push_back(gap * 1e3);
     if (record.output_tokens > 1) {
@@ -311,6 +319,7 @@ nlohmann::json ReportToJson(const BenchReport& report) {
                            {"api", o.api},
                            {"concurrency", o.concurrency},
                            {"requests", o.requests},
+                           {"warmup_requests", o.warmup_requests},
                            {"duration_limit_s", absl::ToDoubleSeconds(o.duration)},
                            {"rate", o.rate},
                            {"prompt_tokens", o.prompt_tokens},
@@ -356,6 +365,10 @@ std::string FormatReport(const BenchReport& report) {
                         "Request shape:", o.prompt_tokens, o.max_tokens);
   absl::StrAppendFormat(&out, "%-34s %d\n", "Successful requests:", report.completed);
   absl::StrAppendFormat(&out, "%-34s %d\n", "Failed requests:", report.failed);
+  if (o.warmup_requests > 0) {
+    absl::StrAppendFormat(&out, "%-34s first %d (not in the latencies)\n",
+                          "Warm-up requests:", o.warmup_requests);
+  }
   for (const auto& [name, count] : report.errors) {
     absl::StrAppendFormat(&out, "  %-32s %d (e.g. \"%s\")\n", name, count,
                           report.error_examples.at(name));

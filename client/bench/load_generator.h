@@ -28,6 +28,10 @@ struct BenchOptions {
   int64_t requests = 100;
   // Stop starting requests after this long (0 = no limit). Requests in flight finish.
   absl::Duration duration = absl::ZeroDuration();
+  // The first this-many requests (in start order) run but are left out of the latency
+  // figures: a closed loop starts with every worker's prompt arriving at once, a burst the
+  // steady state never sees again. Throughput still counts the whole run.
+  int64_t warmup_requests = 0;
   // Open loop: mean arrivals per second (Poisson). 0 = closed loop.
   double rate = 0;
   int prompt_tokens = 32;
@@ -61,6 +65,7 @@ struct RequestRecord {
   std::vector<double> itl;  // per later message: gap since the previous one / its tokens
   int64_t output_tokens = 0;
   int64_t prompt_tokens = 0;
+  bool warmup = false;  // counted in throughput, left out of the latency figures
 };
 
 struct BenchReport {

@@ -125,6 +125,30 @@ TEST(AggregateTest, CountsThroughputAndPercentiles) {
   EXPECT_EQ(json["config"]["mode"], "closed-loop");
 }
 
+TEST(AggregateTest, WarmupRequestsCountInThroughputNotInLatencies) {
+  BenchOptions options;
+  options.warmup_requests = 2;
+  std::vector<RequestRecord> records(4);
+  for (int i = 0; i < 4; ++i) {
+    records[i].ttft = 0.010 * (i + 1);  // 10, 20, 30, 40 ms
+    records[i].e2e = 0.100 * (i + 1);
+    records[i].itl = {0.001 * (i + 1)};
+    records[i].output_tokens = 10;
+    records[i].warmup = i < 2;
+  }
+  BenchReport report = Aggregate(options, records, /*duration_seconds=*/2.0, /*late=*/0);
+  EXPECT_EQ(report.completed, 4);
+  EXPECT_DOUBLE_EQ(report.output_token_throughput, 20.0);
+  EXPECT_EQ(report.ttft_ms.count, 2u);
+  EXPECT_NEAR(report.ttft_ms.min, 30, 1e-9);
+  EXPECT_EQ(report.itl_ms.count, 2u);
+  EXPECT_NEAR(report.itl_ms.min, 3, 1e-9);
+  EXPECT_EQ(report.e2e_ms.count, 2u);
+  EXPECT_EQ(report.tpot_ms.count, 2u);
+  EXPECT_EQ(ReportToJson(report)["config"]["warmup_requests"], 2);
+  EXPECT_NE(FormatReport(report).find("first 2 (not in the latencies)"), std::string::npos);
+}
+
 // Streams max_tokens one-token messages; every third request fails with UNAVAILABLE.
 class FakeGenerator final : public quill::v1::Generator::Service {
  public:
@@ -205,6 +229,36 @@ TEST(RunBenchTest, ClosedLoopAgainstFakeServer) {
   EXPECT_LE(report->e2e_ms.p50, report->e2e_ms.p90);
   EXPECT_LE(report->e2e_ms.p90, report->e2e_ms.p99);
   EXPECT_GT(report->request_throughput, 0);
+}
+
+TEST(RunBenchTest, WarmupLeavesTheFirstRequestsOutOfTheLatencies) {
+  FakeGenerator service;
+  BenchOptions options;
+  options.concurrency = 1;  // one worker: requests start in index order
+  options.requests = 6;
+  options.warmup_requests = 4;
+  options.prompt_tokens = 8;
+  options.max_tokens = 3;
+  absl::StatusOr<BenchReport> report = RunAgainst(service, options, nullptr);
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_EQ(service.calls_.load(), 6);
+  // Calls 3 and 6 fail; of the 4 successes, requests 5 (index 4) alone is measured.
+  EXPECT_EQ(report->completed, 4);
+  EXPECT_EQ(report->output_tokens, 12);
+  EXPECT_EQ(report->ttft_ms.count, 1u);
+  EXPECT_EQ(report->itl_ms.count, 2u);
+}
+
+TEST(RunBenchTest, WarmupMustLeaveRequestsToMeasure) {
+  FakeGenerator service;
+  BenchOptions options;
+  options.requests = 4;
+  options.warmup_requests = 4;
+  absl::StatusOr<BenchReport> report = RunAgainst(service, options, nullptr);
+  EXPECT_EQ(report.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(report.status().message().find("--warmup (4) must be below --requests (4)"),
+            std::string::npos);
+  EXPECT_EQ(service.calls_.load(), 0);
 }
 
 TEST(RunBenchTest, DisableSpeculationReachesEveryRequest) {

@@ -21,6 +21,7 @@ int BenchCommand(const std::vector<std::string>& args) {
   std::string http_addr;
   bench::BenchOptions options;
   int requests = -1;  // -1: 100, or no limit when --duration is given
+  int warmup = 0;
   double temperature = 0;
   bool json = false;
   bool quiet = false;
@@ -50,6 +51,11 @@ int BenchCommand(const std::vector<std::string>& args) {
   parser.AddDuration("duration", &options.duration,
                      "Stop starting requests after this long (e.g. 20s); requests in flight "
                      "finish. 0 = no limit.");
+  parser.AddInt("warmup", &warmup,
+                  "Leave the first this-many requests (in start order) out of the latency "
+                  "figures. A closed loop starts with every worker's first prompt arriving at "
+                  "once, a burst its steady state never repeats; --warmup equal to "
+                  "--concurrency measures the steady state. Throughput counts the whole run.");
   parser.AddDouble("rate", &options.rate, "Open loop: mean requests per second; 0 = closed loop.");
   parser.AddInt("prompt-tokens", &options.prompt_tokens,
                 "Prompt length in tokens (after the shared prefix, if any).");
@@ -77,6 +83,7 @@ int BenchCommand(const std::vector<std::string>& args) {
   }
   options.requests = requests >= 0 ? requests : (options.duration > absl::ZeroDuration() ? 0 : 100);
   options.temperature = static_cast<float>(temperature);
+  options.warmup_requests = warmup;
   if (options.api != "grpc" && options.api != "http") {
     std::cerr << "error: --api must be grpc or http, got \"" << options.api << "\"\n";
     return kExitUsage;

@@ -923,15 +923,22 @@ TEST_F(EngineFakeTest, ChunkedPrefillNextToDecodersAndStepStats) {
 }
 
 // The inter-token-latency budget, on a clock that charges each forward step 20 ms plus
-// 1 ms per token: 8 streams are decoding when 4 prompts of 90 tokens arrive.
+// 1 ms per token: `decoders` streams are decoding when `prompts` prompts of
+// `prompt_tokens` tokens arrive (by default 8, and 4 of 90 tokens).
 class ItlTargetTest : public EngineFakeTest {
  protected:
   struct Outcome {
     absl::Duration longest_decode_step;  // of the steps that carried decode tokens
     int steps_with_prefill = 0;
   };
+  struct Load {
+    int decoders = 8;
+    int prompts = 4;
+    int prompt_tokens = 90;
+  };
 
-  Outcome Run(absl::Duration itl_target) {
+  Outcome Run(absl::Duration itl_target) { return Run(itl_target, Load()); }
+  Outcome Run(absl::Duration itl_target, const Load& load) {
     ManualClock clock;
     shared_->after_forward = [&clock](int tokens) {
       clock.Advance(absl::Milliseconds(20) + tokens * absl::Milliseconds(1));
@@ -942,7 +949,7 @@ class ItlTargetTest : public EngineFakeTest {
     Start(options, &clock);
     SetPaused(true);
     std::vector<std::shared_ptr<RecordingSink>> decoders, prompts;
-    for (int i = 0; i < 8; ++i) {
+    for (int i = 0; i < load.decoders; ++i) {
       decoders.push_back(std::make_shared<RecordingSink>());
       GenerationRequest r = Request(absl::StrCat("d", i), {kBos, 5}, 60);
       r.ignore_eos = true;  // the rule reaches EOS after "Z"
@@ -950,15 +957,18 @@ class ItlTargetTest : public EngineFakeTest {
     }
     WaitForwardsEntered(1);  // the decoders' prompt step is under way
     // Different prompts (the fake model does not model prefix-cache hits).
-    std::vector<std::vector<TokenId>> long_prompts(4, {kBos});
-    for (int i = 0; i < 4; ++i) {
-      for (int k = 0; k < 89; ++k) long_prompts[i].push_back(3 + (i * 7 + k) % 50);
+    std::vector<std::vector<TokenId>> long_prompts(load.prompts, {kBos});
+    for (int i = 0; i < load.prompts; ++i) {
+      for (int k = 1; k < load.prompt_tokens; ++k) {
+        long_prompts[i].push_back(3 + (i * 7 + k - 1) % 50);
+      }
       prompts.push_back(std::make_shared<RecordingSink>());
-      EXPECT_TRUE(
-          engine_->Submit(Request(absl::StrCat("p", i), long_prompts[i], 4), prompts.back()).ok());
+      GenerationRequest r = Request(absl::StrCat("p", i), long_prompts[i], 4);
+      r.ignore_eos = true;
+      EXPECT_TRUE(engine_->Submit(r, prompts.back()).ok());
     }
     SetPaused(false);
-    for (int i = 0; i < 4; ++i) {
+    for (int i = 0; i < load.prompts; ++i) {
       EXPECT_TRUE(prompts[i]->Wait());
       EXPECT_EQ(prompts[i]->info().reason, FinishReason::kLength);
       // Prompts still complete, and correctly: the rule continues from the last prompt token.
@@ -1001,12 +1011,27 @@ TEST_F(ItlTargetTest, WithoutATargetOneStepTakesEveryPrompt) {
 }
 
 TEST_F(ItlTargetTest, DecodingAloneOverTheTargetStillLetsPromptsProgress) {
-  // A 10 ms target is below even a decode-only step (28 to 32 ms): a step may take twice a
-  // decode-only step (at most 64 ms), and prompts get at least 32 tokens per step (8
-  // decoders + 32 = 60 ms).
+  // A 10 ms target is below even a decode-only step (28 to 32 ms): a step may take 1.75x a
+  // decode-only step of the 12 sequences the prompts join (56 ms), and prompts get at least
+  // 32 tokens per step (8 to 12 decoders + 32 = 60 to 64 ms).
   const Outcome outcome = Run(absl::Milliseconds(10));
   EXPECT_LE(outcome.longest_decode_step, absl::Milliseconds(64));
   EXPECT_GE(outcome.steps_with_prefill, 1);
+}
+
+TEST_F(ItlTargetTest, ABurstJoiningASmallBatchGetsInAtThePaceOfTheBatchItForms) {
+  // 2 streams decode (a 22 ms step) when 30 prompts of 16 tokens (4 tokens to generate)
+  // arrive. Sized for the decoders alone, the steps leave prompts only the 32-token guard:
+  // 480 prompt tokens take 15 steps after the decoders' own prompt step. Sized for the 32
+  // sequences the burst forms (a 52 ms decode step, 91 ms with prompts), the first steps
+  // take 54 to 65 prompt tokens, and the burst is in after 11.
+  Load burst;
+  burst.decoders = 2;
+  burst.prompts = 30;
+  burst.prompt_tokens = 16;
+  const Outcome outcome = Run(absl::Milliseconds(10), burst);
+  EXPECT_LE(outcome.steps_with_prefill, 1 + 11);
+  EXPECT_LE(outcome.longest_decode_step, absl::Milliseconds(91));
 }
 
 std::vector<TokenId> Letters(const std::string& text) {
