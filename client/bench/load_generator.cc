@@ -181,9 +181,9 @@ absl::Status ValidateBenchOptions(const BenchOptions& options, const quill::v1::
   if (options.requests < 0) return absl::InvalidArgumentError("--requests must be >= 0");
   if (options.warmup_requests < 0) return absl::InvalidArgumentError("--warmup must be >= 0");
   if (options.requests > 0 && options.warmup_requests >= options.requests) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--warmup (", options.warmup_requests, ") must be below --requests (",
-                     options.requests, "): nothing would be left to measure"));
+    return absl::InvalidArgumentError(absl::StrCat("--warmup (", options.warmup_requests,
+                                                   ") must be below --requests (", options.requests,
+                                                   "): nothing would be left to measure"));
   }
   if (options.requests == 0 && options.duration == absl::ZeroDuration()) {
     return absl::InvalidArgumentError("give --requests or --duration (or both)");

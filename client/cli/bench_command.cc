@@ -52,10 +52,10 @@ int BenchCommand(const std::vector<std::string>& args) {
                      "Stop starting requests after this long (e.g. 20s); requests in flight "
                      "finish. 0 = no limit.");
   parser.AddInt("warmup", &warmup,
-                  "Leave the first this-many requests (in start order) out of the latency "
-                  "figures. A closed loop starts with every worker's first prompt arriving at "
-                  "once, a burst its steady state never repeats; --warmup equal to "
-                  "--concurrency measures the steady state. Throughput counts the whole run.");
+                "Leave the first this-many requests (in start order) out of the latency "
+                "figures. A closed loop starts with every worker's first prompt arriving at "
+                "once, a burst its steady state never repeats; --warmup equal to "
+                "--concurrency measures the steady state. Throughput counts the whole run.");
   parser.AddDouble("rate", &options.rate, "Open loop: mean requests per second; 0 = closed loop.");
   parser.AddInt("prompt-tokens", &options.prompt_tokens,
                 "Prompt length in tokens (after the shared prefix, if any).");
