@@ -193,8 +193,9 @@ class Engine::Impl {
   bool Step();
   // Looks up each admissible waiting request's cached prefix and fills waiting_views_.
   void BuildWaitingViews();
-  // How many prompt tokens the next step may take next to `decode_tokens` decoders.
-  int PrefillTokenLimit(int decode_tokens) const;
+  // How many prompt tokens the next step may take next to `decode_tokens` decoders and
+  // the `draft_tokens` drafts they verify.
+  int PrefillTokenLimit(int decode_tokens, int draft_tokens) const;
   // Moves the planned head of the queue into the running set with its KV reserved.
   void Admit(absl::Time now);
   bool has_waiting() const { return !promised_.empty() || !queued_.empty(); }
@@ -546,12 +547,15 @@ bool Engine::Impl::Step() {
     if (seq->state() == SequenceState::kDecode && !seq->paused()) ++decoders;
   }
   ProposeDrafts();
+  int drafts = 0;
+  for (const RunningView& view : running_views_) drafts += view.paused ? 0 : view.draft_tokens;
+  drafts = std::min(drafts, planner_options_.max_draft_tokens);
   BuildWaitingViews();
   PlanInput input;
   input.running = running_views_;
   input.waiting = waiting_views_;
   input.free_kv_blocks = kv_->num_free_blocks();
-  input.max_prefill_tokens = PrefillTokenLimit(decoders);
+  input.max_prefill_tokens = PrefillTokenLimit(decoders, drafts);
   PlanStep(input, planner_options_, &plan_);
   Admit(start);
   if (plan_.entries.empty()) return plan_.num_admitted > 0;
@@ -588,11 +592,20 @@ bool Engine::Impl::Step() {
           absl::InternalError(absl::StrCat("forward step failed: ", forward.message())));
     }
   } else {
-    step_cost_.Add(plan_.prefill_tokens + plan_.decode_tokens, after - start);
+    const int step_tokens = plan_.prefill_tokens + plan_.decode_tokens + plan_.draft_tokens;
+    if (spdlog::should_log(spdlog::level::trace)) {
+      // Before Add: how well the cost model sized this step (tune --itl-target with it).
+      spdlog::trace("engine step: decode={} drafts={} prefill={} predicted_ms={:.1f} ms={:.1f}",
+                    plan_.decode_tokens, plan_.draft_tokens, plan_.prefill_tokens,
+                    absl::ToDoubleMilliseconds(step_cost_.Predict(step_tokens)),
+                    absl::ToDoubleMilliseconds(after - start));
+    }
+    // Drafts cost what any token costs: leaving them out would make the model predict
+    // steps without drafts too long and steps with them too short.
+    step_cost_.Add(step_tokens, after - start);
     // A prompt shares its steps with decoders, so a step's whole batch is what it costs.
     if (plan_.prefill_tokens > 0) {
-      prefill_rate_.Add(plan_.prefill_tokens + plan_.decode_tokens + plan_.draft_tokens,
-                        after - start);
+      prefill_rate_.Add(step_tokens, after - start);
     }
     size_t row = 0;
     for (const PlannedEntry& e : plan_.entries) {
@@ -653,7 +666,7 @@ bool Engine::Impl::Step() {
   return true;
 }
 
-int Engine::Impl::PrefillTokenLimit(int decode_tokens) const {
+int Engine::Impl::PrefillTokenLimit(int decode_tokens, int draft_tokens) const {
   // Nobody is waiting for a next token, or no target: prompts take what max_batch_tokens
   // leaves.
   if (decode_tokens == 0 || options_.itl_target == absl::ZeroDuration() || !step_cost_.ready()) {
@@ -666,12 +679,12 @@ int Engine::Impl::PrefillTokenLimit(int decode_tokens) const {
   const int64_t waiting = static_cast<int64_t>(promised_.size() + queued_.size());
   const int64_t unpaused = static_cast<int64_t>(running_.size()) - num_paused_;
   const int joined_batch = static_cast<int>(std::max<int64_t>(
-      decode_tokens, std::min<int64_t>(unpaused + waiting, options_.max_running)));
+      decode_tokens + draft_tokens, std::min<int64_t>(unpaused + waiting, options_.max_running)));
   const absl::Duration step_budget =
       std::max(options_.itl_target, kDecodeStepFactor * step_cost_.Predict(joined_batch));
   const int tokens = step_cost_.TokensWithin(step_budget);
   if (tokens == StepCostModel::kUnbounded) return tokens;
-  return std::max(kMinPrefillTokensPerStep, tokens - decode_tokens);
+  return std::max(kMinPrefillTokensPerStep, tokens - decode_tokens - draft_tokens);
 }
 
 void Engine::Impl::BuildWaitingViews() {
