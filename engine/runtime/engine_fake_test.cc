@@ -922,6 +922,18 @@ TEST_F(EngineFakeTest, ChunkedPrefillNextToDecodersAndStepStats) {
   EXPECT_EQ(observer_.itl_count(), 12u);
 }
 
+std::vector<TokenId> Letters(const std::string& text) {
+  std::vector<TokenId> ids;
+  for (char c : text) ids.push_back(Letter(c));
+  return ids;
+}
+
+std::vector<TokenId> WithBos(const std::string& text) {
+  std::vector<TokenId> ids = Letters(text);
+  ids.insert(ids.begin(), kBos);
+  return ids;
+}
+
 // The inter-token-latency budget, on a clock that charges each forward step 20 ms plus
 // 1 ms per token: `decoders` streams are decoding when `prompts` prompts of
 // `prompt_tokens` tokens arrive (by default 8, and 4 of 90 tokens).
@@ -930,11 +942,15 @@ class ItlTargetTest : public EngineFakeTest {
   struct Outcome {
     absl::Duration longest_decode_step;  // of the steps that carried decode tokens
     int steps_with_prefill = 0;
+    int steps_with_drafts_and_prefill = 0;
   };
   struct Load {
     int decoders = 8;
     int prompts = 4;
     int prompt_tokens = 90;
+    // > 0: speculation on, and the decoders' prompts are one cycle of the rule (A..Z, EOS)
+    // and its start again, so their continuation is drafted from their prompt.
+    int spec_tokens = 0;
   };
 
   Outcome Run(absl::Duration itl_target) { return Run(itl_target, Load()); }
@@ -946,17 +962,24 @@ class ItlTargetTest : public EngineFakeTest {
     EngineOptions options = SmallOptions();
     options.kv_cache_bytes = 32 * 16 * 256;
     options.itl_target = itl_target;
+    options.spec_tokens = load.spec_tokens;
+    options.prefix_cache = false;  // the fake model does not model prefix-cache hits
     Start(options, &clock);
     SetPaused(true);
+    std::vector<TokenId> decoder_prompt = {kBos, 5};
+    if (load.spec_tokens > 0) decoder_prompt = WithBos("ABCDEFGHIJKLMNOPQRSTUVWXYZ");
+    if (load.spec_tokens > 0) {
+      decoder_prompt.push_back(kEos);
+      for (TokenId t : Letters("ABCD")) decoder_prompt.push_back(t);
+    }
     std::vector<std::shared_ptr<RecordingSink>> decoders, prompts;
     for (int i = 0; i < load.decoders; ++i) {
       decoders.push_back(std::make_shared<RecordingSink>());
-      GenerationRequest r = Request(absl::StrCat("d", i), {kBos, 5}, 60);
+      GenerationRequest r = Request(absl::StrCat("d", i), decoder_prompt, 60);
       r.ignore_eos = true;  // the rule reaches EOS after "Z"
       EXPECT_TRUE(engine_->Submit(r, decoders.back()).ok());
     }
     WaitForwardsEntered(1);  // the decoders' prompt step is under way
-    // Different prompts (the fake model does not model prefix-cache hits).
     std::vector<std::vector<TokenId>> long_prompts(load.prompts, {kBos});
     for (int i = 0; i < load.prompts; ++i) {
       for (int k = 1; k < load.prompt_tokens; ++k) {
@@ -989,6 +1012,9 @@ class ItlTargetTest : public EngineFakeTest {
         outcome.longest_decode_step = std::max(outcome.longest_decode_step, step.duration);
       }
       if (step.prefill_tokens > 0) ++outcome.steps_with_prefill;
+      if (step.prefill_tokens > 0 && step.draft_tokens > 0) {
+        ++outcome.steps_with_drafts_and_prefill;
+      }
     }
     return outcome;
   }
@@ -1034,16 +1060,17 @@ TEST_F(ItlTargetTest, ABurstJoiningASmallBatchGetsInAtThePaceOfTheBatchItForms) 
   EXPECT_LE(outcome.longest_decode_step, absl::Milliseconds(91));
 }
 
-std::vector<TokenId> Letters(const std::string& text) {
-  std::vector<TokenId> ids;
-  for (char c : text) ids.push_back(Letter(c));
-  return ids;
-}
-
-std::vector<TokenId> WithBos(const std::string& text) {
-  std::vector<TokenId> ids = Letters(text);
-  ids.insert(ids.begin(), kBos);
-  return ids;
+TEST_F(ItlTargetTest, TheBudgetLeavesRoomForTheDecodersDrafts) {
+  // As above, but the 2 decoders verify 4 drafts each while fewer than 8 sequences decode:
+  // the prompts get what the budget leaves after 2 decode and 8 draft tokens.
+  Load burst;
+  burst.decoders = 2;
+  burst.prompts = 30;
+  burst.prompt_tokens = 16;
+  burst.spec_tokens = 4;
+  const Outcome outcome = Run(absl::Milliseconds(10), burst);
+  EXPECT_GE(outcome.steps_with_drafts_and_prefill, 1);  // the case this test is about
+  EXPECT_LE(outcome.longest_decode_step, absl::Milliseconds(91));
 }
 
 EngineOptions SpecOptions(int spec_tokens) {
