@@ -34,9 +34,7 @@ std::string ReadFile(const std::string& path) {
 }
 
 std::string WriteTemp(const std::string& name, const std::string& content) {
-  const std::string path = absl::StrCat(::testing::TempDir(), "/render_chat_", getpid(), "_", name);
-  std::ofstream(path, std::ios::binary) << content;
-  return path;
+  return testing::WriteScratchFile(absl::StrCat("render_chat_", name), content);
 }
 
 class RenderChatTest : public ::testing::Test {

@@ -51,9 +51,7 @@ server::ServerOptions Options(const std::string& chat_template) {
 }
 
 std::string WriteTemp(const std::string& name, const std::string& text) {
-  const std::string path = absl::StrCat(::testing::TempDir(), "/chat_it_", getpid(), "_", name);
-  std::ofstream(path, std::ios::binary) << text;
-  return path;
+  return WriteScratchFile(absl::StrCat("chat_it_", name), text);
 }
 
 // The prompt quill-run renders for `messages` with `template_path` (and kjv's BOS/EOS text).

@@ -38,15 +38,16 @@ struct Pki {
 const Pki* MakePki() {
   static const Pki* const pki = []() -> Pki* {
     auto* p = new Pki;
-    p->dir = ::testing::TempDir() + "/quill-pki-" + std::to_string(getpid());
+    p->dir = ScratchPath("pki");
     const std::string d = p->dir;
+    const std::string ext = ScratchPath("pki.ext");
     p->ca = d + "/ca.pem";
     p->server_cert = d + "/server.pem";
     p->server_key = d + "/server.key";
     p->client_cert = d + "/client.pem";
     p->client_key = d + "/client.key";
     p->stranger_ca = d + "/stranger.pem";
-    std::ofstream(d + ".ext") << "subjectAltName=IP:127.0.0.1,DNS:localhost\n";
+    std::ofstream(ext) << "subjectAltName=IP:127.0.0.1,DNS:localhost\n";
     const std::string ec = "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes";
     const std::string script = absl::StrCat(
         "set -e; mkdir -p ", d, "; cd ", d, "\n",
@@ -55,7 +56,7 @@ const Pki* MakePki() {
         " -keyout stranger.key -out stranger.pem -days 2 -subj /CN=stranger\n",
         "openssl req ", ec, " -keyout server.key -out server.csr -subj /CN=localhost\n",
         "openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2",
-        " -extfile ", d, ".ext -out server.pem\n",
+        " -extfile ", ext, " -out server.pem\n",
         "openssl req ", ec, " -keyout client.key -out client.csr -subj /CN=quill-test-client\n",
         "openssl x509 -req -in client.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2",
         " -out client.pem\n");
@@ -83,9 +84,7 @@ server::ServerOptions BaseOptions() {
 }
 
 std::string WriteFile(const std::string& name, const std::string& text) {
-  const std::string path = absl::StrCat(::testing::TempDir(), "/", name);
-  std::ofstream(path, std::ios::binary) << text;
-  return path;
+  return WriteScratchFile(name, text);
 }
 
 std::unique_ptr<server::Server> StartServer(const server::ServerOptions& options) {

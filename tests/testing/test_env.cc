@@ -3,9 +3,14 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "tests/testing/http_get.h"
 
 namespace quill::testing {
@@ -19,6 +24,29 @@ const char* DirFromEnv(const char* name, const char* fallback) {
   if (dir != nullptr && *dir != '\0') return dir;
   return *fallback != '\0' ? fallback : nullptr;
 }
+
+// Paths handed out by ScratchPath, removed by the destructor of the one instance (at exit).
+class ScratchRegistry {
+ public:
+  static ScratchRegistry& Get() {
+    static ScratchRegistry registry;
+    return registry;
+  }
+  void Add(const std::string& path) {
+    absl::MutexLock lock(&mu_);
+    paths_.push_back(path);
+  }
+  ~ScratchRegistry() {
+    for (const std::string& path : paths_) {
+      std::error_code ignored;
+      std::filesystem::remove_all(path, ignored);
+    }
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<std::string> paths_;
+};
 
 #ifndef QUILL_DEFAULT_SHARED_DIR
 #define QUILL_DEFAULT_SHARED_DIR ""
@@ -54,10 +82,25 @@ absl::StatusOr<PromText> ScrapeMetrics(int port) {
     return absl::InternalError(absl::StrCat("GET /metrics: HTTP ", response->status));
   }
   if (!absl::StartsWith(response->content_type, "text/plain")) {
-    return absl::InternalError(absl::StrCat("GET /metrics: content type '",
-                                            response->content_type, "'"));
+    return absl::InternalError(
+        absl::StrCat("GET /metrics: content type '", response->content_type, "'"));
   }
   return PromText::Parse(response->body);
+}
+
+std::string ScratchPath(absl::string_view name) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string dir = (tmp != nullptr && *tmp != '\0') ? tmp : "/tmp";
+  std::string path = absl::StrCat(dir, "/quill-test-", getpid(), "-", name);
+  ScratchRegistry::Get().Add(path);
+  return path;
+}
+
+std::string WriteScratchFile(absl::string_view name, absl::string_view content) {
+  const std::string path = ScratchPath(name);
+  std::ofstream out(path, std::ios::binary);
+  out.write(content.data(), static_cast<std::streamsize>(content.size()));
+  return out ? path : "";
 }
 
 }  // namespace quill::testing

@@ -17,6 +17,13 @@ std::string SharedModelPath(absl::string_view file);
 // else "".
 std::string BuildBinaryPath(absl::string_view relative);
 
+// A path in the temporary directory ($TEST_TMPDIR, else /tmp) unique to this process
+// ("quill-test-<pid>-<name>"), removed with whatever it holds (file or directory tree) when
+// the process exits normally, so that test runs do not pile files up in /tmp.
+std::string ScratchPath(absl::string_view name);
+// Writes `content` to ScratchPath(name) (binary) and returns the path ("" if it cannot).
+std::string WriteScratchFile(absl::string_view name, absl::string_view content);
+
 // GET http://127.0.0.1:<port>/metrics, checked (200, text/plain) and parsed.
 absl::StatusOr<PromText> ScrapeMetrics(int port);
 

@@ -5,9 +5,12 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <filesystem>
 #include <string>
 #include <thread>
 
@@ -16,6 +19,7 @@
 #include "tests/testing/http_get.h"
 #include "tests/testing/prometheus_text.h"
 #include "tests/testing/subprocess.h"
+#include "tests/testing/test_env.h"
 
 namespace quill::testing {
 namespace {
@@ -178,6 +182,29 @@ TEST(HttpGetTest, ConnectionRefusedIsUnavailable) {
     ASSERT_TRUE(HttpGet("127.0.0.1", port, "/").ok());
   }
   EXPECT_EQ(HttpGet("127.0.0.1", port, "/").status().code(), absl::StatusCode::kUnavailable);
+}
+
+TEST(ScratchPathTest, FilesAndDirectoriesGoWhenTheProcessExits) {
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    // In the child: make a file and a directory tree, check they exist, exit normally.
+    const std::string file = WriteScratchFile("probe.txt", "x");
+    const std::string dir = ScratchPath("probe-dir");
+    std::filesystem::create_directories(dir + "/sub");
+    const bool made = !file.empty() && std::filesystem::exists(file) &&
+                      std::filesystem::exists(dir + "/sub");
+    std::exit(made ? 0 : 3);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "the child could not make its scratch files";
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string dir = (tmp != nullptr && *tmp != '\0') ? tmp : "/tmp";
+  const std::string prefix = dir + "/quill-test-" + std::to_string(child) + "-";
+  EXPECT_FALSE(std::filesystem::exists(prefix + "probe.txt"));
+  EXPECT_FALSE(std::filesystem::exists(prefix + "probe-dir"));
 }
 
 }  // namespace
