@@ -165,13 +165,19 @@ TEST_F(ServerProcessTest, SecondSignalDuringTheDrainExitsAtOnce) {
     });
   }
   started.WaitForNotification();
+  const absl::Time first_sent = absl::Now();
   server.Signal(SIGTERM);
   ASSERT_TRUE(server.WaitForOutput("shutting down gracefully", absl::Seconds(10)).ok());
   // A repeat right away counts as the same request (e.g. `timeout` signals twice)...
+  // "Right away" is within the server's 500 ms window; on a machine so loaded that reading
+  // the log line took longer, the repeat is a second request and this check cannot hold.
+  const bool repeat_in_window = absl::Now() - first_sent < absl::Milliseconds(250);
   server.Signal(SIGTERM);
-  absl::SleepFor(absl::Milliseconds(700));
-  EXPECT_EQ(server.Wait(absl::ZeroDuration()).status().code(),
-            absl::StatusCode::kDeadlineExceeded);
+  if (repeat_in_window) {
+    absl::SleepFor(absl::Milliseconds(700));
+    EXPECT_EQ(server.Wait(absl::ZeroDuration()).status().code(),
+              absl::StatusCode::kDeadlineExceeded);
+  }
   // ...a later one ends the drain at once.
   server.Signal(SIGINT);
   absl::StatusOr<int> code = server.Wait(absl::Seconds(20));
