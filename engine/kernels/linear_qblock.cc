@@ -112,7 +112,9 @@ QUILL_VNNI void Tile(const uint8_t* cb, int64_t sb0, int64_t sb1, const float* s
     for (int h = 0; h < 2; ++h) _mm512_storeu_ps(acc + i * 32 + 16 * h, acc_v[i][h]);
 }
 
-// All rows of one chunk against one column block; writes `cols` outputs per row.
+// Rows [0, rows) of x against one column block; writes `cols` outputs per row. Rows go in
+// chunks of kQBlockChunkRows (accumulators on the stack) while the block's weights, a few
+// tens of KiB, stay in L1/L2: they are read from memory once per Run, not once per chunk.
 template <QuantType T>
 QUILL_VNNI void ColumnBlock(const uint8_t* cb, int64_t sbs, const QBlockXView& x, int rows,
                             float* y, int64_t y_stride, int cols) {
@@ -121,34 +123,38 @@ QUILL_VNNI void ColumnBlock(const uint8_t* cb, int64_t sbs, const QBlockXView& x
   static_assert(kChunkSbs * f.groups() * (f.has_min ? 2 : 1) * 32 <= kMaxChunkScales);
   alignas(64) float scales[kMaxChunkScales];
   alignas(64) float acc[kQBlockChunkRows * kQBlockCols];
-  for (int64_t sb0 = 0; sb0 < sbs; sb0 += kChunkSbs) {
-    const int64_t sb1 = std::min(sbs, sb0 + kChunkSbs);
-    DecodeScales<T>(cb, sb0, sb1, scales);
-    for (int i = 0; i < rows; i += kMR) {
-      QBlockXView xi = x;
-      xi.q += i * x.k;
-      xi.d += i * x.groups;
-      if (xi.sum != nullptr) xi.sum += i * x.groups;
-      if (xi.seed != nullptr) xi.seed += i * x.groups;
-      float* a = acc + i * kQBlockCols;
-      switch (std::min(kMR, rows - i)) {
-        case 1:
-          Tile<T, 1>(cb, sb0, sb1, scales, xi, a, sb0 == 0);
-          break;
-        case 2:
-          Tile<T, 2>(cb, sb0, sb1, scales, xi, a, sb0 == 0);
-          break;
-        case 3:
-          Tile<T, 3>(cb, sb0, sb1, scales, xi, a, sb0 == 0);
-          break;
-        default:
-          Tile<T, 4>(cb, sb0, sb1, scales, xi, a, sb0 == 0);
-          break;
+  for (int r0 = 0; r0 < rows; r0 += kQBlockChunkRows) {
+    const int chunk = std::min(kQBlockChunkRows, rows - r0);
+    for (int64_t sb0 = 0; sb0 < sbs; sb0 += kChunkSbs) {
+      const int64_t sb1 = std::min(sbs, sb0 + kChunkSbs);
+      DecodeScales<T>(cb, sb0, sb1, scales);
+      for (int i = 0; i < chunk; i += kMR) {
+        const int64_t row = r0 + i;
+        QBlockXView xi = x;
+        xi.q += row * x.k;
+        xi.d += row * x.groups;
+        if (xi.sum != nullptr) xi.sum += row * x.groups;
+        if (xi.seed != nullptr) xi.seed += row * x.groups;
+        float* a = acc + i * kQBlockCols;
+        switch (std::min(kMR, chunk - i)) {
+          case 1:
+            Tile<T, 1>(cb, sb0, sb1, scales, xi, a, sb0 == 0);
+            break;
+          case 2:
+            Tile<T, 2>(cb, sb0, sb1, scales, xi, a, sb0 == 0);
+            break;
+          case 3:
+            Tile<T, 3>(cb, sb0, sb1, scales, xi, a, sb0 == 0);
+            break;
+          default:
+            Tile<T, 4>(cb, sb0, sb1, scales, xi, a, sb0 == 0);
+            break;
+        }
       }
     }
+    for (int i = 0; i < chunk; ++i)
+      std::memcpy(y + (r0 + i) * y_stride, acc + i * kQBlockCols, cols * sizeof(float));
   }
-  for (int i = 0; i < rows; ++i)
-    std::memcpy(y + i * y_stride, acc + i * kQBlockCols, cols * sizeof(float));
 }
 
 QBlockColumnFn ColumnBlockFor(QuantType type) {
@@ -187,25 +193,23 @@ void QBlockGemm::PrepareX(const float* x, int rows) {
   int32_t* const xs16 = reinterpret_cast<int32_t*>(x_ + xs16_offset_);
 #pragma omp parallel for schedule(static) if (rows * k_ >= (1 << 16))
   for (int i = 0; i < rows; ++i) {
-    QuantizeRow(x + i * k_, k_, xq + i * k_, xd32 + i * blocks32, xs16 + i * blocks16);
-  }
-  // Per type: the x scale, sum and offset seed of each weight group.
-  for (size_t slot = 0; slot < x_types_.size(); ++slot) {
-    const QBlockFormat f = QBlockFormatOf(x_types_[slot]);
-    const int64_t groups = k_ / f.group_k;
-    float* const xg_d = reinterpret_cast<float*>(x_ + xg_[slot].d);
-    float* const xg_sum = reinterpret_cast<float*>(x_ + xg_[slot].sum);
-    int32_t* const xg_seed = reinterpret_cast<int32_t*>(x_ + xg_[slot].seed);
-    for (int i = 0; i < rows; ++i) {
-      const float* d32 = xd32 + i * blocks32;
-      const int32_t* s16 = xs16 + i * blocks16;
+    float* const d32 = xd32 + i * blocks32;
+    int32_t* const s16 = xs16 + i * blocks16;
+    QuantizeRow(x + i * k_, k_, xq + i * k_, d32, s16);
+    // Per type: the x scale, sum and offset seed of each weight group of row i.
+    for (size_t slot = 0; slot < x_types_.size(); ++slot) {
+      const QBlockFormat f = QBlockFormatOf(x_types_[slot]);
+      const int64_t groups = k_ / f.group_k;
+      float* const xg_d = reinterpret_cast<float*>(x_ + xg_[slot].d) + i * groups;
+      float* const xg_sum = reinterpret_cast<float*>(x_ + xg_[slot].sum) + i * groups;
+      int32_t* const xg_seed = reinterpret_cast<int32_t*>(x_ + xg_[slot].seed) + i * groups;
       for (int64_t g = 0; g < groups; ++g) {
         const bool g16 = f.group_k == 16;
         const float d = g16 ? d32[g / 2] : d32[g];
         const int32_t sum = g16 ? s16[g] : s16[2 * g] + s16[2 * g + 1];
-        xg_d[i * groups + g] = d;
-        if (f.has_min) xg_sum[i * groups + g] = d * static_cast<float>(sum);
-        if (f.offset != 0) xg_seed[i * groups + g] = -f.offset * sum;
+        xg_d[g] = d;
+        if (f.has_min) xg_sum[g] = d * static_cast<float>(sum);
+        if (f.offset != 0) xg_seed[g] = -f.offset * sum;
       }
     }
   }
@@ -256,11 +260,10 @@ void QBlockGemm::RunDecode(const float* x, int m, float* y, int64_t y_stride) {
 
 void QBlockGemm::RunTiled(const float* x, int m, float* y, int64_t y_stride) {
   QUILL_DCHECK(m >= 1 && m <= max_rows_);
-  for (int r0 = 0; r0 < m; r0 += chunk_rows_) {
-    const int rows = std::min(chunk_rows_, m - r0);
-    PrepareX(x + static_cast<int64_t>(r0) * k_, rows);
-    RunColumnBlocks(/*decode=*/false, rows, y + static_cast<int64_t>(r0) * y_stride, y_stride);
-  }
+  // Every row quantized first, then one parallel loop over column blocks (each runs all
+  // rows): two parallel regions per Run, whatever m.
+  PrepareX(x, m);
+  RunColumnBlocks(/*decode=*/false, m, y, y_stride);
 }
 
 }  // namespace quill::engine::kernels::linear_internal

@@ -88,7 +88,7 @@ bool IsQBlockType(WeightType type);
 bool QBlockKernelAvailable();
 
 inline constexpr int kQBlockCols = 32;       // outputs per column block
-inline constexpr int kQBlockChunkRows = 64;  // x rows quantized and multiplied per pass
+inline constexpr int kQBlockChunkRows = 64;  // x rows per pass over a column block's k
 // Run() hands m up to this to the decode kernel (one sweep of the weights, every row in
 // registers; measured with quill-linear-qblock-bench).
 inline constexpr int kQBlockDecodeMaxRows = 16;
@@ -109,8 +109,8 @@ class QBlockGemm {
   // m <= kQBlockDecodeMaxRows runs RunDecode, larger m RunTiled; both follow the
   // arithmetic above exactly, so the choice never changes a bit of y.
   void Run(const float* x, int m, float* y, int64_t y_stride);
-  // The many-row kernel (linear_qblock.cc): per column block, k in chunks with the
-  // decoded scales in L1 and 4-row register tiles, 64 rows of x per pass.
+  // The many-row kernel (linear_qblock.cc): x quantized once, then per column block, 64
+  // rows of x per pass, k in chunks with the decoded scales in L1 and 4-row register tiles.
   void RunTiled(const float* x, int m, float* y, int64_t y_stride);
   // The few-row kernel (linear_qblock_decode.cc), m <= kQBlockDecodeMaxRows.
   void RunDecode(const float* x, int m, float* y, int64_t y_stride);
@@ -129,7 +129,7 @@ class QBlockGemm {
     int x_slot = 0;            // which x-side arrays (one per distinct type)
   };
 
-  // x-side arrays for one row chunk and one weight type: per row, per group of that type.
+  // x-side arrays for one weight type: per row, per group of that type.
   // Byte offsets into the scratch buffer.
   struct XGroups {
     size_t d = 0;     // float: d_x of the 32-block holding the group
@@ -144,13 +144,12 @@ class QBlockGemm {
 
   int64_t k_, n_;
   int max_rows_;
-  int chunk_rows_;  // x rows quantized and multiplied per pass
   std::vector<Segment> segments_;
   std::vector<quant::QuantType> x_types_;        // x_slot -> type
   std::vector<std::pair<int, int64_t>> blocks_;  // (segment, column block), the parallel work
   AlignedBuffer<uint8_t> packed_;
-  // The x side, at byte offsets into the scratch: int8 [chunk_rows x k] (at 0), float
-  // [chunk_rows x k/32] scales, int32 [chunk_rows x k/16] sums of xq, then xg_ per x_slot.
+  // The x side, at byte offsets into the scratch: int8 [max_rows x k] (at 0), float
+  // [max_rows x k/32] scales, int32 [max_rows x k/16] sums of xq, then xg_ per x_slot.
   size_t xd32_offset_ = 0, xs16_offset_ = 0, scratch_bytes_ = 0;
   std::vector<XGroups> xg_;
   LinearScratch* scratch_ = nullptr;

@@ -26,6 +26,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "engine/kernels/linear_internal.h"
+#include "engine/kernels/linear_q8.h"
 #include "engine/kernels/linear_qblock.h"
 #include "engine/quant/quantize.h"
 
@@ -36,6 +37,9 @@ ABSL_FLAG(int, working_set_mb, 160, "cycle weight copies until they total this m
 ABSL_FLAG(std::string, shapes, "",
           "extra shapes kxn, comma-separated (e.g. 2048x256 with --working_set_mb=1: weights "
           "in L2, the kernels' compute alone); given, only these run");
+ABSL_FLAG(int, prefill_m, 0,
+          "if > 0: prefill mode, the tiled kernel at this m against Q8Gemv on Q8_0 weights of "
+          "the same shape (rounds interleaved); --ms is ignored");
 ABSL_FLAG(bool, cpu_time, false,
           "time with process CPU time instead of wall time (a shared machine; use with "
           "OMP_NUM_THREADS=1, as spinning threads count too)");
@@ -125,6 +129,43 @@ void RunShape(WeightType type, const Shape& shape, const std::vector<int>& ms) {
   }
 }
 
+// Prefill: RunTiled at m rows against Q8Gemv (the Q8_0 kernel) of the same shape. The
+// weights of one call stay in the caches, as in a prompt step.
+void RunPrefillShape(WeightType type, const Shape& shape, int m) {
+  const std::vector<uint8_t> bytes = MakeWeights(type, shape.n, shape.k, 7);
+  const std::vector<uint8_t> bytes8 = MakeWeights(WeightType::kQ8_0, shape.n, shape.k, 7);
+  const WeightView view{type, bytes.data(), shape.n, shape.k};
+  const WeightView view8{WeightType::kQ8_0, bytes8.data(), shape.n, shape.k};
+  QBlockGemm gemm(absl::MakeConstSpan(&view, 1), m);
+  LinearScratch scratch8;
+  if (!linear_internal::Q8Gemv::ReserveScratch(shape.k, m, scratch8).ok()) std::abort();
+  linear_internal::Q8Gemv q8(absl::MakeConstSpan(&view8, 1), m, &scratch8);
+  std::vector<float> x(static_cast<size_t>(m) * shape.k), y(static_cast<size_t>(m) * shape.n);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((i * 37) % 101) / 50.0f - 1.0f;
+  std::vector<double> t[2];
+  for (int round = 0; round < absl::GetFlag(FLAGS_rounds); ++round) {
+    for (int kernel = 0; kernel < 2; ++kernel) {
+      const double t0 = Now();
+      if (kernel == 0) {
+        gemm.RunTiled(x.data(), m, y.data(), shape.n);
+      } else {
+        q8.Run(x.data(), m, y.data(), shape.n);
+      }
+      t[kernel].push_back((Now() - t0) * 1e3);
+    }
+  }
+  const double gflop = 2.0 * m * shape.k * shape.n / 1e9;
+  const double med[2] = {Median(t[0]), Median(t[1])};
+  std::printf(
+      "%-5s %5lldx%-5lld m=%d | tiled best %.4f med %.4f ms (%.0f GFLOP/s) | q8_0 best %.4f med "
+      "%.4f ms (%.0f GFLOP/s) | q8_0/tiled %.2fx\n",
+      linear_internal::WeightTypeName(type), static_cast<long long>(shape.k),
+      static_cast<long long>(shape.n), m, *std::min_element(t[0].begin(), t[0].end()), med[0],
+      gflop / med[0] * 1e3, *std::min_element(t[1].begin(), t[1].end()), med[1],
+      gflop / med[1] * 1e3, med[1] / med[0]);
+  std::fflush(stdout);
+}
+
 WeightType ParseType(const std::string& s) {
   for (WeightType t : {WeightType::kQ4_0, WeightType::kQ4_1, WeightType::kQ5_0, WeightType::kQ5_1,
                        WeightType::kQ4_K, WeightType::kQ5_K, WeightType::kQ6_K}) {
@@ -152,8 +193,16 @@ int main(int argc, char** argv) {
   }
   for (absl::string_view name : absl::StrSplit(absl::GetFlag(FLAGS_types), ',')) {
     const WeightType type = ParseType(std::string(name));
+    const int prefill_m = absl::GetFlag(FLAGS_prefill_m);
+    const auto run = [&](const Shape& shape) {
+      if (prefill_m > 0) {
+        RunPrefillShape(type, shape, prefill_m);
+      } else {
+        RunShape(type, shape, ms);
+      }
+    };
     if (absl::GetFlag(FLAGS_shapes).empty()) {
-      for (const Shape& shape : kShapes) RunShape(type, shape, ms);
+      for (const Shape& shape : kShapes) run(shape);
       continue;
     }
     for (absl::string_view kn : absl::StrSplit(absl::GetFlag(FLAGS_shapes), ',')) {
@@ -165,7 +214,7 @@ int main(int argc, char** argv) {
                      std::string(kn).c_str());
         return 2;
       }
-      RunShape(type, Shape{"custom", k, n}, ms);
+      run(Shape{"custom", k, n});
     }
   }
   return 0;

@@ -121,22 +121,21 @@ QBlockGemm::QBlockGemm(absl::Span<const WeightView> parts, int max_rows, LinearS
     for (int64_t cb = 0; cb < s.col_blocks; ++cb) blocks_.emplace_back(static_cast<int>(si), cb);
   }
 
-  chunk_rows_ = std::min(max_rows, kQBlockChunkRows);
-  // The x side's layout in the scratch, each array 64-byte aligned.
-  const size_t chunk = static_cast<size_t>(chunk_rows_);
+  // The x side's layout in the scratch (all max_rows rows), each array 64-byte aligned.
+  const size_t x_rows = static_cast<size_t>(max_rows);
   size_t offset = 0;
   const auto take = [&offset](size_t array_bytes) {
     const size_t at = offset;
     offset += (array_bytes + 63) / 64 * 64;
     return at;
   };
-  take(chunk * k_);  // xq at 0
-  xd32_offset_ = take(chunk * (k_ / 32) * sizeof(float));
-  xs16_offset_ = take(chunk * (k_ / 16) * sizeof(int32_t));
+  take(x_rows * k_);  // xq at 0
+  xd32_offset_ = take(x_rows * (k_ / 32) * sizeof(float));
+  xs16_offset_ = take(x_rows * (k_ / 16) * sizeof(int32_t));
   xg_.resize(x_types_.size());
   for (size_t slot = 0; slot < x_types_.size(); ++slot) {
     const QBlockFormat f = QBlockFormatOf(x_types_[slot]);
-    const size_t groups = chunk * (k_ / f.group_k);
+    const size_t groups = x_rows * (k_ / f.group_k);
     xg_[slot].d = take(groups * sizeof(float));
     if (f.has_min) xg_[slot].sum = take(groups * sizeof(float));
     if (f.offset != 0) xg_[slot].seed = take(groups * sizeof(int32_t));
