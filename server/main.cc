@@ -106,10 +106,9 @@ ABSL_FLAG(int, prefill_chunk_tokens, kEngineDefaults.prefill_chunk_tokens,
 ABSL_FLAG(absl::Duration, itl_target, absl::Milliseconds(100),
           "Inter-token-latency target: while requests are decoding, new prompts get only as "
           "many tokens per step as keep the step (predicted from measured step times) within "
-          "max(this, 1.75 x a decode-only step of the batch once the waiting prompts have "
-          "joined it), and at least 32, so that streams keep a steady pace during bursts of "
-          "new prompts and prompts still progress. 0 = no limit beyond --max-batch-tokens "
-          "(best throughput, ITL spikes).");
+          "max(this, twice a decode-only step), and at least 32, so that streams keep a steady "
+          "pace during bursts of new prompts and prompts still progress. 0 = no limit beyond "
+          "--max-batch-tokens (best throughput, ITL spikes).");
 ABSL_FLAG(int, max_running, kEngineDefaults.max_running,
           "Most requests generating at once (the continuous batch).");
 ABSL_FLAG(int, max_queue, kEngineDefaults.max_queue,
