@@ -129,12 +129,7 @@ QUILL_VNNI void ColumnBlock(const uint8_t* cb, int64_t sbs, const QBlockXView& x
       const int64_t sb1 = std::min(sbs, sb0 + kChunkSbs);
       DecodeScales<T>(cb, sb0, sb1, scales);
       for (int i = 0; i < chunk; i += kMR) {
-        const int64_t row = r0 + i;
-        QBlockXView xi = x;
-        xi.q += row * x.k;
-        xi.d += row * x.groups;
-        if (xi.sum != nullptr) xi.sum += row * x.groups;
-        if (xi.seed != nullptr) xi.seed += row * x.groups;
+        const QBlockXView xi = x.AtRow(r0 + i);
         float* a = acc + i * kQBlockCols;
         switch (std::min(kMR, chunk - i)) {
           case 1:

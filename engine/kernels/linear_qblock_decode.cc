@@ -130,11 +130,7 @@ template <QuantType T>
 QUILL_VNNI void DecodeColumn(const uint8_t* cb, int64_t sbs, const QBlockXView& x, int rows,
                              float* y, int64_t y_stride, int cols) {
   for (int i = 0; i < rows; i += kDecodeMR) {
-    QBlockXView xi = x;
-    xi.q += i * x.k;
-    xi.d += i * x.groups;
-    if (xi.sum != nullptr) xi.sum += i * x.groups;
-    if (xi.seed != nullptr) xi.seed += i * x.groups;
+    const QBlockXView xi = x.AtRow(i);
     float* yi = y + i * y_stride;
     switch (std::min(kDecodeMR, rows - i)) {
       case 1:

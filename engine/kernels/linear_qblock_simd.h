@@ -28,6 +28,16 @@ struct QBlockXView {
   const float* sum;     // [rows x groups] or null
   const int32_t* seed;  // [rows x groups] or null
   int64_t k, groups;
+
+  // The view of rows [row, rows) of the same x.
+  QBlockXView AtRow(int64_t row) const {
+    QBlockXView v = *this;
+    v.q += row * k;
+    v.d += row * groups;
+    if (v.sum != nullptr) v.sum += row * groups;
+    if (v.seed != nullptr) v.seed += row * groups;
+    return v;
+  }
 };
 
 // Moves bits [pos, pos + width) of every byte to bit 4 (16-bit shifts: the bits that cross
