@@ -967,8 +967,8 @@ class ItlTargetTest : public EngineFakeTest {
     Start(options, &clock);
     SetPaused(true);
     std::vector<TokenId> decoder_prompt = {kBos, 5};
-    if (load.spec_tokens > 0) decoder_prompt = WithBos("ABCDEFGHIJKLMNOPQRSTUVWXYZ");
     if (load.spec_tokens > 0) {
+      decoder_prompt = WithBos("ABCDEFGHIJKLMNOPQRSTUVWXYZ");
       decoder_prompt.push_back(kEos);
       for (TokenId t : Letters("ABCD")) decoder_prompt.push_back(t);
     }
