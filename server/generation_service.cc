@@ -170,9 +170,9 @@ v1::ModelInfo BuildModelInfo(const engine::Engine& engine, const RequestLimits& 
   const engine::Model& model = engine.model();
   const engine::ModelConfig& config = model.config();
   const engine::Tokenizer& tokenizer = model.tokenizer();
-  // Quill's KV cache stores f32 K and V.
-  const engine::ModelAccounting accounting =
-      engine::ComputeAccounting(config, config.context_length, /*kv_element_bytes=*/4);
+  // K and V as the cache stores them: f32 in exact mode, f16 in fast mode.
+  const engine::ModelAccounting accounting = engine::ComputeAccounting(
+      config, config.context_length, engine::kernels::KvElementBytes(model.kv_element()));
   const engine::EngineOptions& options = engine.options();
   const engine::EngineGauges gauges = engine.gauges();
 

@@ -267,8 +267,8 @@ absl::Status Server::LoadModelAndEngine() {
                                                             ": ", model.status().message()));
   }
   const engine::ModelConfig& config = (*model)->config();
-  const engine::ModelAccounting accounting =
-      engine::ComputeAccounting(config, config.context_length, /*kv_element_bytes=*/4);
+  const engine::ModelAccounting accounting = engine::ComputeAccounting(
+      config, config.context_length, engine::kernels::KvElementBytes((*model)->kv_element()));
   spdlog::info(
       "loaded model path={} name=\"{}\" architecture={} params={} non_embedding_params={} "
       "layers={} d_model={} heads={}/{} context={} vocab={} weight_type={} precision={} "
@@ -304,10 +304,11 @@ absl::Status Server::LoadModelAndEngine() {
   const RequestLimits& limits = gateway_->limits();
   spdlog::info(
       "kv cache: blocks={} block_size_tokens={} capacity_tokens={} bytes={} ({}) "
-      "bytes_per_token={} prefix_cache={}",
+      "bytes_per_token={} element={} prefix_cache={}",
       gauges.kv_blocks_total, eo.block_size_tokens,
       static_cast<int64_t>(gauges.kv_blocks_total) * eo.block_size_tokens, gauges.kv_bytes_total,
-      HumanBytes(gauges.kv_bytes_total), accounting.kv_bytes_per_token, eo.prefix_cache);
+      HumanBytes(gauges.kv_bytes_total), accounting.kv_bytes_per_token,
+      engine::kernels::KvElementName(e->model().kv_element()), eo.prefix_cache);
   spdlog::info(
       "limits: max_tokens={} max_prompt_tokens={} max_batch_tokens={} prefill_chunk_tokens={} "
       "itl_target={} max_running={} max_queue={} max_message_bytes={} drain_timeout={}",

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/base/check.h"
+#include "engine/base/float16.h"
 #include "engine/kernels/simd_math.h"
 
 namespace quill::engine::kernels {
@@ -43,10 +44,10 @@ struct Item {
   int32_t first_key;  // the query attends to positions [first_key, num_keys)
   int32_t num_keys;
   const int32_t* block_table;
-  const float* k_cache;
-  const float* v_cache;
+  const void* k_cache;  // arenas of KvT (the kernel's element type)
+  const void* v_cache;
   int block_size;
-  int64_t kv_row;  // floats per slot (num_kv_heads * head_dim)
+  int64_t kv_row;  // elements per slot (num_kv_heads * head_dim)
   int head_dim;
   float scale;
   float softcap;  // 0: none
@@ -64,14 +65,27 @@ inline __mmask16 LaneRange(int lo, int hi) {
 }
 
 // Slot rows (all KV heads) of the tile's keys [t0, t0 + count).
-void TileRows(const Item& it, int t0, int count, const float** k_rows, const float** v_rows) {
+template <typename KvT>
+void TileRows(const Item& it, int t0, int count, const KvT** k_rows, const KvT** v_rows) {
   for (int i = 0; i < count; ++i) {
     const int pos = t0 + i;
     const int64_t slot = static_cast<int64_t>(it.block_table[pos / it.block_size]) * it.block_size +
                          pos % it.block_size;
-    k_rows[i] = it.k_cache + slot * it.kv_row;
-    v_rows[i] = it.v_cache + slot * it.kv_row;
+    k_rows[i] = static_cast<const KvT*>(it.k_cache) + slot * it.kv_row;
+    v_rows[i] = static_cast<const KvT*>(it.v_cache) + slot * it.kv_row;
   }
+}
+
+// A cached value widened to f32 (exact for both element types).
+inline float KvToFloat(float v) { return v; }
+inline float KvToFloat(uint16_t h) { return Fp16ToFloat(h); }
+
+// 16 cached values (lanes outside `m` zero) widened to f32.
+QUILL_AVX512_TARGET inline __m512 LoadKv16(const float* p, __mmask16 m) {
+  return _mm512_maskz_loadu_ps(m, p);
+}
+QUILL_AVX512_TARGET inline __m512 LoadKv16(const uint16_t* p, __mmask16 m) {
+  return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p));
 }
 
 // ---- AVX-512 ---------------------------------------------------------------------------
@@ -81,8 +95,9 @@ void TileRows(const Item& it, int t0, int count, const float** k_rows, const flo
 // chain over the tile's keys in order. Grouping heads or keys differently below only
 // changes which registers hold what, never a result.
 //
-// kChunks = ceil(head_dim / 16); the last chunk is masked when head_dim % 16 != 0.
-template <int kChunks>
+// kChunks = ceil(head_dim / 16); the last chunk is masked when head_dim % 16 != 0. KvT is
+// the cache's element (float or f16 bits); K and V are widened as they are loaded.
+template <int kChunks, typename KvT>
 struct Avx512Attention {
   // Heads whose outputs accumulate together in P.V (sharing each V row load): up to 16
   // accumulator registers.
@@ -94,7 +109,7 @@ struct Avx512Attention {
 
   // Dot products of query heads q0 and q1 with 8 keys: lanes 0-7 for q0, 8-15 for q1.
   QUILL_AVX512_TARGET static __m512 Dots2x8(const float* q0, const float* q1,
-                                            const float* const* k_rows, int64_t offset,
+                                            const KvT* const* k_rows, int64_t offset,
                                             __mmask16 last) {
     __m512 dot[16];
     for (int i = 0; i < 16; ++i) dot[i] = _mm512_setzero_ps();
@@ -103,7 +118,7 @@ struct Avx512Attention {
       const __m512 qa = _mm512_maskz_loadu_ps(m, q0 + 16 * c);
       const __m512 qb = _mm512_maskz_loadu_ps(m, q1 + 16 * c);
       for (int i = 0; i < 8; ++i) {
-        const __m512 k = _mm512_maskz_loadu_ps(m, k_rows[i] + offset + 16 * c);
+        const __m512 k = LoadKv16(k_rows[i] + offset + 16 * c, m);
         dot[i] = _mm512_fmadd_ps(qa, k, dot[i]);
         dot[8 + i] = _mm512_fmadd_ps(qb, k, dot[8 + i]);
       }
@@ -112,7 +127,7 @@ struct Avx512Attention {
   }
 
   // Dot products of one query head with 16 keys.
-  QUILL_AVX512_TARGET static __m512 Dots1x16(const float* q, const float* const* k_rows,
+  QUILL_AVX512_TARGET static __m512 Dots1x16(const float* q, const KvT* const* k_rows,
                                              int64_t offset, __mmask16 last) {
     __m512 dot[16];
     for (int i = 0; i < 16; ++i) dot[i] = _mm512_setzero_ps();
@@ -120,7 +135,7 @@ struct Avx512Attention {
       const __mmask16 m = ChunkMask(c, last);
       const __m512 qc = _mm512_maskz_loadu_ps(m, q + 16 * c);
       for (int i = 0; i < 16; ++i) {
-        dot[i] = _mm512_fmadd_ps(qc, _mm512_maskz_loadu_ps(m, k_rows[i] + offset + 16 * c), dot[i]);
+        dot[i] = _mm512_fmadd_ps(qc, LoadKv16(k_rows[i] + offset + 16 * c, m), dot[i]);
       }
     }
     return TransposeReduce16(dot);
@@ -137,7 +152,7 @@ struct Avx512Attention {
   // scores[h][0, padded) for `num_heads` heads starting at q: scaled (and capped) dots for
   // keys [skip, count), -inf elsewhere.
   QUILL_AVX512_TARGET static void Scores(const float* q, int num_heads, int head_dim,
-                                         const float* const* k_rows, int64_t offset, int skip,
+                                         const KvT* const* k_rows, int64_t offset, int skip,
                                          int count, int padded, __mmask16 last, float scale_value,
                                          float softcap, float (*scores)[kTile]) {
     const __m512 scale = _mm512_set1_ps(scale_value);
@@ -192,10 +207,9 @@ struct Avx512Attention {
 
   // acc[h] = acc[h] * alpha[h] + sum_i weights[h][i] * V_i, for kHeads heads at once.
   template <int kHeads>
-  QUILL_AVX512_TARGET static void WeightedValues(const float* const* v_rows, int64_t offset,
-                                                 int skip, int count, __mmask16 last,
-                                                 float (*weights)[kTile], const float* alpha,
-                                                 float (*acc)[kChunks * 16]) {
+  QUILL_AVX512_TARGET static void WeightedValues(const KvT* const* v_rows, int64_t offset, int skip,
+                                                 int count, __mmask16 last, float (*weights)[kTile],
+                                                 const float* alpha, float (*acc)[kChunks * 16]) {
     __m512 o[kHeads][kChunks];
     for (int h = 0; h < kHeads; ++h) {
       const __m512 a = _mm512_set1_ps(alpha[h]);
@@ -205,7 +219,7 @@ struct Avx512Attention {
       __m512 p[kHeads];
       for (int h = 0; h < kHeads; ++h) p[h] = _mm512_set1_ps(weights[h][i]);
       for (int c = 0; c < kChunks; ++c) {
-        const __m512 v = _mm512_maskz_loadu_ps(ChunkMask(c, last), v_rows[i] + offset + 16 * c);
+        const __m512 v = LoadKv16(v_rows[i] + offset + 16 * c, ChunkMask(c, last));
         for (int h = 0; h < kHeads; ++h) o[h][c] = _mm512_fmadd_ps(p[h], v, o[h][c]);
       }
     }
@@ -216,7 +230,7 @@ struct Avx512Attention {
 
   template <int... kHeads>
   QUILL_AVX512_TARGET static void WeightedValuesN(int n, std::integer_sequence<int, kHeads...>,
-                                                  const float* const* v_rows, int64_t offset,
+                                                  const KvT* const* v_rows, int64_t offset,
                                                   int skip, int count, __mmask16 last,
                                                   float (*weights)[kTile], const float* alpha,
                                                   float (*acc)[kChunks * 16]) {
@@ -234,8 +248,8 @@ struct Avx512Attention {
     float running_max[kMaxHeadsPerItem];
     float running_sum[kMaxHeadsPerItem];
     float alpha[kMaxHeadsPerItem];
-    const float* k_rows[kTile];
-    const float* v_rows[kTile];
+    const KvT* k_rows[kTile];
+    const KvT* v_rows[kTile];
     const __mmask16 last = TailMask(hd - (kChunks - 1) * 16);
 
     for (int h = 0; h < num_heads; ++h) {
@@ -285,10 +299,10 @@ struct Avx512Attention {
 
 using AttendFn = void (*)(const Item&);
 
-template <int... kChunks>
+template <typename KvT, int... kChunks>
 AttendFn PickAvx512(int chunks, std::integer_sequence<int, kChunks...>) {
   AttendFn fn = nullptr;
-  ((fn = (chunks == kChunks + 1) ? &Avx512Attention<kChunks + 1>::Attend : fn), ...);
+  ((fn = (chunks == kChunks + 1) ? &Avx512Attention<kChunks + 1, KvT>::Attend : fn), ...);
   return fn;
 }
 
@@ -296,10 +310,11 @@ AttendFn PickAvx512(int chunks, std::integer_sequence<int, kChunks...>) {
 
 // The same tiles and online softmax in scalar code; each dot product and output sum runs in
 // a fixed order, so it too is batch-invariant.
+template <typename KvT>
 void AttendPortable(const Item& it) {
   float scores[kTile];
-  const float* k_rows[kTile];
-  const float* v_rows[kTile];
+  const KvT* k_rows[kTile];
+  const KvT* v_rows[kTile];
   float acc[kMaxHeadDim];
   const int hd = it.head_dim;
   for (int h = it.head_begin; h < it.head_end; ++h) {
@@ -314,9 +329,9 @@ void AttendPortable(const Item& it) {
       TileRows(it, t0, count, k_rows, v_rows);
       float tile_max = kNegInf;
       for (int i = skip; i < count; ++i) {
-        const float* k = k_rows[i] + offset;
+        const KvT* k = k_rows[i] + offset;
         float dot = 0.0f;
-        for (int d = 0; d < hd; ++d) dot = std::fma(q[d], k[d], dot);
+        for (int d = 0; d < hd; ++d) dot = std::fma(q[d], KvToFloat(k[d]), dot);
         scores[i] = dot * it.scale;
         if (it.softcap > 0.0f) scores[i] = it.softcap * std::tanh(scores[i] / it.softcap);
         tile_max = std::max(tile_max, scores[i]);
@@ -332,8 +347,8 @@ void AttendPortable(const Item& it) {
       running_sum = std::fma(running_sum, alpha, sum);
       for (int d = 0; d < hd; ++d) acc[d] *= alpha;
       for (int i = skip; i < count; ++i) {
-        const float* v = v_rows[i] + offset;
-        for (int d = 0; d < hd; ++d) acc[d] = std::fma(scores[i], v[d], acc[d]);
+        const KvT* v = v_rows[i] + offset;
+        for (int d = 0; d < hd; ++d) acc[d] = std::fma(scores[i], KvToFloat(v[d]), acc[d]);
       }
     }
     float* out = it.out + static_cast<int64_t>(h) * hd;
@@ -390,7 +405,7 @@ HeadSplit ChooseSplit(int n_heads, int group, int64_t num_queries, int threads) 
 
 }  // namespace
 
-void PagedAttention(const float* q, const float* k_cache, const float* v_cache,
+void PagedAttention(const float* q, const void* k_cache, const void* v_cache,
                     const KvLayout& layout, absl::Span<const AttentionSequence> sequences,
                     int n_heads, const AttentionParams& params, float* out) {
   const int hd = layout.head_dim;
@@ -414,9 +429,13 @@ void PagedAttention(const float* q, const float* k_cache, const float* v_cache,
   const int64_t total = first_item[sequences.size()];
   const int64_t* starts = first_item.data();
 
-  AttendFn attend = &AttendPortable;
+  const bool f16 = layout.element == KvElement::kF16;
+  AttendFn attend = f16 ? &AttendPortable<uint16_t> : &AttendPortable<float>;
   if (UseAvx512()) {
-    attend = PickAvx512((hd + 15) / 16, std::make_integer_sequence<int, kMaxHeadDim / 16>{});
+    constexpr auto kChunkCounts = std::make_integer_sequence<int, kMaxHeadDim / 16>{};
+    const int chunks = (hd + 15) / 16;
+    attend =
+        f16 ? PickAvx512<uint16_t>(chunks, kChunkCounts) : PickAvx512<float>(chunks, kChunkCounts);
   }
   const int64_t row = static_cast<int64_t>(n_heads) * hd;
 

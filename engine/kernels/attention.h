@@ -3,16 +3,18 @@
 #include <cstdint>
 
 #include "absl/types/span.h"
+#include "engine/kernels/kv_element.h"
 
 namespace quill::engine::kernels {
 
 // Layout of one layer's paged K or V arena: [num_blocks][block_size][num_kv_heads][head_dim]
-// f32. A sequence's block table maps its logical block i (positions
+// elements. A sequence's block table maps its logical block i (positions
 // [i*block_size, (i+1)*block_size)) to a physical block id.
 struct KvLayout {
   int block_size = 16;
   int num_kv_heads = 0;
   int head_dim = 0;
+  KvElement element = KvElement::kF32;
 };
 
 // One sequence's slice of the step's batch.
@@ -34,17 +36,19 @@ struct AttentionParams {
 // already be in the cache. Query row (q_begin + j) at position p = first_pos + j attends
 // to positions [0, p] (or the window's last positions); query head h reads KV head
 // h / (n_heads / num_kv_heads).
-// q, out: rows x n_heads x head_dim f32 (head_dim <= 256). A tiled online softmax: never
+// q, out: rows x n_heads x head_dim f32 (head_dim <= 256); the caches hold layout.element
+// values, widened exactly to f32 as they are read, so an f16 cache gives the bits an f32
+// cache of the same (widened) values gives. A tiled online softmax: never
 // materializes the T x T score matrix, allocates nothing, and each output depends only on
 // its own query and the cache (fixed tile boundaries at absolute positions, whatever the
 // window), so it is batch-invariant. Parallel over (sequence, head, query tile) on the
 // OpenMP pool.
-void PagedAttention(const float* q, const float* k_cache, const float* v_cache,
+void PagedAttention(const float* q, const void* k_cache, const void* v_cache,
                     const KvLayout& layout, absl::Span<const AttentionSequence> sequences,
                     int n_heads, const AttentionParams& params, float* out);
 
 // Plain scaled attention (no soft-cap, no window).
-inline void PagedAttention(const float* q, const float* k_cache, const float* v_cache,
+inline void PagedAttention(const float* q, const void* k_cache, const void* v_cache,
                            const KvLayout& layout, absl::Span<const AttentionSequence> sequences,
                            int n_heads, float scale, float* out) {
   PagedAttention(q, k_cache, v_cache, layout, sequences, n_heads, AttentionParams{scale}, out);

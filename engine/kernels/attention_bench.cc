@@ -1,5 +1,7 @@
 // Microbenchmark of PagedAttention at TinyLlama's shape (32 query heads, 4 KV heads,
 // head_dim 64, 16-token blocks): decode batches at 512 tokens of context, and one prefill.
+// Each case runs on an f32 and on an f16 cache (exact and fast mode's KV elements), rounds
+// of the two interleaved so that the host's drift hits both alike.
 // Usage: quill-attention-bench [--iters=N]. Prints microseconds per call.
 #include <omp.h>
 #include <sys/mman.h>
@@ -21,6 +23,9 @@
 #include "engine/kernels/attention.h"
 
 ABSL_FLAG(int, iters, 50, "timed calls per case");
+ABSL_FLAG(bool, shuffle_blocks, true,
+          "scatter each sequence's blocks over the pool (a long-running server's cache); false: "
+          "consecutive blocks (a fresh cache's first sequence)");
 
 namespace quill::engine::kernels {
 namespace {
@@ -39,14 +44,14 @@ struct Case {
 
 // 2 MiB-aligned and, where the kernel allows, backed by huge pages (as KvCache does).
 struct FreeDeleter {
-  void operator()(float* p) const { std::free(p); }
+  void operator()(void* p) const { std::free(p); }
 };
-std::unique_ptr<float[], FreeDeleter> HugeArray(int64_t n) {
+std::unique_ptr<void, FreeDeleter> HugeArray(int64_t bytes_wanted) {
   constexpr size_t kHuge = size_t{2} << 20;
-  const size_t bytes = (n * sizeof(float) + kHuge - 1) / kHuge * kHuge;
-  float* p = static_cast<float*>(std::aligned_alloc(kHuge, bytes));
+  const size_t bytes = (bytes_wanted + kHuge - 1) / kHuge * kHuge;
+  void* p = std::aligned_alloc(kHuge, bytes);
   madvise(p, bytes, MADV_HUGEPAGE);
-  return std::unique_ptr<float[], FreeDeleter>(p);
+  return std::unique_ptr<void, FreeDeleter>(p);
 }
 
 double CpuMicros() {
@@ -60,20 +65,32 @@ struct Timing {
   double cpu_us;   // mean process CPU time (all threads, including OpenMP spinning)
 };
 
-Timing TimeCase(const Case& c, int iters) {
+// One cache of each element type holding the same (f16-representable) values.
+struct Caches {
+  std::unique_ptr<void, FreeDeleter> k[2], v[2];  // [0] f32, [1] f16
+};
+
+std::vector<Timing> TimeCase(const Case& c, int iters) {
   const int blocks_per_seq = (c.context + kBlock - 1) / kBlock;
   const int blocks = c.sequences * blocks_per_seq;
   const int64_t layer_floats = int64_t{blocks} * kBlock * kKvHeads * kHeadDim;
   const int64_t cache_floats = layer_floats * c.layers;
   std::mt19937_64 rng(1);
   std::uniform_real_distribution<float> dist(-1, 1);
-  auto k = HugeArray(cache_floats);
-  auto v = HugeArray(cache_floats);
-  for (int64_t i = 0; i < cache_floats; ++i) k[i] = dist(rng);
-  for (int64_t i = 0; i < cache_floats; ++i) v[i] = dist(rng);
+  Caches caches;
+  std::vector<float> values(cache_floats);
+  for (int e = 0; e < 2; ++e) {
+    const KvElement element = e == 0 ? KvElement::kF32 : KvElement::kF16;
+    caches.k[e] = HugeArray(cache_floats * KvElementBytes(element));
+    caches.v[e] = HugeArray(cache_floats * KvElementBytes(element));
+    for (auto* arena : {&caches.k[e], &caches.v[e]}) {
+      for (float& x : values) x = dist(rng);
+      StoreKvRow(values.data(), cache_floats, element, arena->get(), 0);
+    }
+  }
   std::vector<int32_t> ids(blocks);
   std::iota(ids.begin(), ids.end(), 0);
-  std::shuffle(ids.begin(), ids.end(), rng);
+  if (absl::GetFlag(FLAGS_shuffle_blocks)) std::shuffle(ids.begin(), ids.end(), rng);
   std::vector<AttentionSequence> seqs;
   for (int s = 0; s < c.sequences; ++s) {
     seqs.push_back({ids.data() + s * blocks_per_seq, s * c.new_tokens, c.new_tokens,
@@ -82,27 +99,37 @@ Timing TimeCase(const Case& c, int iters) {
   const int rows = c.sequences * c.new_tokens;
   std::vector<float> q(int64_t{rows} * kHeads * kHeadDim), out(q.size());
   for (float& x : q) x = dist(rng);
-  const KvLayout layout{kBlock, kKvHeads, kHeadDim};
   const float scale = 1.0f / std::sqrt(static_cast<float>(kHeadDim));
-  int layer = 0;
-  auto call = [&] {
-    const int64_t offset = layer_floats * layer;
-    layer = (layer + 1) % c.layers;
-    PagedAttention(q.data(), k.get() + offset, v.get() + offset, layout, seqs, kHeads, scale,
-                   out.data());
+  int layer[2] = {0, 0};
+  auto call = [&](int e) {
+    const KvElement element = e == 0 ? KvElement::kF32 : KvElement::kF16;
+    const KvLayout layout{kBlock, kKvHeads, kHeadDim, element};
+    const int64_t offset = layer_floats * layer[e] * KvElementBytes(element);
+    layer[e] = (layer[e] + 1) % c.layers;
+    PagedAttention(q.data(), static_cast<const char*>(caches.k[e].get()) + offset,
+                   static_cast<const char*>(caches.v[e].get()) + offset, layout, seqs, kHeads,
+                   scale, out.data());
   };
-  call();  // warm up caches and the thread pool
-  std::vector<double> times;
-  const double cpu0 = CpuMicros();
+  call(0);  // warm up caches and the thread pool
+  call(1);
+  std::vector<double> times[2];
+  double cpu[2] = {0, 0};
   for (int i = 0; i < iters; ++i) {
-    const auto t0 = std::chrono::steady_clock::now();
-    call();
-    times.push_back(
-        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+    for (int e = 0; e < 2; ++e) {
+      const double cpu0 = CpuMicros();
+      const auto t0 = std::chrono::steady_clock::now();
+      call(e);
+      times[e].push_back(
+          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+      cpu[e] += CpuMicros() - cpu0;
+    }
   }
-  const double cpu = (CpuMicros() - cpu0) / iters;
-  std::sort(times.begin(), times.end());
-  return {times[times.size() / 2], cpu};
+  std::vector<Timing> result;
+  for (int e = 0; e < 2; ++e) {
+    std::sort(times[e].begin(), times[e].end());
+    result.push_back({times[e][times[e].size() / 2], cpu[e] / iters});
+  }
+  return result;
 }
 
 }  // namespace
@@ -118,15 +145,21 @@ int main(int argc, char** argv) {
        {Case{"decode 1 x 512", 1, 512, 1}, Case{"decode 16 x 512", 16, 512, 1},
         Case{"decode 64 x 512", 64, 512, 1}, Case{"decode 1 x 4096", 1, 4096, 1},
         Case{"decode 1 x 4096, 22 layers", 1, 4096, 1, 22}, Case{"prefill 1 x 512", 1, 512, 512}}) {
-    const quill::engine::kernels::Timing t =
+    const std::vector<quill::engine::kernels::Timing> timings =
         quill::engine::kernels::TimeCase(c, c.new_tokens > 1 ? std::max(3, iters / 10) : iters);
     // Multiply-adds: q.k and p.v over the attended positions.
     const double pairs = c.new_tokens == 1
                              ? double(c.sequences) * c.context
                              : double(c.sequences) * c.new_tokens * (c.new_tokens + 1) / 2;
-    const double gflops = pairs * 32 * 64 * 4 / (t.wall_us * 1e3);
-    std::printf("  %-27s %10.1f us/call (cpu %10.1f us)  %6.1f GFLOP/s\n", c.name, t.wall_us,
-                t.cpu_us, gflops);
+    for (int e = 0; e < 2; ++e) {
+      const quill::engine::kernels::Timing& t = timings[e];
+      const double gflops = pairs * 32 * 64 * 4 / (t.wall_us * 1e3);
+      std::printf("  %-27s kv %s %10.1f us/call (cpu %10.1f us)  %6.1f GFLOP/s\n", c.name,
+                  e == 0 ? "f32" : "f16", t.wall_us, t.cpu_us, gflops);
+    }
+    if (timings[0].wall_us > 0) {
+      std::printf("  %-27s f16/f32 time %.2fx\n", c.name, timings[1].wall_us / timings[0].wall_us);
+    }
   }
   return 0;
 }

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/base/float16.h"
 #include "engine/kernels/kernel_test_util.h"
 #include "engine/kernels/reference/reference_kernels.h"
 #include "gtest/gtest.h"
@@ -307,6 +308,50 @@ TEST_P(AttentionTest, WindowAndSoftCapBatchInvariantBitForBit) {
     const std::vector<float> batched = RunAttention(false, c, qb, batch, s.n_heads, params);
     EXPECT_EQ(std::memcmp(batched.data() + 17 * row, ref.data() + pos * row, row * 4), 0)
         << "in batch " << pos;
+  }
+}
+
+// An f16 cache: the attention of its values is, bit for bit, the attention an f32 cache of
+// the same values (widened) gives, so every f32 property above holds for it too. Decode
+// rows, whole and chunked prefills, a window and a soft-cap, ragged head_dims.
+TEST_P(AttentionTest, F16CacheGivesTheBitsOfItsWidenedValues) {
+  for (const Shape& s : {Shape{64, 32, 4}, Shape{24, 6, 3}, Shape{128, 4, 2}, Shape{8, 4, 2}}) {
+    SCOPED_TRACE(ShapeName(s));
+    const std::vector<int> lengths = {300, 1, 17, 100};
+    const PagedCache c = MakeCache(lengths, s.n_kv, s.head_dim, 21);
+    std::vector<uint16_t> k16(c.k.size()), v16(c.v.size());
+    StoreKvRow(c.k.data(), static_cast<int64_t>(c.k.size()), KvElement::kF16, k16.data(), 0);
+    StoreKvRow(c.v.data(), static_cast<int64_t>(c.v.size()), KvElement::kF16, v16.data(), 0);
+    PagedCache widened = c;
+    for (size_t i = 0; i < c.k.size(); ++i) {
+      widened.k[i] = Fp16ToFloat(k16[i]);
+      widened.v[i] = Fp16ToFloat(v16[i]);
+    }
+    KvLayout layout16 = c.layout;
+    layout16.element = KvElement::kF16;
+
+    std::vector<AttentionSequence> seqs;
+    int rows = 0;
+    auto add = [&](int i, int first_pos, int num_q) {
+      seqs.push_back({c.tables[i].data(), rows, num_q, first_pos});
+      rows += num_q;
+    };
+    add(0, 0, 300);
+    add(1, 0, 1);
+    add(2, 16, 1);
+    add(3, 37, 63);
+    const int row = s.n_heads * s.head_dim;
+    const std::vector<float> q = RandomVector(int64_t{rows} * row, 22, -2, 2);
+    for (const AttentionParams& params :
+         {AttentionParams{0.125f}, AttentionParams{0.2f, 30.0f, 50}}) {
+      std::vector<float> want(q.size()), got(q.size(), std::nanf(""));
+      PagedAttention(q.data(), widened.k.data(), widened.v.data(), widened.layout, seqs, s.n_heads,
+                     params, want.data());
+      PagedAttention(q.data(), k16.data(), v16.data(), layout16, seqs, s.n_heads, params,
+                     got.data());
+      EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * 4), 0)
+          << "window " << params.window;
+    }
   }
 }
 

@@ -26,7 +26,7 @@ constexpr int kInitialTableCapacity = 1024;
 
 }  // namespace
 
-void KvCache::ArenaDeleter::operator()(float* p) const { std::free(p); }
+void KvCache::ArenaDeleter::operator()(void* p) const { std::free(p); }
 
 absl::StatusOr<std::unique_ptr<KvCache>> KvCache::Create(const KvCacheOptions& options) {
   if (options.num_layers <= 0 || options.num_kv_heads <= 0 || options.head_dim <= 0 ||
@@ -38,7 +38,7 @@ absl::StatusOr<std::unique_ptr<KvCache>> KvCache::Create(const KvCacheOptions& o
   }
   // Everything in int64: layers * heads * head_dim * block size can exceed int32.
   const int64_t bytes_per_token = int64_t{2} * options.num_layers * options.num_kv_heads *
-                                  options.head_dim * static_cast<int64_t>(sizeof(float));
+                                  options.head_dim * kernels::KvElementBytes(options.element);
   const int64_t block_bytes = bytes_per_token * options.block_size_tokens;
   if (options.budget_bytes < block_bytes) {
     return absl::InvalidArgumentError(absl::StrCat("kv cache budget of ", options.budget_bytes,
@@ -57,21 +57,23 @@ KvCache::KvCache(const KvCacheOptions& options, int num_blocks)
   layout_.block_size = options.block_size_tokens;
   layout_.num_kv_heads = options.num_kv_heads;
   layout_.head_dim = options.head_dim;
-  arena_floats_ = static_cast<int64_t>(num_blocks) * options.block_size_tokens *
-                  options.num_kv_heads * options.head_dim;
+  layout_.element = options.element;
+  arena_elements_ = static_cast<int64_t>(num_blocks) * options.block_size_tokens *
+                    options.num_kv_heads * options.head_dim;
 }
 
 KvCache::~KvCache() = default;
 
 absl::Status KvCache::AllocateArenas() {
-  const size_t raw = static_cast<size_t>(arena_floats_) * sizeof(float);
+  const size_t raw =
+      static_cast<size_t>(arena_elements_) * kernels::KvElementBytes(options_.element);
   const size_t alignment = raw >= kHugePage ? kHugePage : kArenaAlignment;
   const size_t bytes = (raw + alignment - 1) / alignment * alignment;
   k_arenas_.reserve(options_.num_layers);
   v_arenas_.reserve(options_.num_layers);
   for (int layer = 0; layer < options_.num_layers; ++layer) {
     for (std::vector<Arena>* arenas : {&k_arenas_, &v_arenas_}) {
-      Arena arena(static_cast<float*>(std::aligned_alloc(alignment, bytes)));
+      Arena arena(std::aligned_alloc(alignment, bytes));
       if (arena == nullptr) {
         return absl::ResourceExhaustedError(
             absl::StrCat("kv cache: cannot allocate ", bytes, " bytes for layer ", layer));
@@ -88,7 +90,7 @@ absl::Status KvCache::AllocateArenas() {
 
 int64_t KvCache::bytes_per_token() const {
   return int64_t{2} * options_.num_layers * options_.num_kv_heads * options_.head_dim *
-         static_cast<int64_t>(sizeof(float));
+         kernels::KvElementBytes(options_.element);
 }
 int64_t KvCache::block_bytes() const { return bytes_per_token() * options_.block_size_tokens; }
 int KvCache::block_size() const { return options_.block_size_tokens; }
@@ -239,12 +241,12 @@ absl::Span<const int32_t> KvCache::block_table(SeqId seq) const {
 
 const kernels::KvLayout& KvCache::layout() const { return layout_; }
 
-float* KvCache::k_data(int layer) {
+void* KvCache::k_data(int layer) {
   QUILL_DCHECK(layer >= 0 && layer < options_.num_layers);
   return k_arenas_[layer].get();
 }
 
-float* KvCache::v_data(int layer) {
+void* KvCache::v_data(int layer) {
   QUILL_DCHECK(layer >= 0 && layer < options_.num_layers);
   return v_arenas_[layer].get();
 }

@@ -17,6 +17,7 @@ struct KvCacheOptions {
   int num_kv_heads = 0;
   int head_dim = 0;
   int block_size_tokens = 16;
+  kernels::KvElement element = kernels::KvElement::kF32;  // f16 in fast mode (kv_element.h)
   int64_t budget_bytes = 0;  // K and V of all layers; num_blocks = budget / block_bytes
 };
 
@@ -38,7 +39,7 @@ class KvCache {
   // INVALID_ARGUMENT if a dimension is not positive or the budget holds less than one block.
   static absl::StatusOr<std::unique_ptr<KvCache>> Create(const KvCacheOptions& options);
 
-  // 2 (K and V) * layers * kv_heads * head_dim * sizeof(float).
+  // 2 (K and V) * layers * kv_heads * head_dim * element bytes (4 for f32, 2 for f16).
   int64_t bytes_per_token() const;
   int64_t block_bytes() const;  // bytes_per_token * block_size
   int block_size() const;
@@ -86,10 +87,11 @@ class KvCache {
   absl::Span<const int32_t> block_table(SeqId seq) const;
 
   const kernels::KvLayout& layout() const;
-  float* k_data(int layer);
-  float* v_data(int layer);
-  // Where position `pos` of `seq` lives in a layer's arena, in floats from its start
-  // (row of num_kv_heads * head_dim floats). `pos` must be < capacity_tokens(seq).
+  // A layer's K or V arena: layout().element values (kernels::StoreKvRow writes them).
+  void* k_data(int layer);
+  void* v_data(int layer);
+  // Where position `pos` of `seq` lives in a layer's arena, in elements from its start
+  // (row of num_kv_heads * head_dim elements). `pos` must be < capacity_tokens(seq).
   int64_t SlotOffset(SeqId seq, int64_t pos) const;
 
   ~KvCache();
@@ -99,9 +101,9 @@ class KvCache {
  private:
   // Frees an arena from std::aligned_alloc.
   struct ArenaDeleter {
-    void operator()(float* p) const;
+    void operator()(void* p) const;
   };
-  using Arena = std::unique_ptr<float[], ArenaDeleter>;
+  using Arena = std::unique_ptr<void, ArenaDeleter>;
 
   KvCache(const KvCacheOptions& options, int num_blocks);
   // Allocates and zero-fills the arenas; RESOURCE_EXHAUSTED if memory runs out.
@@ -121,7 +123,7 @@ class KvCache {
   KvCacheOptions options_;
   kernels::KvLayout layout_;
   int num_blocks_ = 0;
-  int64_t arena_floats_ = 0;     // per layer, K or V
+  int64_t arena_elements_ = 0;   // per layer, K or V
   std::vector<Arena> k_arenas_;  // one per layer
   std::vector<Arena> v_arenas_;  // one per layer
   BlockPool pool_;

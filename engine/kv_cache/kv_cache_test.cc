@@ -52,6 +52,21 @@ TEST(KvCacheTest, ByteAccounting) {
   EXPECT_EQ(cache->capacity_tokens(7), 32);
 }
 
+TEST(KvCacheTest, F16ElementsHalveTheBytesAndDoubleTheBlocks) {
+  KvCacheOptions o = SmallOptions(10);
+  o.element = kernels::KvElement::kF16;
+  auto cache = KvCache::Create(o);
+  ASSERT_TRUE(cache.ok()) << cache.status();
+  EXPECT_EQ((*cache)->bytes_per_token(), 2 * 3 * 2 * 8 * 2);
+  EXPECT_EQ((*cache)->block_bytes(), 192 * 16);
+  EXPECT_EQ((*cache)->num_blocks(), 20);  // the f32 cache's budget holds 10
+  EXPECT_EQ((*cache)->layout().element, kernels::KvElement::kF16);
+  // The last element of the last slot is inside the arena (ASan checks the write).
+  const int64_t elements = int64_t{20} * 16 * 2 * 8;
+  static_cast<uint16_t*>((*cache)->k_data(2))[elements - 1] = 0x3c00;
+  static_cast<uint16_t*>((*cache)->v_data(2))[elements - 1] = 0x3c00;
+}
+
 TEST(KvCacheTest, BlocksForTokens) {
   auto cache = MakeCache(4);
   ASSERT_NE(cache, nullptr);
@@ -82,8 +97,8 @@ TEST(KvCacheTest, ArenasAreZeroedAndWritable) {
   ASSERT_NE(cache, nullptr);
   const int64_t floats = int64_t{3} * 16 * 2 * 8;
   for (int layer = 0; layer < 3; ++layer) {
-    float* k = cache->k_data(layer);
-    float* v = cache->v_data(layer);
+    float* k = static_cast<float*>(cache->k_data(layer));
+    float* v = static_cast<float*>(cache->v_data(layer));
     ASSERT_NE(k, nullptr);
     ASSERT_NE(v, nullptr);
     EXPECT_NE(k, v);

@@ -109,8 +109,9 @@ void ForwardPass::QueryKeyValue(int l, int T, int n_logits, KvCache& cache) {
   // Split q and k out of the fused rows (RoPE and attention want dense rows), rotate
   // them, and store k and v in the cache. In the last layer only the rows that produce
   // logits need their query.
-  float* kc = cache.k_data(l);
-  float* vc = cache.v_data(l);
+  void* kc = cache.k_data(l);
+  void* vc = cache.v_data(l);
+  const kernels::KvElement element = cache.layout().element;
   const float* qkv = qkv_.data();
   float* k = k_.data();
   const int64_t* slots = slots_.data();
@@ -119,7 +120,7 @@ void ForwardPass::QueryKeyValue(int l, int T, int n_logits, KvCache& cache) {
   for (int t = 0; t < T; ++t) {
     const float* row = qkv + static_cast<size_t>(t) * qkv_dim;
     std::memcpy(k + static_cast<size_t>(t) * kv_dim, row + q_dim, kv_dim * sizeof(float));
-    std::memcpy(vc + slots[t], row + q_dim + kv_dim, kv_dim * sizeof(float));
+    kernels::StoreKvRow(row + q_dim + kv_dim, kv_dim, element, vc, slots[t]);
   }
   const int q_rows = last ? n_logits : T;
   for (int r = 0; r < q_rows; ++r) {
@@ -129,7 +130,7 @@ void ForwardPass::QueryKeyValue(int l, int T, int n_logits, KvCache& cache) {
   }
   if (rope) kernels::Rope(k, positions_.data(), T, n_kv_, head_dim_, rope_);
   for (int t = 0; t < T; ++t) {
-    std::memcpy(kc + slots[t], k + static_cast<size_t>(t) * kv_dim, kv_dim * sizeof(float));
+    kernels::StoreKvRow(k + static_cast<size_t>(t) * kv_dim, kv_dim, element, kc, slots[t]);
   }
   if (!rope || q_rows == 0) return;
   if (last) {

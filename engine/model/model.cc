@@ -81,12 +81,18 @@ int64_t Model::scratch_bytes() const { return impl_->weights.linear_scratch->byt
 std::string Model::weight_type_name() const { return impl_->weights.type_name; }
 std::string Model::kernel_summary() const { return impl_->weights.kernel_summary; }
 
+kernels::KvElement Model::kv_element() const {
+  return impl_->options.precision == kernels::Precision::kExact ? kernels::KvElement::kF32
+                                                                : kernels::KvElement::kF16;
+}
+
 KvCacheOptions Model::MakeKvCacheOptions(int64_t budget_bytes, int block_size_tokens) const {
   KvCacheOptions o;
   o.num_layers = static_cast<int>(impl_->config.block_count);
   o.num_kv_heads = static_cast<int>(impl_->config.head_count_kv);
   o.head_dim = static_cast<int>(impl_->config.head_dim);
   o.block_size_tokens = block_size_tokens;
+  o.element = kv_element();
   o.budget_bytes = budget_bytes;
   return o;
 }

@@ -48,7 +48,10 @@ class Model {
   std::string weight_type_name() const;  // e.g. "BF16", "Q8_0", "F32" (of the matmul weights)
   std::string kernel_summary() const;    // which matmul kernels were chosen
 
-  // KV cache options matching this model's shape for a byte budget.
+  // How the KV cache stores K/V for this precision: f32 in exact mode (bit-exact logits),
+  // f16 in fast mode (half the memory, and half the bytes a long context's decode reads).
+  kernels::KvElement kv_element() const;
+  // KV cache options matching this model's shape and precision for a byte budget.
   KvCacheOptions MakeKvCacheOptions(int64_t budget_bytes, int block_size_tokens) const;
 
   // Runs one step over all tokens of `batch` (sum of token counts <= max_batch_tokens):

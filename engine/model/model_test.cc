@@ -264,6 +264,26 @@ TEST(ModelLoadTest, KvCacheOptionsMatchShape) {
   EXPECT_EQ(o.budget_bytes, 1 << 20);
 }
 
+// Exact mode keeps f32 K/V (bit-exact logits); fast mode stores f16, so the same budget
+// holds twice the tokens.
+TEST(ModelLoadTest, KvElementFollowsPrecision) {
+  REQUIRE_FILE(KjvPath());
+  for (auto [precision, element] :
+       {std::pair{kernels::Precision::kExact, kernels::KvElement::kF32},
+        std::pair{kernels::Precision::kFast, kernels::KvElement::kF16}}) {
+    auto m = LoadPath(KjvPath(), precision);
+    ASSERT_TRUE(m.ok()) << m.status();
+    EXPECT_EQ((*m)->kv_element(), element);
+    KvCacheOptions o = (*m)->MakeKvCacheOptions(1 << 20, 16);
+    EXPECT_EQ(o.element, element);
+    auto cache = KvCache::Create(o);
+    ASSERT_TRUE(cache.ok()) << cache.status();
+    // kjv-1m: 4 layers x 2 KV heads x 32 dims, K and V.
+    EXPECT_EQ((*cache)->bytes_per_token(), 2 * 4 * 2 * 32 * kernels::KvElementBytes(element));
+    EXPECT_EQ((*cache)->layout().element, element);
+  }
+}
+
 TEST(ModelTiedTest, TiedHeadEqualsExplicitCopy) {
   REQUIRE_FILE(KjvPath());
   const std::string tied_path = TempPath("tiny-tied.gguf");

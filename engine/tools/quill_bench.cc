@@ -57,6 +57,9 @@ ABSL_FLAG(int, bd_prompt, 16, "Prompt tokens per sequence in --batch-decode mode
 ABSL_FLAG(int, reps, 3, "Repetitions per test (after one warm-up run).");
 ABSL_FLAG(int, threads, 0, "OpenMP threads (alias -t); 0 = $OMP_NUM_THREADS, else 2.");
 ABSL_FLAG(bool, exact, false, "Benchmark the exact (f32) kernels instead of the fast ones.");
+ABSL_FLAG(std::string, kv, "",
+          "KV cache element, f32 or f16 (default: the mode's own, f32 exact and f16 fast), to "
+          "compare the two on one model.");
 ABSL_FLAG(bool, profile, false, "Print a per-phase time breakdown of each test to stderr.");
 ABSL_FLAG(bool, trace_steps, false, "Print every decode step's latency (ms) to stderr (tg tests).");
 
@@ -112,6 +115,14 @@ TokenId Argmax(const float* x, int64_t n) {
   return static_cast<TokenId>(std::max_element(x, x + n) - x);
 }
 
+// The model's KV cache options (no budget yet), with --kv's element if given.
+KvCacheOptions KvOptions(const Model& model) {
+  KvCacheOptions o = model.MakeKvCacheOptions(0, 16);
+  const std::string kv = absl::GetFlag(FLAGS_kv);
+  if (!kv.empty()) o.element = kv == "f16" ? kernels::KvElement::kF16 : kernels::KvElement::kF32;
+  return o;
+}
+
 class Bench {
  public:
   Bench(Model& model, int reps, bool profile) : model_(model), reps_(reps), profile_(profile) {
@@ -149,9 +160,10 @@ class Bench {
 
   absl::StatusOr<std::unique_ptr<KvCache>> MakeCache(int64_t tokens) {
     const int block = 16;
-    KvCacheOptions o = model_.MakeKvCacheOptions(0, block);
+    KvCacheOptions o = KvOptions(model_);
+    o.block_size_tokens = block;
     const int64_t per_token = int64_t{2} * o.num_layers * o.num_kv_heads * o.head_dim *
-                              static_cast<int64_t>(sizeof(float));
+                              kernels::KvElementBytes(o.element);
     o.budget_bytes = (tokens + block - 1) / block * block * per_token;
     return KvCache::Create(o);
   }
@@ -327,6 +339,11 @@ int Main(int argc, char** argv) {
                  "integers; --reps, --bd-steps, --bd-prompt must be >= 1, --bandwidth-mib >= 0\n");
     return kUsage;
   }
+  const std::string kv = absl::GetFlag(FLAGS_kv);
+  if (kv != "" && kv != "f32" && kv != "f16") {
+    std::fprintf(stderr, "quill-bench: --kv is f32 or f16, not \"%s\"\n", kv.c_str());
+    return kUsage;
+  }
   int threads = absl::GetFlag(FLAGS_threads);
   if (threads > 0) {
     omp_set_num_threads(threads);
@@ -379,15 +396,18 @@ int Main(int argc, char** argv) {
     }
     const ModelConfig& c = model.config();
     const int64_t params = ComputeAccounting(c, c.context_length, 4).total_params;
-    const std::string prefix = absl::StrFormat(
-        "| %s | %s | %.2f GiB | %s | %s | %d |", Basename(path), model.weight_type_name(),
-        tensor_bytes / 1073741824.0, HumanParams(params), exact ? "exact" : "fast", threads);
+    const std::string prefix =
+        absl::StrFormat("| %s | %s | %.2f GiB | %s | %s | %d |", Basename(path),
+                        model.weight_type_name(), tensor_bytes / 1073741824.0, HumanParams(params),
+                        absl::StrCat(exact ? "exact" : "fast", ", kv ",
+                                     kernels::KvElementName(KvOptions(model).element)),
+                        threads);
 
     Bench bench(model, reps, absl::GetFlag(FLAGS_profile));
     // Decode reads every packed weight once per token, plus the KV of every earlier position.
-    const KvCacheOptions kv = model.MakeKvCacheOptions(0, 16);
+    const KvCacheOptions kv = KvOptions(model);
     const double kv_bytes_per_position =
-        2.0 * kv.num_layers * kv.num_kv_heads * kv.head_dim * sizeof(float);
+        2.0 * kv.num_layers * kv.num_kv_heads * kv.head_dim * kernels::KvElementBytes(kv.element);
     auto decode_reads = [&](int depth, int n, double tokens_per_second) {
       const double mean_positions = depth + n / 2.0;
       const double bytes = model.weight_bytes() + kv_bytes_per_position * mean_positions;

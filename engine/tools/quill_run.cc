@@ -325,7 +325,7 @@ int RunGenerate(const std::string& path) {
   const int block = 16;
   KvCacheOptions kv_options = model.MakeKvCacheOptions(0, block);
   const int64_t bytes_per_token = int64_t{2} * kv_options.num_layers * kv_options.num_kv_heads *
-                                  kv_options.head_dim * static_cast<int64_t>(sizeof(float));
+                                  kv_options.head_dim * kernels::KvElementBytes(kv_options.element);
   kv_options.budget_bytes = (total + block - 1) / block * block * bytes_per_token;
   auto cache_or = KvCache::Create(kv_options);
   if (!cache_or.ok()) return Fail(kInternal, cache_or.status().ToString());

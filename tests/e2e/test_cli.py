@@ -104,6 +104,13 @@ class CliTest(unittest.TestCase):
         self.assertEqual(info["block_count"], 4)
         self.assertEqual(info["bos_token_id"], 1)
         self.assertGreater(info["limits"]["kv_cache_blocks"], 0)
+        # The server's default precision is fast, whose KV cache stores f16: 2 bytes per value
+        # of K and V (4 layers x 2 KV heads x 32 dims), and the blocks fill the budget.
+        self.assertEqual(info["precision"], "fast")
+        self.assertEqual(info["kv_bytes_per_token"], 2 * 4 * 2 * 32 * 2)
+        limits = info["limits"]
+        self.assertEqual(limits["kv_cache_bytes"], limits["kv_cache_blocks"] *
+                         limits["kv_block_size_tokens"] * info["kv_bytes_per_token"])
         human = self.server.cli("info")
         self.assertEqual(human.returncode, 0, human.stderr)
         self.assertIn("Context                256 tokens", human.stdout)

@@ -510,11 +510,20 @@ TEST(ServerAdmissionTest, DeadlineThatCannotCoverTheQueueWaitIsRefusedAtOnce) {
   for (int i = 1; i <= kQueued; ++i) {
     threads.emplace_back([&, i] { Collect(*client, long_request, absl::Seconds(60), &calls[i]); });
   }
+  // On a loaded machine the running request can finish before all six are queued; three
+  // queued still put more than the deadline's two solo runs between a newcomer and a slot.
   const absl::Time wait_until = absl::Now() + absl::Seconds(10);
-  while ((*server)->engine().gauges().requests_waiting < kQueued && absl::Now() < wait_until) {
+  int queued = 0;
+  while ((queued = (*server)->engine().gauges().requests_waiting) < kQueued &&
+         absl::Now() < wait_until) {
     absl::SleepFor(absl::Milliseconds(1));
   }
-  ASSERT_EQ((*server)->engine().gauges().requests_waiting, kQueued);
+  if (queued < 3) {
+    ADD_FAILURE() << "only " << queued << " requests queued";
+    for (client::GenerateCall& call : calls) call.Cancel();
+    for (std::thread& t : threads) t.join();
+    return;
+  }
   const PromText before = *ScrapeMetrics((*server)->metrics_port());
 
   // Two solo runs of deadline (at least 300 ms, so the answer can come back in time).
