@@ -58,8 +58,12 @@ ABSL_FLAG(int, reps, 3, "Repetitions per test (after one warm-up run).");
 ABSL_FLAG(int, threads, 0, "OpenMP threads (alias -t); 0 = $OMP_NUM_THREADS, else 2.");
 ABSL_FLAG(bool, exact, false, "Benchmark the exact (f32) kernels instead of the fast ones.");
 ABSL_FLAG(std::string, kv, "",
-          "KV cache element, f32 or f16 (default: the mode's own, f32 exact and f16 fast), to "
-          "compare the two on one model.");
+          "KV cache elements for the tg tests, comma-separated: f32, f16 or both (default: the "
+          "mode's own, f32 exact and f16 fast).");
+ABSL_FLAG(bool, interleave, false,
+          "Run the tg tests of every depth and KV element together, one decode step of each in "
+          "turn, so that the host's speed drifting hits all of them alike (their ratios are "
+          "then trustworthy on a shared machine).");
 ABSL_FLAG(bool, profile, false, "Print a per-phase time breakdown of each test to stderr.");
 ABSL_FLAG(bool, trace_steps, false, "Print every decode step's latency (ms) to stderr (tg tests).");
 
@@ -115,13 +119,21 @@ TokenId Argmax(const float* x, int64_t n) {
   return static_cast<TokenId>(std::max_element(x, x + n) - x);
 }
 
-// The model's KV cache options (no budget yet), with --kv's element if given.
-KvCacheOptions KvOptions(const Model& model) {
-  KvCacheOptions o = model.MakeKvCacheOptions(0, 16);
-  const std::string kv = absl::GetFlag(FLAGS_kv);
-  if (!kv.empty()) o.element = kv == "f16" ? kernels::KvElement::kF16 : kernels::KvElement::kF32;
-  return o;
+// --kv's elements; false if one is neither f32 nor f16.
+bool ParseKvElements(const std::string& text, std::vector<kernels::KvElement>* out) {
+  out->clear();
+  for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipEmpty())) {
+    if (part != "f32" && part != "f16") return false;
+    out->push_back(part == "f16" ? kernels::KvElement::kF16 : kernels::KvElement::kF32);
+  }
+  return true;
 }
+
+// One tg test: a depth and a KV element.
+struct TgCase {
+  int prompt_len;
+  kernels::KvElement element;
+};
 
 class Bench {
  public:
@@ -159,9 +171,12 @@ class Bench {
   int64_t last_rss() const { return last_rss_; }
 
   absl::StatusOr<std::unique_ptr<KvCache>> MakeCache(int64_t tokens) {
+    return MakeCache(tokens, model_.kv_element());
+  }
+  absl::StatusOr<std::unique_ptr<KvCache>> MakeCache(int64_t tokens, kernels::KvElement element) {
     const int block = 16;
-    KvCacheOptions o = KvOptions(model_);
-    o.block_size_tokens = block;
+    KvCacheOptions o = model_.MakeKvCacheOptions(0, block);
+    o.element = element;
     const int64_t per_token = int64_t{2} * o.num_layers * o.num_kv_heads * o.head_dim *
                               kernels::KvElementBytes(o.element);
     o.budget_bytes = (tokens + block - 1) / block * block * per_token;
@@ -186,34 +201,84 @@ class Bench {
         absl::StrCat("pp", n));
   }
 
-  // `n` decode steps after a prompt of `prompt_len` tokens (prefilled untimed, in chunks of
-  // the model's max_batch_tokens).
-  absl::StatusOr<std::vector<double>> Generation(int n, int prompt_len) {
-    QUILL_ASSIGN_OR_RETURN(std::unique_ptr<KvCache> cache, MakeCache(prompt_len + n));
+  // Resets `history` to a prompt of `prompt_len` tokens and prefills it (in chunks of the
+  // model's max_batch_tokens) into `cache`, which gets room for `n` more tokens.
+  absl::Status Prefill(int prompt_len, int n, KvCache& cache, std::vector<TokenId>& history,
+                       std::vector<float>& logits) {
+    cache.Release(0);
+    QUILL_RETURN_IF_ERROR(cache.Reserve(0, prompt_len + n));
+    history.clear();
+    for (int i = 0; i < prompt_len; ++i) history.push_back(random_tokens_[i % random_tokens_.size()]);
+    const int chunk = model_.options().max_batch_tokens;
+    for (int first = 0; first < prompt_len; first += chunk) {
+      const int len = std::min(chunk, prompt_len - first);
+      BatchEntry e{0, absl::MakeConstSpan(history).subspan(first, len), first, true};
+      QUILL_RETURN_IF_ERROR(model_.Forward({&e, 1}, cache, logits.data()));
+    }
+    return absl::OkStatus();
+  }
+
+  // Appends the greedy token and runs its decode step.
+  absl::Status DecodeStep(KvCache& cache, std::vector<TokenId>& history,
+                          std::vector<float>& logits) {
+    history.push_back(Argmax(logits.data(), vocab_));
+    BatchEntry d{0, absl::MakeConstSpan(&history.back(), 1),
+                 static_cast<int32_t>(history.size() - 1), true};
+    return model_.Forward({&d, 1}, cache, logits.data());
+  }
+
+  // `n` decode steps of each case, one step of each in turn after all are prefilled
+  // (untimed); the tokens/s of every repetition (one warm-up first), per case.
+  absl::StatusOr<std::vector<std::vector<double>>> InterleavedGeneration(
+      int n, const std::vector<TgCase>& cases) {
+    struct Stream {
+      std::unique_ptr<KvCache> cache;
+      std::vector<TokenId> history;
+      std::vector<float> logits;
+      double seconds = 0;
+    };
+    std::vector<Stream> streams(cases.size());
+    for (size_t c = 0; c < cases.size(); ++c) {
+      QUILL_ASSIGN_OR_RETURN(streams[c].cache,
+                             MakeCache(cases[c].prompt_len + n, cases[c].element));
+      streams[c].logits.resize(vocab_);
+      streams[c].history.reserve(cases[c].prompt_len + n);
+    }
+    std::vector<std::vector<double>> rates(cases.size());
+    for (int r = -1; r < reps_; ++r) {
+      for (size_t c = 0; c < cases.size(); ++c) {
+        Stream& st = streams[c];
+        QUILL_RETURN_IF_ERROR(Prefill(cases[c].prompt_len, n, *st.cache, st.history, st.logits));
+        st.seconds = 0;
+      }
+      for (int i = 0; i < n; ++i) {
+        for (Stream& st : streams) {
+          const auto t0 = std::chrono::steady_clock::now();
+          QUILL_RETURN_IF_ERROR(DecodeStep(*st.cache, st.history, st.logits));
+          st.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        }
+      }
+      if (r < 0) continue;
+      for (size_t c = 0; c < cases.size(); ++c) rates[c].push_back(n / streams[c].seconds);
+    }
+    last_rss_ = ProcStatusBytes("VmRSS");
+    return rates;
+  }
+
+  // `n` decode steps after a prompt of `prompt_len` tokens (prefilled untimed).
+  absl::StatusOr<std::vector<double>> Generation(int n, int prompt_len,
+                                                 kernels::KvElement element) {
+    QUILL_ASSIGN_OR_RETURN(std::unique_ptr<KvCache> cache, MakeCache(prompt_len + n, element));
     std::vector<float> logits(vocab_);
     std::vector<TokenId> history;
     history.reserve(prompt_len + n);
-    const int chunk = model_.options().max_batch_tokens;
     return Repeat(
         [&]() -> absl::StatusOr<std::pair<int64_t, double>> {
-          cache->Release(0);
-          QUILL_RETURN_IF_ERROR(cache->Reserve(0, prompt_len + n));
-          history.clear();
-          for (int i = 0; i < prompt_len; ++i) {
-            history.push_back(random_tokens_[i % random_tokens_.size()]);
-          }
-          for (int first = 0; first < prompt_len; first += chunk) {
-            const int len = std::min(chunk, prompt_len - first);
-            BatchEntry e{0, absl::MakeConstSpan(history).subspan(first, len), first, true};
-            QUILL_RETURN_IF_ERROR(model_.Forward({&e, 1}, *cache, logits.data()));
-          }
+          QUILL_RETURN_IF_ERROR(Prefill(prompt_len, n, *cache, history, logits));
           auto t0 = std::chrono::steady_clock::now();
           auto last = t0;
           for (int i = 0; i < n; ++i) {
-            history.push_back(Argmax(logits.data(), vocab_));
-            BatchEntry d{0, absl::MakeConstSpan(&history.back(), 1),
-                         static_cast<int32_t>(history.size() - 1), true};
-            QUILL_RETURN_IF_ERROR(model_.Forward({&d, 1}, *cache, logits.data()));
+            QUILL_RETURN_IF_ERROR(DecodeStep(*cache, history, logits));
             if (trace_) {
               auto now = std::chrono::steady_clock::now();
               std::fprintf(stderr, "%.1f%c",
@@ -339,9 +404,10 @@ int Main(int argc, char** argv) {
                  "integers; --reps, --bd-steps, --bd-prompt must be >= 1, --bandwidth-mib >= 0\n");
     return kUsage;
   }
-  const std::string kv = absl::GetFlag(FLAGS_kv);
-  if (kv != "" && kv != "f32" && kv != "f16") {
-    std::fprintf(stderr, "quill-bench: --kv is f32 or f16, not \"%s\"\n", kv.c_str());
+  std::vector<kernels::KvElement> kv_elements;
+  if (!ParseKvElements(absl::GetFlag(FLAGS_kv), &kv_elements)) {
+    std::fprintf(stderr, "quill-bench: --kv takes f32, f16 or both (comma-separated), not \"%s\"\n",
+                 absl::GetFlag(FLAGS_kv).c_str());
     return kUsage;
   }
   int threads = absl::GetFlag(FLAGS_threads);
@@ -396,19 +462,23 @@ int Main(int argc, char** argv) {
     }
     const ModelConfig& c = model.config();
     const int64_t params = ComputeAccounting(c, c.context_length, 4).total_params;
-    const std::string prefix =
-        absl::StrFormat("| %s | %s | %.2f GiB | %s | %s | %d |", Basename(path),
-                        model.weight_type_name(), tensor_bytes / 1073741824.0, HumanParams(params),
-                        absl::StrCat(exact ? "exact" : "fast", ", kv ",
-                                     kernels::KvElementName(KvOptions(model).element)),
-                        threads);
+    // The mode column names the KV element too (the tg rows may compare two).
+    auto prefix_for = [&](kernels::KvElement element) {
+      return absl::StrFormat("| %s | %s | %.2f GiB | %s | %s, kv %s | %d |", Basename(path),
+                             model.weight_type_name(), tensor_bytes / 1073741824.0,
+                             HumanParams(params), exact ? "exact" : "fast",
+                             kernels::KvElementName(element), threads);
+    };
+    const std::vector<kernels::KvElement> elements =
+        kv_elements.empty() ? std::vector<kernels::KvElement>{model.kv_element()} : kv_elements;
 
     Bench bench(model, reps, absl::GetFlag(FLAGS_profile));
     // Decode reads every packed weight once per token, plus the KV of every earlier position.
-    const KvCacheOptions kv = KvOptions(model);
-    const double kv_bytes_per_position =
-        2.0 * kv.num_layers * kv.num_kv_heads * kv.head_dim * kernels::KvElementBytes(kv.element);
-    auto decode_reads = [&](int depth, int n, double tokens_per_second) {
+    const KvCacheOptions kv = model.MakeKvCacheOptions(0, 16);
+    auto decode_reads = [&](int depth, int n, kernels::KvElement element,
+                            double tokens_per_second) {
+      const double kv_bytes_per_position =
+          2.0 * kv.num_layers * kv.num_kv_heads * kv.head_dim * kernels::KvElementBytes(element);
       const double mean_positions = depth + n / 2.0;
       const double bytes = model.weight_bytes() + kv_bytes_per_position * mean_positions;
       std::string out = absl::StrFormat("%.1f GB/s", bytes * tokens_per_second / 1e9);
@@ -418,7 +488,8 @@ int Main(int argc, char** argv) {
       return out;
     };
     auto report = [&](const std::string& test, const absl::StatusOr<std::vector<double>>& r,
-                      std::function<std::string(double)> reads = nullptr) {
+                      std::function<std::string(double)> reads,
+                      kernels::KvElement element) {
       if (!r.ok()) {
         std::fprintf(stderr, "quill-bench: %s %s: %s\n", path.c_str(), test.c_str(),
                      r.status().ToString().c_str());
@@ -426,8 +497,9 @@ int Main(int argc, char** argv) {
         return;
       }
       const Stats s = Summarize(*r);
-      std::printf("%s %s | %.2f ± %.2f | %.0f MiB | %s |\n", prefix.c_str(), test.c_str(), s.mean,
-                  s.stddev, MiB(bench.last_rss()), reads ? reads(s.mean).c_str() : "-");
+      std::printf("%s %s | %.2f ± %.2f | %.0f MiB | %s |\n", prefix_for(element).c_str(),
+                  test.c_str(), s.mean, s.stddev, MiB(bench.last_rss()),
+                  reads ? reads(s.mean).c_str() : "-");
       std::fflush(stdout);
     };
     if (!bd.empty()) {
@@ -439,7 +511,7 @@ int Main(int argc, char** argv) {
           break;
         }
         report(absl::StrCat("bd", n, " (", bd_steps, " steps)"),
-               bench.BatchDecode(n, bd_prompt, bd_steps));
+               bench.BatchDecode(n, bd_prompt, bd_steps), nullptr, model.kv_element());
       }
       continue;
     }
@@ -449,10 +521,13 @@ int Main(int argc, char** argv) {
                      static_cast<long>(c.context_length));
         continue;
       }
-      report(absl::StrCat("pp", n), bench.PromptProcessing(n));
+      report(absl::StrCat("pp", n), bench.PromptProcessing(n), nullptr, model.kv_element());
     }
-    for (int depth : depths) {
-      for (int n : tg) {
+    for (int n : tg) {
+      // Every (depth, KV element) of this length: run one after another, or interleaved.
+      std::vector<TgCase> cases;
+      std::vector<std::string> names;
+      for (int depth : depths) {
         const int prompt_len = std::max(depth, 4);
         const std::string test =
             depth == 0 ? absl::StrCat("tg", n) : absl::StrCat("tg", n, " @ d", depth);
@@ -461,8 +536,28 @@ int Main(int argc, char** argv) {
                        n + prompt_len, static_cast<long>(c.context_length));
           continue;
         }
-        report(test, bench.Generation(n, prompt_len),
-               [&](double rate) { return decode_reads(prompt_len, n, rate); });
+        for (kernels::KvElement element : elements) {
+          cases.push_back({prompt_len, element});
+          names.push_back(test);
+        }
+      }
+      auto report_case = [&](size_t i, const absl::StatusOr<std::vector<double>>& r) {
+        const TgCase& tc = cases[i];
+        report(
+            names[i], r,
+            [&](double rate) { return decode_reads(tc.prompt_len, n, tc.element, rate); },
+            tc.element);
+      };
+      if (absl::GetFlag(FLAGS_interleave) && !cases.empty()) {
+        absl::StatusOr<std::vector<std::vector<double>>> all =
+            bench.InterleavedGeneration(n, cases);
+        for (size_t i = 0; i < cases.size(); ++i) {
+          report_case(i, all.ok() ? absl::StatusOr<std::vector<double>>((*all)[i]) : all.status());
+        }
+      } else {
+        for (size_t i = 0; i < cases.size(); ++i) {
+          report_case(i, bench.Generation(n, cases[i].prompt_len, cases[i].element));
+        }
       }
     }
     std::fprintf(stderr,
