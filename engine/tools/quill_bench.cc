@@ -61,9 +61,10 @@ ABSL_FLAG(std::string, kv, "",
           "KV cache elements for the tg tests, comma-separated: f32, f16 or both (default: the "
           "mode's own, f32 exact and f16 fast).");
 ABSL_FLAG(bool, interleave, false,
-          "Run the tg tests of every depth and KV element together, one decode step of each in "
-          "turn, so that the host's speed drifting hits all of them alike (their ratios are "
-          "then trustworthy on a shared machine).");
+          "Run the tg tests of every model, depth and KV element together after loading all "
+          "models, one decode step of each in turn, so that the host's speed drifting hits all "
+          "of them alike (their ratios hold on a shared machine); their RSS column is then the "
+          "whole process's.");
 ABSL_FLAG(bool, profile, false, "Print a per-phase time breakdown of each test to stderr.");
 ABSL_FLAG(bool, trace_steps, false, "Print every decode step's latency (ms) to stderr (tg tests).");
 
@@ -129,10 +130,19 @@ bool ParseKvElements(const std::string& text, std::vector<kernels::KvElement>* o
   return true;
 }
 
-// One tg test: a depth and a KV element.
+class Bench;
+
+// One tg test: `n` decode steps of a model after a prompt of `prompt_len` tokens, with a KV
+// element; and what its table row prints.
 struct TgCase {
+  Bench* bench;
+  int n;
   int prompt_len;
   kernels::KvElement element;
+  std::string row;          // the row's columns before the test's name
+  std::string test;         // e.g. "tg128 @ d4096"
+  double bytes_per_token;   // packed weights + the KV a step reads (mean over the test)
+  const std::string* path;  // the model file, for error messages
 };
 
 class Bench {
@@ -169,6 +179,7 @@ class Bench {
   }
 
   int64_t last_rss() const { return last_rss_; }
+  int64_t vocab() const { return vocab_; }
 
   absl::StatusOr<std::unique_ptr<KvCache>> MakeCache(int64_t tokens) {
     return MakeCache(tokens, model_.kv_element());
@@ -225,44 +236,6 @@ class Bench {
     BatchEntry d{0, absl::MakeConstSpan(&history.back(), 1),
                  static_cast<int32_t>(history.size() - 1), true};
     return model_.Forward({&d, 1}, cache, logits.data());
-  }
-
-  // `n` decode steps of each case, one step of each in turn after all are prefilled
-  // (untimed); the tokens/s of every repetition (one warm-up first), per case.
-  absl::StatusOr<std::vector<std::vector<double>>> InterleavedGeneration(
-      int n, const std::vector<TgCase>& cases) {
-    struct Stream {
-      std::unique_ptr<KvCache> cache;
-      std::vector<TokenId> history;
-      std::vector<float> logits;
-      double seconds = 0;
-    };
-    std::vector<Stream> streams(cases.size());
-    for (size_t c = 0; c < cases.size(); ++c) {
-      QUILL_ASSIGN_OR_RETURN(streams[c].cache,
-                             MakeCache(cases[c].prompt_len + n, cases[c].element));
-      streams[c].logits.resize(vocab_);
-      streams[c].history.reserve(cases[c].prompt_len + n);
-    }
-    std::vector<std::vector<double>> rates(cases.size());
-    for (int r = -1; r < reps_; ++r) {
-      for (size_t c = 0; c < cases.size(); ++c) {
-        Stream& st = streams[c];
-        QUILL_RETURN_IF_ERROR(Prefill(cases[c].prompt_len, n, *st.cache, st.history, st.logits));
-        st.seconds = 0;
-      }
-      for (int i = 0; i < n; ++i) {
-        for (Stream& st : streams) {
-          const auto t0 = std::chrono::steady_clock::now();
-          QUILL_RETURN_IF_ERROR(DecodeStep(*st.cache, st.history, st.logits));
-          st.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        }
-      }
-      if (r < 0) continue;
-      for (size_t c = 0; c < cases.size(); ++c) rates[c].push_back(n / streams[c].seconds);
-    }
-    last_rss_ = ProcStatusBytes("VmRSS");
-    return rates;
   }
 
   // `n` decode steps after a prompt of `prompt_len` tokens (prefilled untimed).
@@ -341,6 +314,49 @@ class Bench {
   int64_t last_rss_ = -1;
   std::vector<TokenId> random_tokens_;
 };
+
+// The decode steps of every case, one step of each in turn after all are prefilled
+// (untimed), so that the host's speed drifting hits all alike: the tokens/s of every
+// repetition (one warm-up first), per case. The cases may come from several models.
+absl::StatusOr<std::vector<std::vector<double>>> InterleavedGeneration(
+    const std::vector<TgCase>& cases, int reps) {
+  struct Stream {
+    std::unique_ptr<KvCache> cache;
+    std::vector<TokenId> history;
+    std::vector<float> logits;
+    double seconds = 0;
+  };
+  std::vector<Stream> streams(cases.size());
+  int steps = 0;
+  for (size_t c = 0; c < cases.size(); ++c) {
+    const TgCase& tc = cases[c];
+    QUILL_ASSIGN_OR_RETURN(streams[c].cache, tc.bench->MakeCache(tc.prompt_len + tc.n, tc.element));
+    streams[c].logits.resize(tc.bench->vocab());
+    streams[c].history.reserve(tc.prompt_len + tc.n);
+    steps = std::max(steps, tc.n);
+  }
+  std::vector<std::vector<double>> rates(cases.size());
+  for (int r = -1; r < reps; ++r) {
+    for (size_t c = 0; c < cases.size(); ++c) {
+      Stream& st = streams[c];
+      QUILL_RETURN_IF_ERROR(cases[c].bench->Prefill(cases[c].prompt_len, cases[c].n, *st.cache,
+                                                    st.history, st.logits));
+      st.seconds = 0;
+    }
+    for (int i = 0; i < steps; ++i) {
+      for (size_t c = 0; c < cases.size(); ++c) {
+        if (i >= cases[c].n) continue;
+        Stream& st = streams[c];
+        const auto t0 = std::chrono::steady_clock::now();
+        QUILL_RETURN_IF_ERROR(cases[c].bench->DecodeStep(*st.cache, st.history, st.logits));
+        st.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      }
+    }
+    if (r < 0) continue;
+    for (size_t c = 0; c < cases.size(); ++c) rates[c].push_back(cases[c].n / streams[c].seconds);
+  }
+  return rates;
+}
 
 std::string Basename(const std::string& path) {
   size_t slash = path.rfind('/');
@@ -437,12 +453,40 @@ int Main(int argc, char** argv) {
   std::printf("| --- | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |\n");
   std::fflush(stdout);
   int rc = 0;
+  const bool interleave = absl::GetFlag(FLAGS_interleave);
+  // Interleaved tg tests run after every model is loaded, across all of them.
+  std::vector<std::unique_ptr<Model>> kept_models;
+  std::vector<std::unique_ptr<Bench>> kept_benches;
+  std::vector<TgCase> interleaved;
+  auto print_tg_row = [&](const TgCase& tc, const absl::StatusOr<std::vector<double>>& r,
+                          int64_t rss) {
+    if (!r.ok()) {
+      std::fprintf(stderr, "quill-bench: %s %s: %s\n", tc.path->c_str(), tc.test.c_str(),
+                   r.status().ToString().c_str());
+      rc = 1;
+      return;
+    }
+    const Stats s = Summarize(*r);
+    std::string reads = absl::StrFormat("%.1f GB/s", tc.bytes_per_token * s.mean / 1e9);
+    if (read_bandwidth > 0) {
+      absl::StrAppendFormat(&reads, " (%.0f%%)",
+                            100 * tc.bytes_per_token * s.mean / read_bandwidth);
+    }
+    std::printf("%s %s | %.2f ± %.2f | %.0f MiB | %s |\n", tc.row.c_str(), tc.test.c_str(), s.mean,
+                s.stddev, MiB(rss), reads.c_str());
+    std::fflush(stdout);
+  };
   for (const std::string& path : models) {
     ModelOptions options;
     options.path = path;
     options.precision = exact ? kernels::Precision::kExact : kernels::Precision::kFast;
     options.max_batch_tokens = max_tokens;
-    // Memory freed by the previous model goes back to the system, so RSS is this model's.
+    // Memory freed by the previous model goes back to the system, so RSS is this model's
+    // (interleaved tg tests keep every model until the end).
+    if (!interleave) {
+      kept_benches.clear();
+      kept_models.clear();
+    }
     malloc_trim(0);
     ResetPeakRss();
     auto loaded = Model::Load(options);
@@ -452,7 +496,8 @@ int Main(int argc, char** argv) {
       rc = kLoadError;
       continue;
     }
-    Model& model = **loaded;
+    kept_models.push_back(*std::move(loaded));
+    Model& model = *kept_models.back();
     std::fprintf(stderr, "quill-bench: %s: kernels %s\n", path.c_str(),
                  model.kernel_summary().c_str());
     const int64_t rss_after_load = ProcStatusBytes("VmRSS");
@@ -472,23 +517,16 @@ int Main(int argc, char** argv) {
     const std::vector<kernels::KvElement> elements =
         kv_elements.empty() ? std::vector<kernels::KvElement>{model.kv_element()} : kv_elements;
 
-    Bench bench(model, reps, absl::GetFlag(FLAGS_profile));
+    kept_benches.push_back(std::make_unique<Bench>(model, reps, absl::GetFlag(FLAGS_profile)));
+    Bench& bench = *kept_benches.back();
     // Decode reads every packed weight once per token, plus the KV of every earlier position.
     const KvCacheOptions kv = model.MakeKvCacheOptions(0, 16);
-    auto decode_reads = [&](int depth, int n, kernels::KvElement element,
-                            double tokens_per_second) {
+    auto decode_bytes = [&](int prompt_len, int n, kernels::KvElement element) {
       const double kv_bytes_per_position =
           2.0 * kv.num_layers * kv.num_kv_heads * kv.head_dim * kernels::KvElementBytes(element);
-      const double mean_positions = depth + n / 2.0;
-      const double bytes = model.weight_bytes() + kv_bytes_per_position * mean_positions;
-      std::string out = absl::StrFormat("%.1f GB/s", bytes * tokens_per_second / 1e9);
-      if (read_bandwidth > 0) {
-        absl::StrAppendFormat(&out, " (%.0f%%)", 100 * bytes * tokens_per_second / read_bandwidth);
-      }
-      return out;
+      return model.weight_bytes() + kv_bytes_per_position * (prompt_len + n / 2.0);
     };
     auto report = [&](const std::string& test, const absl::StatusOr<std::vector<double>>& r,
-                      std::function<std::string(double)> reads,
                       kernels::KvElement element) {
       if (!r.ok()) {
         std::fprintf(stderr, "quill-bench: %s %s: %s\n", path.c_str(), test.c_str(),
@@ -497,9 +535,8 @@ int Main(int argc, char** argv) {
         return;
       }
       const Stats s = Summarize(*r);
-      std::printf("%s %s | %.2f ± %.2f | %.0f MiB | %s |\n", prefix_for(element).c_str(),
-                  test.c_str(), s.mean, s.stddev, MiB(bench.last_rss()),
-                  reads ? reads(s.mean).c_str() : "-");
+      std::printf("%s %s | %.2f ± %.2f | %.0f MiB | - |\n", prefix_for(element).c_str(),
+                  test.c_str(), s.mean, s.stddev, MiB(bench.last_rss()));
       std::fflush(stdout);
     };
     if (!bd.empty()) {
@@ -511,7 +548,7 @@ int Main(int argc, char** argv) {
           break;
         }
         report(absl::StrCat("bd", n, " (", bd_steps, " steps)"),
-               bench.BatchDecode(n, bd_prompt, bd_steps), nullptr, model.kv_element());
+               bench.BatchDecode(n, bd_prompt, bd_steps), model.kv_element());
       }
       continue;
     }
@@ -521,12 +558,11 @@ int Main(int argc, char** argv) {
                      static_cast<long>(c.context_length));
         continue;
       }
-      report(absl::StrCat("pp", n), bench.PromptProcessing(n), nullptr, model.kv_element());
+      report(absl::StrCat("pp", n), bench.PromptProcessing(n), model.kv_element());
     }
+    // Every tg length, depth and KV element: run now one after another, or kept for the
+    // interleaved run after the last model.
     for (int n : tg) {
-      // Every (depth, KV element) of this length: run one after another, or interleaved.
-      std::vector<TgCase> cases;
-      std::vector<std::string> names;
       for (int depth : depths) {
         const int prompt_len = std::max(depth, 4);
         const std::string test =
@@ -537,26 +573,20 @@ int Main(int argc, char** argv) {
           continue;
         }
         for (kernels::KvElement element : elements) {
-          cases.push_back({prompt_len, element});
-          names.push_back(test);
-        }
-      }
-      auto report_case = [&](size_t i, const absl::StatusOr<std::vector<double>>& r) {
-        const TgCase& tc = cases[i];
-        report(
-            names[i], r,
-            [&](double rate) { return decode_reads(tc.prompt_len, n, tc.element, rate); },
-            tc.element);
-      };
-      if (absl::GetFlag(FLAGS_interleave) && !cases.empty()) {
-        absl::StatusOr<std::vector<std::vector<double>>> all =
-            bench.InterleavedGeneration(n, cases);
-        for (size_t i = 0; i < cases.size(); ++i) {
-          report_case(i, all.ok() ? absl::StatusOr<std::vector<double>>((*all)[i]) : all.status());
-        }
-      } else {
-        for (size_t i = 0; i < cases.size(); ++i) {
-          report_case(i, bench.Generation(n, cases[i].prompt_len, cases[i].element));
+          const TgCase tc{&bench,
+                          n,
+                          prompt_len,
+                          element,
+                          prefix_for(element),
+                          test,
+                          decode_bytes(prompt_len, n, element),
+                          &path};
+          if (interleave) {
+            interleaved.push_back(tc);
+          } else {
+            const absl::StatusOr<std::vector<double>> r = bench.Generation(n, prompt_len, element);
+            print_tg_row(tc, r, bench.last_rss());
+          }
         }
       }
     }
@@ -565,6 +595,16 @@ int Main(int argc, char** argv) {
                  "packed weights %.0f MiB)\n",
                  Basename(path).c_str(), MiB(rss_after_load), MiB(ProcStatusBytes("VmHWM")),
                  MiB(tensor_bytes), MiB(model.weight_bytes()));
+  }
+  if (!interleaved.empty()) {
+    // RSS here is the process's, with every model and test cache resident.
+    const absl::StatusOr<std::vector<std::vector<double>>> all =
+        InterleavedGeneration(interleaved, reps);
+    const int64_t rss = ProcStatusBytes("VmRSS");
+    for (size_t i = 0; i < interleaved.size(); ++i) {
+      print_tg_row(interleaved[i],
+                   all.ok() ? absl::StatusOr<std::vector<double>>((*all)[i]) : all.status(), rss);
+    }
   }
   return rc;
 }
