@@ -9,6 +9,7 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -75,7 +76,9 @@ class BatchInvarianceTest : public ::testing::TestWithParam<const char*> {
   std::unique_ptr<KvCache> NewCache() {
     const ModelConfig& c = model_->config();
     const int64_t per_token = int64_t{2} * c.block_count * c.head_count_kv * c.head_dim * 4;
-    auto cache = KvCache::Create(model_->MakeKvCacheOptions(per_token * 128 * num_seqs_, 16));
+    KvCacheOptions options = model_->MakeKvCacheOptions(per_token * 128 * num_seqs_, 16);
+    if (kv_element_.has_value()) options.element = *kv_element_;
+    auto cache = KvCache::Create(options);
     EXPECT_TRUE(cache.ok()) << cache.status();
     return std::move(*cache);
   }
@@ -270,6 +273,7 @@ class BatchInvarianceTest : public ::testing::TestWithParam<const char*> {
   }
 
   std::string path_;
+  std::optional<kernels::KvElement> kv_element_;  // the model's own when unset
   int num_seqs_ = 8;
   std::unique_ptr<Model> model_;
   int64_t vocab_ = 0;
@@ -341,6 +345,30 @@ TEST_F(BatchInvarianceTest, FastKjvSameGreedyTokens) {
                                model_->kernel_summary());
   RecordProperty("kjv_fast_max_abs_diff", absl::StrFormat("%.3g", diff));
   EXPECT_LE(diff, 1e-3);
+}
+
+// Fast mode stores K/V as f16. Against an f32 cache, with both fed the same tokens, every
+// greedy choice stays the same; the logits' largest difference is printed.
+TEST_F(BatchInvarianceTest, FastF16KvKeepsTheGreedyTokensOfAnF32Kv) {
+  for (const char* name : {"kjv-1m.gguf", "mini-random-bf16.gguf"}) {
+    SCOPED_TRACE(name);
+    Load(name, Precision::kFast);
+    if (IsSkipped()) return;
+    ASSERT_EQ(model_->kv_element(), kernels::KvElement::kF16);
+    const int steps = 24;
+    kv_element_ = kernels::KvElement::kF32;
+    const RunResult f32 = RunTogether(steps, nullptr);
+    kv_element_ = kernels::KvElement::kF16;
+    const RunResult f16 = RunTogether(steps, &f32);
+    kv_element_.reset();
+    const int mismatches = ArgmaxMismatches(f32, f16);
+    const double diff = MaxDiffAll(f32, f16);
+    std::cout << absl::StrFormat(
+        "[kv-f16] %s fast: f16 against f32 K/V, max|d| logits %.3g, argmax mismatches %d of %d\n",
+        name, diff, mismatches, num_seqs_ * (steps + 1));
+    EXPECT_EQ(mismatches, 0);
+    EXPECT_GT(diff, 0.0) << "the f16 cache should round some K/V";
+  }
 }
 
 TEST_F(BatchInvarianceTest, FastMiniBf16SameArgmax) {
