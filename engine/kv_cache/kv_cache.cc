@@ -37,9 +37,7 @@ absl::StatusOr<std::unique_ptr<KvCache>> KvCache::Create(const KvCacheOptions& o
                      " block_size_tokens=", options.block_size_tokens));
   }
   // Everything in int64: layers * heads * head_dim * block size can exceed int32.
-  const int64_t bytes_per_token = int64_t{2} * options.num_layers * options.num_kv_heads *
-                                  options.head_dim * kernels::KvElementBytes(options.element);
-  const int64_t block_bytes = bytes_per_token * options.block_size_tokens;
+  const int64_t block_bytes = options.bytes_per_token() * options.block_size_tokens;
   if (options.budget_bytes < block_bytes) {
     return absl::InvalidArgumentError(absl::StrCat("kv cache budget of ", options.budget_bytes,
                                                    " bytes holds less than one block of ",
@@ -88,10 +86,7 @@ absl::Status KvCache::AllocateArenas() {
   return absl::OkStatus();
 }
 
-int64_t KvCache::bytes_per_token() const {
-  return int64_t{2} * options_.num_layers * options_.num_kv_heads * options_.head_dim *
-         kernels::KvElementBytes(options_.element);
-}
+int64_t KvCache::bytes_per_token() const { return options_.bytes_per_token(); }
 int64_t KvCache::block_bytes() const { return bytes_per_token() * options_.block_size_tokens; }
 int KvCache::block_size() const { return options_.block_size_tokens; }
 int KvCache::num_blocks() const { return num_blocks_; }

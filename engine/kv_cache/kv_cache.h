@@ -19,6 +19,16 @@ struct KvCacheOptions {
   int block_size_tokens = 16;
   kernels::KvElement element = kernels::KvElement::kF32;  // f16 in fast mode (kv_element.h)
   int64_t budget_bytes = 0;  // K and V of all layers; num_blocks = budget / block_bytes
+
+  // 2 (K and V) * layers * kv_heads * head_dim * element bytes (4 for f32, 2 for f16).
+  int64_t bytes_per_token() const {
+    return int64_t{2} * num_layers * num_kv_heads * head_dim * kernels::KvElementBytes(element);
+  }
+  // The budget of the fewest whole blocks that hold `tokens` tokens.
+  int64_t BudgetForTokens(int64_t tokens) const {
+    return (tokens + block_size_tokens - 1) / block_size_tokens * block_size_tokens *
+           bytes_per_token();
+  }
 };
 
 // The paged KV cache: a fixed pool of blocks allocated once at startup from a byte budget,
@@ -39,8 +49,7 @@ class KvCache {
   // INVALID_ARGUMENT if a dimension is not positive or the budget holds less than one block.
   static absl::StatusOr<std::unique_ptr<KvCache>> Create(const KvCacheOptions& options);
 
-  // 2 (K and V) * layers * kv_heads * head_dim * element bytes (4 for f32, 2 for f16).
-  int64_t bytes_per_token() const;
+  int64_t bytes_per_token() const;  // options().bytes_per_token()
   int64_t block_bytes() const;  // bytes_per_token * block_size
   int block_size() const;
   int num_blocks() const;

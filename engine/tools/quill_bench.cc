@@ -185,12 +185,9 @@ class Bench {
     return MakeCache(tokens, model_.kv_element());
   }
   absl::StatusOr<std::unique_ptr<KvCache>> MakeCache(int64_t tokens, kernels::KvElement element) {
-    const int block = 16;
-    KvCacheOptions o = model_.MakeKvCacheOptions(0, block);
+    KvCacheOptions o = model_.MakeKvCacheOptions(0, 16);
     o.element = element;
-    const int64_t per_token = int64_t{2} * o.num_layers * o.num_kv_heads * o.head_dim *
-                              kernels::KvElementBytes(o.element);
-    o.budget_bytes = (tokens + block - 1) / block * block * per_token;
+    o.budget_bytes = o.BudgetForTokens(tokens);
     return KvCache::Create(o);
   }
 
@@ -520,11 +517,10 @@ int Main(int argc, char** argv) {
     kept_benches.push_back(std::make_unique<Bench>(model, reps, absl::GetFlag(FLAGS_profile)));
     Bench& bench = *kept_benches.back();
     // Decode reads every packed weight once per token, plus the KV of every earlier position.
-    const KvCacheOptions kv = model.MakeKvCacheOptions(0, 16);
     auto decode_bytes = [&](int prompt_len, int n, kernels::KvElement element) {
-      const double kv_bytes_per_position =
-          2.0 * kv.num_layers * kv.num_kv_heads * kv.head_dim * kernels::KvElementBytes(element);
-      return model.weight_bytes() + kv_bytes_per_position * (prompt_len + n / 2.0);
+      KvCacheOptions kv = model.MakeKvCacheOptions(0, 16);
+      kv.element = element;
+      return model.weight_bytes() + kv.bytes_per_token() * (prompt_len + n / 2.0);
     };
     auto report = [&](const std::string& test, const absl::StatusOr<std::vector<double>>& r,
                       kernels::KvElement element) {

@@ -322,11 +322,8 @@ int RunGenerate(const std::string& path) {
   }
 
   // A KV cache just big enough for this one sequence.
-  const int block = 16;
-  KvCacheOptions kv_options = model.MakeKvCacheOptions(0, block);
-  const int64_t bytes_per_token = int64_t{2} * kv_options.num_layers * kv_options.num_kv_heads *
-                                  kv_options.head_dim * kernels::KvElementBytes(kv_options.element);
-  kv_options.budget_bytes = (total + block - 1) / block * block * bytes_per_token;
+  KvCacheOptions kv_options = model.MakeKvCacheOptions(0, 16);
+  kv_options.budget_bytes = kv_options.BudgetForTokens(total);
   auto cache_or = KvCache::Create(kv_options);
   if (!cache_or.ok()) return Fail(kInternal, cache_or.status().ToString());
   KvCache& cache = **cache_or;
