@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -96,7 +97,8 @@ QUILL_AVX512_TARGET inline __m512 LoadKv16(const uint16_t* p, __mmask16 m) {
 // changes which registers hold what, never a result.
 //
 // kChunks = ceil(head_dim / 16); the last chunk is masked when head_dim % 16 != 0. KvT is
-// the cache's element (float or f16 bits); K and V are widened as they are loaded.
+// the cache's element (float or f16 bits); K and V are widened exactly, as they are loaded
+// or a tile at a time.
 template <int kChunks, typename KvT>
 struct Avx512Attention {
   // Heads whose outputs accumulate together in P.V (sharing each V row load): up to 16
@@ -240,6 +242,36 @@ struct Avx512Attention {
      ...);
   }
 
+  // The scores, softmax step and P.V of query heads [first, first + n) of the item (one
+  // KV head's group, or a run of it) over one tile.
+  QUILL_AVX512_TARGET static void HeadTile(const float* q, int first, int n,
+                                           const KvT* const* k_rows, const KvT* const* v_rows,
+                                           int64_t offset, int skip, int count, int padded,
+                                           __mmask16 last, const Item& it, float (*scores)[kTile],
+                                           float* alpha, float* running_max, float* running_sum,
+                                           float (*acc)[kChunks * 16]) {
+    Scores(q, n, it.head_dim, k_rows, offset, skip, count, padded, last, it.scale, it.softcap,
+           scores + first);
+    for (int j = first; j < first + n; ++j) {
+      alpha[j] = Softmax(scores[j], skip, count, padded, &running_max[j], &running_sum[j]);
+    }
+    for (int j = first; j < first + n; j += kPvHeads) {
+      WeightedValuesN(std::min(kPvHeads, first + n - j),
+                      std::make_integer_sequence<int, kPvHeads>{}, v_rows, offset, skip, count,
+                      last, scores + j, alpha + j, acc + j);
+    }
+  }
+
+  // rows[i] + offset, i in [begin, end), widened to f32 into out[i] (exact).
+  QUILL_AVX512_TARGET static void Widen(const KvT* const* rows, int64_t offset, int begin, int end,
+                                        __mmask16 last, float (*out)[kChunks * 16]) {
+    for (int i = begin; i < end; ++i) {
+      for (int c = 0; c < kChunks; ++c) {
+        _mm512_store_ps(out[i] + 16 * c, LoadKv16(rows[i] + offset + 16 * c, ChunkMask(c, last)));
+      }
+    }
+  }
+
   QUILL_AVX512_TARGET static void Attend(const Item& it) {
     const int num_heads = it.head_end - it.head_begin;
     const int hd = it.head_dim;
@@ -251,6 +283,21 @@ struct Avx512Attention {
     const KvT* k_rows[kTile];
     const KvT* v_rows[kTile];
     const __mmask16 last = TailMask(hd - (kChunks - 1) * 16);
+    // f16 caches: each tile's K and V rows of one KV head, widened once for all the query
+    // heads that read them (widening on every load cost one conversion per head pair: a
+    // 4,096-key decode over 22 layers ran 8-14% faster, quill-attention-bench). A lone head
+    // reads its rows directly.
+    using Wide = Avx512Attention<kChunks, float>;
+    alignas(64) float wide_k[std::is_same_v<KvT, float> ? 1 : kTile][kChunks * 16];
+    alignas(64) float wide_v[std::is_same_v<KvT, float> ? 1 : kTile][kChunks * 16];
+    const float* wide_k_rows[kTile];
+    const float* wide_v_rows[kTile];
+    if constexpr (!std::is_same_v<KvT, float>) {
+      for (int i = 0; i < kTile; ++i) {
+        wide_k_rows[i] = wide_k[i];
+        wide_v_rows[i] = wide_v[i];
+      }
+    }
 
     for (int h = 0; h < num_heads; ++h) {
       running_max[h] = kNegInf;
@@ -272,16 +319,20 @@ struct Avx512Attention {
         const int first = h - it.head_begin;
         const int n = end - h;
         const int64_t offset = static_cast<int64_t>(kv) * hd;
-        Scores(it.q + static_cast<int64_t>(h) * hd, n, hd, k_rows, offset, skip, count, padded,
-               last, it.scale, it.softcap, scores + first);
-        for (int j = first; j < first + n; ++j) {
-          alpha[j] = Softmax(scores[j], skip, count, padded, &running_max[j], &running_sum[j]);
+        if constexpr (!std::is_same_v<KvT, float>) {
+          if (n >= 2) {
+            // Widen this KV head's rows of the tile once; its n query heads then read f32.
+            Widen(k_rows, offset, 0, padded, last, wide_k);
+            Widen(v_rows, offset, skip, count, last, wide_v);
+            Wide::HeadTile(it.q + static_cast<int64_t>(h) * hd, first, n, wide_k_rows, wide_v_rows,
+                           0, skip, count, padded, last, it, scores, alpha, running_max,
+                           running_sum, acc);
+            h = end;
+            continue;
+          }
         }
-        for (int j = first; j < first + n; j += kPvHeads) {
-          WeightedValuesN(std::min(kPvHeads, first + n - j),
-                          std::make_integer_sequence<int, kPvHeads>{}, v_rows, offset, skip, count,
-                          last, scores + j, alpha + j, acc + j);
-        }
+        HeadTile(it.q + static_cast<int64_t>(h) * hd, first, n, k_rows, v_rows, offset, skip, count,
+                 padded, last, it, scores, alpha, running_max, running_sum, acc);
         h = end;
       }
     }
