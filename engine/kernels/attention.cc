@@ -319,20 +319,17 @@ struct Avx512Attention {
         const int first = h - it.head_begin;
         const int n = end - h;
         const int64_t offset = static_cast<int64_t>(kv) * hd;
-        if constexpr (!std::is_same_v<KvT, float>) {
-          if (n >= 2) {
-            // Widen this KV head's rows of the tile once; its n query heads then read f32.
-            Widen(k_rows, offset, 0, padded, last, wide_k);
-            Widen(v_rows, offset, skip, count, last, wide_v);
-            Wide::HeadTile(it.q + static_cast<int64_t>(h) * hd, first, n, wide_k_rows, wide_v_rows,
-                           0, skip, count, padded, last, it, scores, alpha, running_max,
-                           running_sum, acc);
-            h = end;
-            continue;
-          }
+        const float* q = it.q + static_cast<int64_t>(h) * hd;
+        if (!std::is_same_v<KvT, float> && n >= 2) {
+          // Widen this KV head's rows of the tile once; its n query heads then read f32.
+          Widen(k_rows, offset, 0, padded, last, wide_k);
+          Widen(v_rows, offset, skip, count, last, wide_v);
+          Wide::HeadTile(q, first, n, wide_k_rows, wide_v_rows, 0, skip, count, padded, last, it,
+                         scores, alpha, running_max, running_sum, acc);
+        } else {
+          HeadTile(q, first, n, k_rows, v_rows, offset, skip, count, padded, last, it, scores,
+                   alpha, running_max, running_sum, acc);
         }
-        HeadTile(it.q + static_cast<int64_t>(h) * hd, first, n, k_rows, v_rows, offset, skip, count,
-                 padded, last, it, scores, alpha, running_max, running_sum, acc);
         h = end;
       }
     }

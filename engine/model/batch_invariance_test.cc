@@ -74,10 +74,9 @@ class BatchInvarianceTest : public ::testing::TestWithParam<const char*> {
   }
 
   std::unique_ptr<KvCache> NewCache() {
-    const ModelConfig& c = model_->config();
-    const int64_t per_token = int64_t{2} * c.block_count * c.head_count_kv * c.head_dim * 4;
-    KvCacheOptions options = model_->MakeKvCacheOptions(per_token * 128 * num_seqs_, 16);
+    KvCacheOptions options = model_->MakeKvCacheOptions(0, 16);
     if (kv_element_.has_value()) options.element = *kv_element_;
+    options.budget_bytes = options.BudgetForTokens(int64_t{128} * num_seqs_);
     auto cache = KvCache::Create(options);
     EXPECT_TRUE(cache.ok()) << cache.status();
     return std::move(*cache);
