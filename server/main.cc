@@ -275,13 +275,6 @@ bool ApplyEnvironment() {
   return true;
 }
 
-// --threads: the main thread (model loading and packing) is set here; the engine thread
-// sets its own from EngineOptions::num_threads, since omp_set_num_threads() only affects
-// the calling thread.
-void ApplyThreads(int threads) {
-  if (threads > 0) omp_set_num_threads(threads);
-}
-
 bool SetLogLevel(const std::string& name) {
   const spdlog::level::level_enum level = spdlog::level::from_str(name);
   // from_str maps unknown names to "off"; only accept "off" when asked for.
@@ -484,8 +477,6 @@ int Main(int argc, char** argv) {
                  "critical or off\n");
     return 2;
   }
-  ApplyThreads(absl::GetFlag(FLAGS_threads));
-
   absl::StatusOr<ServerOptions> options = OptionsFromFlags(argv[0]);
   if (!options.ok()) {
     spdlog::error("{}", options.status().ToString());
@@ -501,8 +492,9 @@ int Main(int argc, char** argv) {
   sigaddset(&signals, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
+  const int threads = options->engine.num_threads;
   spdlog::info("quill-server starting: model={} threads={}", options->model_path,
-               omp_get_max_threads());
+               threads > 0 ? threads : omp_get_max_threads());
   absl::StatusOr<std::unique_ptr<Server>> server = Server::Create(*options);
   if (!server.ok()) {
     spdlog::error("{}", server.status().ToString());
