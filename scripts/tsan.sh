@@ -7,6 +7,10 @@
 # engine thread and its callers are checked, the kernels' own parallel loops are not.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Tests that run a server inside the test process share the runner's cores with other
+# test processes: libgomp's default spin (300,000 rounds, milliseconds after every parallel
+# region) would hold those cores from each other. quill-server itself keeps the default.
+export GOMP_SPINCOUNT="${GOMP_SPINCOUNT:-1000}"
 build_dir="${QUILL_TSAN_BUILD_DIR:-build-tsan}"
 jobs="${QUILL_BUILD_JOBS:-$(nproc)}"
 # The engine's threads (inbox, engine thread, sinks) are the same whatever the model, so
