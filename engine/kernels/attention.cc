@@ -21,7 +21,6 @@ using internal::Exp512;
 using internal::ReduceAdd512;
 using internal::TailMask;
 using internal::Tanh512;
-using internal::TransposeReduce16;
 using internal::UseAvx512;
 
 // Keys are processed in tiles of kTile positions starting at multiples of kTile, whatever
@@ -45,7 +44,7 @@ struct Item {
   int32_t first_key;  // the query attends to positions [first_key, num_keys)
   int32_t num_keys;
   const int32_t* block_table;
-  const void* k_cache;  // arenas of KvT (the kernel's element type)
+  const void* k_cache;  // arenas of KvT (the kernel's element type), laid out as KvLayout says
   const void* v_cache;
   int block_size;
   int64_t kv_row;  // elements per slot (num_kv_heads * head_dim)
@@ -65,15 +64,17 @@ inline __mmask16 LaneRange(int lo, int hi) {
   return static_cast<__mmask16>(TailMask(hi) & ~TailMask(lo));
 }
 
-// Slot rows (all KV heads) of the tile's keys [t0, t0 + count).
+// Where the tile's keys [t0, t0 + count) are: keys[i] is column 0 of key i in its
+// transposed block (column c at keys[i] + c * block_size), values[i] its value row (all
+// KV heads).
 template <typename KvT>
-void TileRows(const Item& it, int t0, int count, const KvT** k_rows, const KvT** v_rows) {
+void TileSlots(const Item& it, int t0, int count, const KvT** keys, const KvT** values) {
+  const int64_t bs = it.block_size;
   for (int i = 0; i < count; ++i) {
     const int pos = t0 + i;
-    const int64_t slot = static_cast<int64_t>(it.block_table[pos / it.block_size]) * it.block_size +
-                         pos % it.block_size;
-    k_rows[i] = static_cast<const KvT*>(it.k_cache) + slot * it.kv_row;
-    v_rows[i] = static_cast<const KvT*>(it.v_cache) + slot * it.kv_row;
+    const int64_t block = it.block_table[pos / bs];
+    keys[i] = static_cast<const KvT*>(it.k_cache) + block * bs * it.kv_row + pos % bs;
+    values[i] = static_cast<const KvT*>(it.v_cache) + (block * bs + pos % bs) * it.kv_row;
   }
 }
 
@@ -91,10 +92,96 @@ QUILL_AVX512_TARGET inline __m512 LoadKv16(const uint16_t* p, __mmask16 m) {
 
 // ---- AVX-512 ---------------------------------------------------------------------------
 
-// Every score is an FMA chain over 16-float chunks of head_dim (in order) followed by
-// TransposeReduce16, whose tree is the same for every lane; every output chunk is an FMA
-// chain over the tile's keys in order. Grouping heads or keys differently below only
-// changes which registers hold what, never a result.
+// Scores of up to 4 query heads against up to 4 groups of 16 keys with the keys in lanes:
+// group g's column d (this KV head's dimension d) is 16 contiguous values at
+// cols[g] + d * stride. Every score is one FMA chain over head_dim in order, from zero,
+// times the scale: the portable path's arithmetic, whatever the grouping.
+template <typename KvT>
+struct KeyScores {
+  template <int kHeads, int kGroups>
+  QUILL_AVX512_TARGET static void Block(const float* q, int head_dim, const KvT* const* cols,
+                                        int64_t stride, __m512 (*dots)[kTile / 16]) {
+    __m512 acc[kHeads][kGroups];
+    for (int h = 0; h < kHeads; ++h) {
+      for (int g = 0; g < kGroups; ++g) acc[h][g] = _mm512_setzero_ps();
+    }
+    for (int d = 0; d < head_dim; ++d) {
+      __m512 k[kGroups];
+      for (int g = 0; g < kGroups; ++g) k[g] = LoadKv16(cols[g] + d * stride, 0xffff);
+      for (int h = 0; h < kHeads; ++h) {
+        const __m512 qd = _mm512_set1_ps(q[h * head_dim + d]);
+        for (int g = 0; g < kGroups; ++g) acc[h][g] = _mm512_fmadd_ps(qd, k[g], acc[h][g]);
+      }
+    }
+    for (int h = 0; h < kHeads; ++h) {
+      for (int g = 0; g < kGroups; ++g) dots[h][g] = acc[h][g];
+    }
+  }
+
+  template <int kHeads>
+  QUILL_AVX512_TARGET static void Heads(int groups, const float* q, int head_dim,
+                                        const KvT* const* cols, int64_t stride,
+                                        __m512 (*dots)[kTile / 16]) {
+    static_assert(kTile / 16 == 4);
+    switch (groups) {
+      case 1:
+        return Block<kHeads, 1>(q, head_dim, cols, stride, dots);
+      case 2:
+        return Block<kHeads, 2>(q, head_dim, cols, stride, dots);
+      case 3:
+        return Block<kHeads, 3>(q, head_dim, cols, stride, dots);
+      default:
+        return Block<kHeads, 4>(q, head_dim, cols, stride, dots);
+    }
+  }
+
+  // score * scale, soft-capped when softcap > 0 (cap * tanh(score / cap)).
+  QUILL_AVX512_TARGET static __m512 Finish(__m512 dots, __m512 scale, float softcap) {
+    const __m512 s = _mm512_mul_ps(dots, scale);
+    if (softcap <= 0.0f) return s;
+    return _mm512_mul_ps(_mm512_set1_ps(softcap),
+                         Tanh512(_mm512_mul_ps(s, _mm512_set1_ps(1.0f / softcap))));
+  }
+
+  // scores[h][0, 16 * groups) for `num_heads` heads starting at q: scaled (and capped)
+  // dots for keys [skip, count), -inf elsewhere.
+  QUILL_AVX512_TARGET static void Scores(const float* q, int num_heads, int head_dim,
+                                         const KvT* const* cols, int64_t stride, int skip,
+                                         int count, int groups, float scale_value, float softcap,
+                                         float (*scores)[kTile]) {
+    const __m512 scale = _mm512_set1_ps(scale_value);
+    const __m512 neg_inf = _mm512_set1_ps(kNegInf);
+    __m512 dots[4][kTile / 16];
+    for (int h = 0; h < num_heads; h += 4) {
+      const float* qh = q + static_cast<int64_t>(h) * head_dim;
+      const int n = std::min(4, num_heads - h);
+      switch (n) {
+        case 1:
+          Heads<1>(groups, qh, head_dim, cols, stride, dots);
+          break;
+        case 2:
+          Heads<2>(groups, qh, head_dim, cols, stride, dots);
+          break;
+        case 3:
+          Heads<3>(groups, qh, head_dim, cols, stride, dots);
+          break;
+        default:
+          Heads<4>(groups, qh, head_dim, cols, stride, dots);
+          break;
+      }
+      for (int j = 0; j < n; ++j) {
+        for (int g = 0; g < groups; ++g) {
+          _mm512_store_ps(scores[h + j] + 16 * g,
+                          _mm512_mask_mov_ps(neg_inf, LaneRange(skip - 16 * g, count - 16 * g),
+                                             Finish(dots[j][g], scale, softcap)));
+        }
+      }
+    }
+  }
+};
+
+// Every output chunk is an FMA chain over the tile's keys in order. Grouping heads or keys
+// differently below only changes which registers hold what, never a result.
 //
 // kChunks = ceil(head_dim / 16); the last chunk is masked when head_dim % 16 != 0. KvT is
 // the cache's element (float or f16 bits); K and V are widened exactly, as they are loaded
@@ -107,81 +194,6 @@ struct Avx512Attention {
 
   QUILL_AVX512_TARGET static __mmask16 ChunkMask(int c, __mmask16 last) {
     return c == kChunks - 1 ? last : static_cast<__mmask16>(0xffff);
-  }
-
-  // Dot products of query heads q0 and q1 with 8 keys: lanes 0-7 for q0, 8-15 for q1.
-  QUILL_AVX512_TARGET static __m512 Dots2x8(const float* q0, const float* q1,
-                                            const KvT* const* k_rows, int64_t offset,
-                                            __mmask16 last) {
-    __m512 dot[16];
-    for (int i = 0; i < 16; ++i) dot[i] = _mm512_setzero_ps();
-    for (int c = 0; c < kChunks; ++c) {
-      const __mmask16 m = ChunkMask(c, last);
-      const __m512 qa = _mm512_maskz_loadu_ps(m, q0 + 16 * c);
-      const __m512 qb = _mm512_maskz_loadu_ps(m, q1 + 16 * c);
-      for (int i = 0; i < 8; ++i) {
-        const __m512 k = LoadKv16(k_rows[i] + offset + 16 * c, m);
-        dot[i] = _mm512_fmadd_ps(qa, k, dot[i]);
-        dot[8 + i] = _mm512_fmadd_ps(qb, k, dot[8 + i]);
-      }
-    }
-    return TransposeReduce16(dot);
-  }
-
-  // Dot products of one query head with 16 keys.
-  QUILL_AVX512_TARGET static __m512 Dots1x16(const float* q, const KvT* const* k_rows,
-                                             int64_t offset, __mmask16 last) {
-    __m512 dot[16];
-    for (int i = 0; i < 16; ++i) dot[i] = _mm512_setzero_ps();
-    for (int c = 0; c < kChunks; ++c) {
-      const __mmask16 m = ChunkMask(c, last);
-      const __m512 qc = _mm512_maskz_loadu_ps(m, q + 16 * c);
-      for (int i = 0; i < 16; ++i) {
-        dot[i] = _mm512_fmadd_ps(qc, LoadKv16(k_rows[i] + offset + 16 * c, m), dot[i]);
-      }
-    }
-    return TransposeReduce16(dot);
-  }
-
-  // score * scale, soft-capped when softcap > 0 (cap * tanh(score / cap)).
-  QUILL_AVX512_TARGET static __m512 Finish(__m512 dots, __m512 scale, float softcap) {
-    const __m512 s = _mm512_mul_ps(dots, scale);
-    if (softcap <= 0.0f) return s;
-    return _mm512_mul_ps(_mm512_set1_ps(softcap),
-                         Tanh512(_mm512_mul_ps(s, _mm512_set1_ps(1.0f / softcap))));
-  }
-
-  // scores[h][0, padded) for `num_heads` heads starting at q: scaled (and capped) dots for
-  // keys [skip, count), -inf elsewhere.
-  QUILL_AVX512_TARGET static void Scores(const float* q, int num_heads, int head_dim,
-                                         const KvT* const* k_rows, int64_t offset, int skip,
-                                         int count, int padded, __mmask16 last, float scale_value,
-                                         float softcap, float (*scores)[kTile]) {
-    const __m512 scale = _mm512_set1_ps(scale_value);
-    const __m512 neg_inf = _mm512_set1_ps(kNegInf);
-    int h = 0;
-    for (; h + 2 <= num_heads; h += 2) {
-      const float* q0 = q + static_cast<int64_t>(h) * head_dim;
-      for (int g = 0; g < padded; g += 8) {
-        const __mmask16 valid8 =
-            LaneRange(skip - g, std::min(count - g, 8)) & static_cast<__mmask16>(0xff);
-        const __m512 s = _mm512_mask_mov_ps(
-            neg_inf, static_cast<__mmask16>(valid8 | (valid8 << 8)),
-            Finish(Dots2x8(q0, q0 + head_dim, k_rows + g, offset, last), scale, softcap));
-        _mm256_store_ps(scores[h] + g, _mm512_castps512_ps256(s));
-        _mm256_store_ps(scores[h + 1] + g,
-                        _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(s), 1)));
-      }
-    }
-    for (; h < num_heads; ++h) {
-      const float* qh = q + static_cast<int64_t>(h) * head_dim;
-      for (int g = 0; g < padded; g += 16) {
-        const __m512 s =
-            _mm512_mask_mov_ps(neg_inf, LaneRange(skip - g, count - g),
-                               Finish(Dots1x16(qh, k_rows + g, offset, last), scale, softcap));
-        _mm512_store_ps(scores[h] + g, s);
-      }
-    }
   }
 
   // Online softmax step for one head: scores become weights exp(s - new max); returns the
@@ -243,15 +255,16 @@ struct Avx512Attention {
   }
 
   // The scores, softmax step and P.V of query heads [first, first + n) of the item (one
-  // KV head's group, or a run of it) over one tile.
+  // KV head's group, or a run of it) over one tile: its keys' columns for this KV head at
+  // key_cols[g] + d * key_stride (group g of 16 keys), its value rows at v_rows[i] + offset.
   QUILL_AVX512_TARGET static void HeadTile(const float* q, int first, int n,
-                                           const KvT* const* k_rows, const KvT* const* v_rows,
-                                           int64_t offset, int skip, int count, int padded,
-                                           __mmask16 last, const Item& it, float (*scores)[kTile],
-                                           float* alpha, float* running_max, float* running_sum,
-                                           float (*acc)[kChunks * 16]) {
-    Scores(q, n, it.head_dim, k_rows, offset, skip, count, padded, last, it.scale, it.softcap,
-           scores + first);
+                                           const KvT* const* key_cols, int64_t key_stride,
+                                           const KvT* const* v_rows, int64_t offset, int skip,
+                                           int count, int padded, __mmask16 last, const Item& it,
+                                           float (*scores)[kTile], float* alpha, float* running_max,
+                                           float* running_sum, float (*acc)[kChunks * 16]) {
+    KeyScores<KvT>::Scores(q, n, it.head_dim, key_cols, key_stride, skip, count, padded / 16,
+                           it.scale, it.softcap, scores + first);
     for (int j = first; j < first + n; ++j) {
       alpha[j] = Softmax(scores[j], skip, count, padded, &running_max[j], &running_sum[j]);
     }
@@ -263,11 +276,32 @@ struct Avx512Attention {
   }
 
   // rows[i] + offset, i in [begin, end), widened to f32 into out[i] (exact).
-  QUILL_AVX512_TARGET static void Widen(const KvT* const* rows, int64_t offset, int begin, int end,
-                                        __mmask16 last, float (*out)[kChunks * 16]) {
+  QUILL_AVX512_TARGET static void WidenRows(const KvT* const* rows, int64_t offset, int begin,
+                                            int end, __mmask16 last, float (*out)[kChunks * 16]) {
     for (int i = begin; i < end; ++i) {
       for (int c = 0; c < kChunks; ++c) {
         _mm512_store_ps(out[i] + 16 * c, LoadKv16(rows[i] + offset + 16 * c, ChunkMask(c, last)));
+      }
+    }
+  }
+
+  // Columns [column, column + head_dim) of the tile's first `groups` groups of 16 keys,
+  // widened to f32 into out[d][16 * g + lane] (exact). Keys in lanes contiguous in their
+  // block come from cols[g] (stride apart); otherwise (block_size % 16 != 0) they are
+  // gathered one by one from keys[] (lanes past `count` get 0).
+  QUILL_AVX512_TARGET static void WidenKeys(const KvT* const* cols, const KvT* const* keys,
+                                            int64_t stride, int64_t column, int head_dim,
+                                            int groups, int count, bool contiguous,
+                                            float (*out)[kTile]) {
+    for (int d = 0; d < head_dim; ++d) {
+      if (contiguous) {
+        for (int g = 0; g < groups; ++g) {
+          _mm512_store_ps(out[d] + 16 * g, LoadKv16(cols[g] + (column + d) * stride, 0xffff));
+        }
+      } else {
+        for (int i = 0; i < 16 * groups; ++i) {
+          out[d][i] = i < count ? KvToFloat(keys[i][(column + d) * stride]) : 0.0f;
+        }
       }
     }
   }
@@ -280,24 +314,26 @@ struct Avx512Attention {
     float running_max[kMaxHeadsPerItem];
     float running_sum[kMaxHeadsPerItem];
     float alpha[kMaxHeadsPerItem];
-    const KvT* k_rows[kTile];
+    const KvT* keys[kTile];
     const KvT* v_rows[kTile];
     const __mmask16 last = TailMask(hd - (kChunks - 1) * 16);
-    // f16 caches: each tile's K and V rows of one KV head, widened once for all the query
-    // heads that read them (widening on every load cost one conversion per head pair: a
-    // 4,096-key decode over 22 layers ran 8-14% faster, quill-attention-bench). A lone head
-    // reads its rows directly.
+    const int64_t bs = it.block_size;
+    // Blocks of a multiple of 16 slots hold each group of 16 keys contiguously; other block
+    // sizes have their keys gathered into the widened tile.
+    const bool contiguous = bs % 16 == 0;
+    // f16 caches: each tile's K and V of one KV head, widened once for all the query heads
+    // that read them (widening on every load cost one conversion per head: a 4,096-key
+    // decode over 22 layers ran 8-14% faster, quill-attention-bench). A lone head reads
+    // its keys and values directly.
     using Wide = Avx512Attention<kChunks, float>;
-    alignas(64) float wide_k[std::is_same_v<KvT, float> ? 1 : kTile][kChunks * 16];
-    alignas(64) float wide_v[std::is_same_v<KvT, float> ? 1 : kTile][kChunks * 16];
-    const float* wide_k_rows[kTile];
+    alignas(64) float wide_k[kChunks * 16][kTile];
+    alignas(64) float wide_v[kTile][kChunks * 16];
+    const float* wide_cols[kTile / 16];
     const float* wide_v_rows[kTile];
-    if constexpr (!std::is_same_v<KvT, float>) {
-      for (int i = 0; i < kTile; ++i) {
-        wide_k_rows[i] = wide_k[i];
-        wide_v_rows[i] = wide_v[i];
-      }
-    }
+    for (int g = 0; g < kTile / 16; ++g) wide_cols[g] = wide_k[0] + 16 * g;
+    for (int i = 0; i < kTile; ++i) wide_v_rows[i] = wide_v[i];
+    const KvT* cols[kTile / 16];
+    const KvT* head_cols[kTile / 16];
 
     for (int h = 0; h < num_heads; ++h) {
       running_max[h] = kNegInf;
@@ -308,9 +344,11 @@ struct Avx512Attention {
       const int count = std::min(kTile, it.num_keys - t0);
       const int skip = std::max(0, it.first_key - t0);  // keys before the window
       const int padded = (count + 15) / 16 * 16;
-      TileRows(it, t0, count, k_rows, v_rows);
-      // Lanes past the last key compute on a valid row and are masked out.
-      for (int i = count; i < padded; ++i) k_rows[i] = k_rows[0];
+      const int groups = padded / 16;
+      TileSlots(it, t0, count, keys, v_rows);
+      // Lanes past the last key compute on valid slots of its block (or zeros) and are
+      // masked out.
+      for (int g = 0; g < groups; ++g) cols[g] = keys[16 * g];
 
       // One KV head (and the item's query heads that read it) at a time.
       for (int h = it.head_begin; h < it.head_end;) {
@@ -320,15 +358,17 @@ struct Avx512Attention {
         const int n = end - h;
         const int64_t offset = static_cast<int64_t>(kv) * hd;
         const float* q = it.q + static_cast<int64_t>(h) * hd;
-        if (!std::is_same_v<KvT, float> && n >= 2) {
-          // Widen this KV head's rows of the tile once; its n query heads then read f32.
-          Widen(k_rows, offset, 0, padded, last, wide_k);
-          Widen(v_rows, offset, skip, count, last, wide_v);
-          Wide::HeadTile(q, first, n, wide_k_rows, wide_v_rows, 0, skip, count, padded, last, it,
-                         scores, alpha, running_max, running_sum, acc);
+        if (!contiguous || (!std::is_same_v<KvT, float> && n >= 2)) {
+          // Widen (or gather) this KV head's K and V of the tile once; its n query heads
+          // then read f32.
+          WidenKeys(cols, keys, bs, offset, hd, groups, count, contiguous, wide_k);
+          WidenRows(v_rows, offset, skip, count, last, wide_v);
+          Wide::HeadTile(q, first, n, wide_cols, kTile, wide_v_rows, 0, skip, count, padded, last,
+                         it, scores, alpha, running_max, running_sum, acc);
         } else {
-          HeadTile(q, first, n, k_rows, v_rows, offset, skip, count, padded, last, it, scores,
-                   alpha, running_max, running_sum, acc);
+          for (int g = 0; g < groups; ++g) head_cols[g] = cols[g] + offset * bs;
+          HeadTile(q, first, n, head_cols, bs, v_rows, offset, skip, count, padded, last, it,
+                   scores, alpha, running_max, running_sum, acc);
         }
         h = end;
       }
@@ -361,7 +401,7 @@ AttendFn PickAvx512(int chunks, std::integer_sequence<int, kChunks...>) {
 template <typename KvT>
 void AttendPortable(const Item& it) {
   float scores[kTile];
-  const KvT* k_rows[kTile];
+  const KvT* keys[kTile];
   const KvT* v_rows[kTile];
   float acc[kMaxHeadDim];
   const int hd = it.head_dim;
@@ -374,12 +414,12 @@ void AttendPortable(const Item& it) {
     for (int t0 = FirstTile(it.first_key); t0 < it.num_keys; t0 += kTile) {
       const int count = std::min(kTile, it.num_keys - t0);
       const int skip = std::max(0, it.first_key - t0);  // keys before the window
-      TileRows(it, t0, count, k_rows, v_rows);
+      TileSlots(it, t0, count, keys, v_rows);
       float tile_max = kNegInf;
       for (int i = skip; i < count; ++i) {
-        const KvT* k = k_rows[i] + offset;
+        const KvT* k = keys[i] + offset * it.block_size;
         float dot = 0.0f;
-        for (int d = 0; d < hd; ++d) dot = std::fma(q[d], KvToFloat(k[d]), dot);
+        for (int d = 0; d < hd; ++d) dot = std::fma(q[d], KvToFloat(k[d * it.block_size]), dot);
         scores[i] = dot * it.scale;
         if (it.softcap > 0.0f) scores[i] = it.softcap * std::tanh(scores[i] / it.softcap);
         tile_max = std::max(tile_max, scores[i]);

@@ -7,14 +7,26 @@
 
 namespace quill::engine::kernels {
 
-// Layout of one layer's paged K or V arena: [num_blocks][block_size][num_kv_heads][head_dim]
-// elements. A sequence's block table maps its logical block i (positions
-// [i*block_size, (i+1)*block_size)) to a physical block id.
+// Layout of one layer's paged K and V arenas, both made of num_blocks blocks of block_size
+// token slots. A sequence's block table maps its logical block i (positions
+// [i*block_size, (i+1)*block_size)) to a physical block id; slot = id * block_size + i.
+//  - V: [num_blocks][block_size][num_kv_heads * head_dim], one row per slot.
+//  - K: [num_blocks][num_kv_heads * head_dim][block_size], each block transposed, so that
+//    one K column of a block's keys is contiguous: a score over 16 keys is then one chain
+//    of FMAs over head_dim with the keys in lanes, and no cross-lane reduction.
 struct KvLayout {
   int block_size = 16;
   int num_kv_heads = 0;
   int head_dim = 0;
   KvElement element = KvElement::kF32;
+
+  int64_t row() const { return int64_t{num_kv_heads} * head_dim; }
+  // Element index of column `column` (kv_head * head_dim + d) of the key in `slot`.
+  int64_t KeyIndex(int64_t slot, int64_t column) const {
+    return slot / block_size * block_size * row() + column * block_size + slot % block_size;
+  }
+  // Element index of the value row of `slot`.
+  int64_t ValueIndex(int64_t slot) const { return slot * row(); }
 };
 
 // One sequence's slice of the step's batch.

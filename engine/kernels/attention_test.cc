@@ -355,6 +355,82 @@ TEST_P(AttentionTest, F16CacheGivesTheBitsOfItsWidenedValues) {
   }
 }
 
+// `c`'s sequences (of `lengths`) in a cache of another block size: the same K and V at
+// every position, the blocks shuffled, and every slot no sequence owns NaN (lanes past a
+// sequence's last key read such slots and must not leak into a result).
+PagedCache Relayout(const PagedCache& c, const std::vector<int>& lengths, int block_size) {
+  PagedCache r;
+  r.layout = c.layout;
+  r.layout.block_size = block_size;
+  int total_blocks = 3;
+  for (int len : lengths) total_blocks += (len + block_size - 1) / block_size;
+  std::vector<int32_t> ids(total_blocks);
+  std::iota(ids.begin(), ids.end(), 0);
+  std::shuffle(ids.begin(), ids.end(), std::mt19937_64(block_size));
+  r.k.assign(int64_t{total_blocks} * block_size * c.layout.row(), std::nanf(""));
+  r.v = r.k;
+  size_t next = 0;
+  for (size_t i = 0; i < lengths.size(); ++i) {
+    r.tables.emplace_back();
+    for (int b = 0; b < (lengths[i] + block_size - 1) / block_size; ++b) {
+      r.tables.back().push_back(ids[next++]);
+    }
+    for (int pos = 0; pos < lengths[i]; ++pos) {
+      const int64_t from = int64_t{c.tables[i][pos / kBlockSize]} * kBlockSize + pos % kBlockSize;
+      const int64_t to = int64_t{r.tables[i][pos / block_size]} * block_size + pos % block_size;
+      for (int64_t col = 0; col < c.layout.row(); ++col) {
+        r.k[r.layout.KeyIndex(to, col)] = c.k[c.layout.KeyIndex(from, col)];
+        r.v[r.layout.ValueIndex(to) + col] = c.v[c.layout.ValueIndex(from) + col];
+      }
+    }
+  }
+  return r;
+}
+
+// The block size decides where keys live (contiguous lanes in blocks of a multiple of 16
+// slots, gathered otherwise), never a result: the same sequences give the same bits with
+// blocks of 8, 16, 24, 32 and 48 slots, in f32 and in f16, for GQA groups of 8 and 2 and
+// lone heads.
+TEST_P(AttentionTest, BlockSizeNeverChangesTheBits) {
+  for (const Shape& s : {Shape{64, 32, 4}, Shape{24, 6, 3}, Shape{64, 4, 4}, Shape{8, 4, 2}}) {
+    SCOPED_TRACE(ShapeName(s));
+    const std::vector<int> lengths = {300, 1, 17, 100};
+    const PagedCache base = MakeCache(lengths, s.n_kv, s.head_dim, 41);
+    const int row = s.n_heads * s.head_dim;
+    const int rows = 300 + 1 + 1 + 63;
+    const std::vector<float> q = RandomVector(int64_t{rows} * row, 42, -2, 2);
+    auto run = [&](const PagedCache& c, KvElement element) {
+      const std::vector<AttentionSequence> seqs = {{c.tables[0].data(), 0, 300, 0},
+                                                   {c.tables[1].data(), 300, 1, 0},
+                                                   {c.tables[2].data(), 301, 1, 16},
+                                                   {c.tables[3].data(), 302, 63, 37}};
+      std::vector<float> out(q.size(), std::nanf(""));
+      KvLayout layout = c.layout;
+      layout.element = element;
+      if (element == KvElement::kF32) {
+        PagedAttention(q.data(), c.k.data(), c.v.data(), layout, seqs, s.n_heads, 0.125f,
+                       out.data());
+      } else {
+        std::vector<uint16_t> k16(c.k.size()), v16(c.v.size());
+        StoreKvRow(c.k.data(), static_cast<int64_t>(c.k.size()), element, k16.data(), 0);
+        StoreKvRow(c.v.data(), static_cast<int64_t>(c.v.size()), element, v16.data(), 0);
+        PagedAttention(q.data(), k16.data(), v16.data(), layout, seqs, s.n_heads, 0.125f,
+                       out.data());
+      }
+      return out;
+    };
+    for (const KvElement element : {KvElement::kF32, KvElement::kF16}) {
+      const std::vector<float> want = run(Relayout(base, lengths, 16), element);
+      for (const float x : want) ASSERT_FALSE(std::isnan(x));
+      for (int block_size : {8, 24, 32, 48}) {
+        const std::vector<float> got = run(Relayout(base, lengths, block_size), element);
+        EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * 4), 0)
+            << KvElementName(element) << " blocks of " << block_size;
+      }
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Paths, AttentionTest, ::testing::Values(Path::kAvx512, Path::kPortable),
                          [](const ::testing::TestParamInfo<Path>& info) {
                            return std::string(PathName(info.param));

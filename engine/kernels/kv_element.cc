@@ -13,6 +13,10 @@ namespace {
 
 constexpr float kF16Max = 65504.0f;
 
+inline uint16_t ToF16(float x) {
+  return FloatToFp16(x != x ? x : std::clamp(x, -kF16Max, kF16Max));
+}
+
 QUILL_AVX512_TARGET void StoreF16Avx512(const float* row, int64_t n, uint16_t* out) {
   const __m512 lo = _mm512_set1_ps(-kF16Max), hi = _mm512_set1_ps(kF16Max);
   for (int64_t i = 0; i < n; i += 16) {
@@ -36,10 +40,28 @@ void StoreKvRow(const float* row, int64_t n, KvElement element, void* arena, int
     StoreF16Avx512(row, n, out);
     return;
   }
-  for (int64_t i = 0; i < n; ++i) {
-    const float x = row[i];
-    out[i] = FloatToFp16(x != x ? x : std::clamp(x, -kF16Max, kF16Max));
+  for (int64_t i = 0; i < n; ++i) out[i] = ToF16(row[i]);
+}
+
+void StoreKvStrided(const float* row, int64_t n, KvElement element, void* arena, int64_t offset,
+                    int64_t stride) {
+  if (element == KvElement::kF32) {
+    float* out = static_cast<float*>(arena) + offset;
+    for (int64_t i = 0; i < n; ++i) out[i * stride] = row[i];
+    return;
   }
+  uint16_t* out = static_cast<uint16_t*>(arena) + offset;
+  if (internal::UseAvx512()) {
+    // Converted 16 at a time as StoreKvRow does, then scattered.
+    uint16_t halves[16];
+    for (int64_t i = 0; i < n; i += 16) {
+      const int64_t len = std::min<int64_t>(16, n - i);
+      StoreF16Avx512(row + i, len, halves);
+      for (int64_t j = 0; j < len; ++j) out[(i + j) * stride] = halves[j];
+    }
+    return;
+  }
+  for (int64_t i = 0; i < n; ++i) out[i * stride] = ToF16(row[i]);
 }
 
 }  // namespace quill::engine::kernels

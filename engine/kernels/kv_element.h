@@ -18,4 +18,9 @@ inline const char* KvElementName(KvElement e) { return e == KvElement::kF16 ? "f
 // infinity would turn every later softmax over that key into NaN). NaN stays NaN.
 void StoreKvRow(const float* row, int64_t n, KvElement element, void* arena, int64_t offset);
 
+// The same conversion, storing value i at element offset + i * stride: a key's column in
+// a transposed K block (KvLayout::KeyIndex).
+void StoreKvStrided(const float* row, int64_t n, KvElement element, void* arena, int64_t offset,
+                    int64_t stride);
+
 }  // namespace quill::engine::kernels

@@ -73,6 +73,35 @@ TEST_P(KvElementTest, F32IsACopy) {
   for (int i = 0; i < 5; ++i) EXPECT_EQ(arena[i], 7.0f);
 }
 
+// A strided store (a key's column in a transposed block) writes the values a row store
+// writes, `stride` elements apart, and nothing in between, for both elements.
+TEST_P(KvElementTest, StridedStoreWritesTheRowsValuesApart) {
+  std::vector<float> values = EdgeValues();
+  const std::vector<float> random = RandomVector(100, 4, -300.0f, 300.0f);
+  values.insert(values.end(), random.begin(), random.end());
+  values.push_back(std::nanf(""));
+  for (int64_t n : {int64_t{1}, int64_t{16}, int64_t{17}, int64_t{118}}) {
+    for (int64_t stride : {int64_t{1}, int64_t{8}, int64_t{16}}) {
+      const int64_t offset = 3;
+      std::vector<uint16_t> row16(n), arena16(offset + n * stride + 1, 0xABCD);
+      StoreKvRow(values.data(), n, KvElement::kF16, row16.data(), 0);
+      StoreKvStrided(values.data(), n, KvElement::kF16, arena16.data(), offset, stride);
+      std::vector<float> arena32(offset + n * stride + 1, 7.0f);
+      StoreKvStrided(values.data(), n, KvElement::kF32, arena32.data(), offset, stride);
+      for (int64_t e = 0; e < static_cast<int64_t>(arena16.size()); ++e) {
+        const int64_t i = (e - offset) / stride;
+        if (e >= offset && (e - offset) % stride == 0 && i < n) {
+          ASSERT_EQ(arena16[e], row16[i]) << "n " << n << " stride " << stride << " i " << i;
+          ASSERT_EQ(std::memcmp(&arena32[e], &values[i], 4), 0) << values[i];
+        } else {
+          ASSERT_EQ(arena16[e], 0xABCD) << "n " << n << " stride " << stride << " element " << e;
+          ASSERT_EQ(arena32[e], 7.0f) << "n " << n << " stride " << stride << " element " << e;
+        }
+      }
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Paths, KvElementTest, ::testing::Values(Path::kAvx512, Path::kPortable),
                          [](const ::testing::TestParamInfo<Path>& info) {
                            return std::string(PathName(info.param));

@@ -246,13 +246,13 @@ void* KvCache::v_data(int layer) {
   return v_arenas_[layer].get();
 }
 
-int64_t KvCache::SlotOffset(SeqId seq, int64_t pos) const {
+int64_t KvCache::Slot(SeqId seq, int64_t pos) const {
   const auto it = tables_.find(seq);
   QUILL_DCHECK(it != tables_.end());
   QUILL_DCHECK(pos >= 0 && pos < capacity_tokens(seq));
   const int64_t bs = options_.block_size_tokens;
   const int64_t block = it->second.table[pos / bs];
-  return (block * bs + pos % bs) * options_.num_kv_heads * options_.head_dim;
+  return block * bs + pos % bs;
 }
 
 }  // namespace quill::engine

@@ -96,12 +96,14 @@ class KvCache {
   absl::Span<const int32_t> block_table(SeqId seq) const;
 
   const kernels::KvLayout& layout() const;
-  // A layer's K or V arena: layout().element values (kernels::StoreKvRow writes them).
+  // A layer's K or V arena of layout().element values, laid out as layout() says
+  // (kernels::StoreKvStrided writes a key, kernels::StoreKvRow a value).
   void* k_data(int layer);
   void* v_data(int layer);
-  // Where position `pos` of `seq` lives in a layer's arena, in elements from its start
-  // (row of num_kv_heads * head_dim elements). `pos` must be < capacity_tokens(seq).
-  int64_t SlotOffset(SeqId seq, int64_t pos) const;
+  // The slot (block id * block_size + offset in the block) holding position `pos` of
+  // `seq`; layout().KeyIndex and ValueIndex locate its K and V. `pos` must be
+  // < capacity_tokens(seq).
+  int64_t Slot(SeqId seq, int64_t pos) const;
 
   ~KvCache();
   KvCache(const KvCache&) = delete;

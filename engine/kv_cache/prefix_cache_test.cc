@@ -39,21 +39,23 @@ float PrefixFingerprint(const std::vector<TokenId>& tokens, int p) {
 }
 
 // Stands in for Forward: position p of `seq` gets {token, p, prefix fingerprint} in its
-// K row.
+// V row.
 void Write(KvCache& cache, KvCache::SeqId seq, const std::vector<TokenId>& tokens, int from,
            int to) {
   for (int p = from; p < to; ++p) {
-    float* row = static_cast<float*>(cache.k_data(0)) + cache.SlotOffset(seq, p);
+    float* row =
+        static_cast<float*>(cache.v_data(0)) + cache.layout().ValueIndex(cache.Slot(seq, p));
     row[0] = static_cast<float>(tokens[p]);
     row[1] = static_cast<float>(p);
     row[2] = PrefixFingerprint(tokens, p);
   }
 }
 
-// The K rows `seq` sees at [0, n) are exactly what `tokens` would have written.
+// The V rows `seq` sees at [0, n) are exactly what `tokens` would have written.
 void ExpectContent(KvCache& cache, KvCache::SeqId seq, const std::vector<TokenId>& tokens, int n) {
   for (int p = 0; p < n; ++p) {
-    const float* row = static_cast<float*>(cache.k_data(0)) + cache.SlotOffset(seq, p);
+    const float* row =
+        static_cast<float*>(cache.v_data(0)) + cache.layout().ValueIndex(cache.Slot(seq, p));
     ASSERT_EQ(row[0], static_cast<float>(tokens[p])) << "seq " << seq << " pos " << p;
     ASSERT_EQ(row[1], static_cast<float>(p)) << "seq " << seq << " pos " << p;
     ASSERT_EQ(row[2], PrefixFingerprint(tokens, p)) << "seq " << seq << " pos " << p;

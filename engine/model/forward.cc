@@ -73,7 +73,7 @@ int ForwardPass::Flatten(absl::Span<const BatchEntry> batch, KvCache& cache, int
     for (int j = 0; j < n; ++j) {
       tokens_[T + j] = e.tokens[j];
       positions_[T + j] = e.first_pos + j;
-      slots_[T + j] = cache.SlotOffset(e.seq, e.first_pos + j);
+      slots_[T + j] = cache.Slot(e.seq, e.first_pos + j);
     }
     if (e.want_logits) {
       // Each logit row attends alone in the last layer, as a one-token decode would.
@@ -111,7 +111,8 @@ void ForwardPass::QueryKeyValue(int l, int T, int n_logits, KvCache& cache) {
   // logits need their query.
   void* kc = cache.k_data(l);
   void* vc = cache.v_data(l);
-  const kernels::KvElement element = cache.layout().element;
+  const kernels::KvLayout& layout = cache.layout();
+  const kernels::KvElement element = layout.element;
   const float* qkv = qkv_.data();
   float* k = k_.data();
   const int64_t* slots = slots_.data();
@@ -120,7 +121,7 @@ void ForwardPass::QueryKeyValue(int l, int T, int n_logits, KvCache& cache) {
   for (int t = 0; t < T; ++t) {
     const float* row = qkv + static_cast<size_t>(t) * qkv_dim;
     std::memcpy(k + static_cast<size_t>(t) * kv_dim, row + q_dim, kv_dim * sizeof(float));
-    kernels::StoreKvRow(row + q_dim + kv_dim, kv_dim, element, vc, slots[t]);
+    kernels::StoreKvRow(row + q_dim + kv_dim, kv_dim, element, vc, layout.ValueIndex(slots[t]));
   }
   const int q_rows = last ? n_logits : T;
   for (int r = 0; r < q_rows; ++r) {
@@ -130,7 +131,8 @@ void ForwardPass::QueryKeyValue(int l, int T, int n_logits, KvCache& cache) {
   }
   if (rope) kernels::Rope(k, positions_.data(), T, n_kv_, head_dim_, rope_);
   for (int t = 0; t < T; ++t) {
-    kernels::StoreKvRow(k + static_cast<size_t>(t) * kv_dim, kv_dim, element, kc, slots[t]);
+    kernels::StoreKvStrided(k + static_cast<size_t>(t) * kv_dim, kv_dim, element, kc,
+                            layout.KeyIndex(slots[t], 0), layout.block_size);
   }
   if (!rope || q_rows == 0) return;
   if (last) {

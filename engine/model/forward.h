@@ -83,7 +83,7 @@ class ForwardPass {
   std::vector<float> hidden_, normed_, qkv_, q_, k_, attn_out_, proj_, gate_up_, ffn_out_;
   std::vector<int32_t> positions_;
   std::vector<TokenId> tokens_;
-  std::vector<int64_t> slots_;
+  std::vector<int64_t> slots_;  // KV cache slot of each row (KvCache::Slot)
   std::vector<int32_t> logit_rows_;
   std::vector<int32_t> logit_positions_;
   std::vector<kernels::AttentionSequence> attn_seqs_;

@@ -132,11 +132,9 @@ void PagedAttention(const float* q, const float* k_cache, const float* v_cache,
                     int n_heads, const AttentionParams& params, float* out) {
   const int hd = layout.head_dim;
   const int group = n_heads / layout.num_kv_heads;
-  auto slot_row = [&](const AttentionSequence& s, int pos, int kv_head) {
-    const int64_t slot =
-        static_cast<int64_t>(s.block_table[pos / layout.block_size]) * layout.block_size +
-        pos % layout.block_size;
-    return (slot * layout.num_kv_heads + kv_head) * hd;
+  auto slot = [&](const AttentionSequence& s, int pos) {
+    return static_cast<int64_t>(s.block_table[pos / layout.block_size]) * layout.block_size +
+           pos % layout.block_size;
   };
   for (const AttentionSequence& s : sequences) {
     for (int j = 0; j < s.num_q; ++j) {
@@ -148,9 +146,10 @@ void PagedAttention(const float* q, const float* k_cache, const float* v_cache,
         std::vector<double> scores(last + 1 - first);
         double max_score = -INFINITY;
         for (int t = first; t <= last; ++t) {
-          const float* k = k_cache + slot_row(s, t, kv);
           double dot = 0.0;
-          for (int d = 0; d < hd; ++d) dot += static_cast<double>(qh[d]) * k[d];
+          for (int d = 0; d < hd; ++d) {
+            dot += static_cast<double>(qh[d]) * k_cache[layout.KeyIndex(slot(s, t), kv * hd + d)];
+          }
           double score = dot * params.scale;
           if (params.softcap > 0) score = params.softcap * std::tanh(score / params.softcap);
           scores[t - first] = score;
@@ -162,7 +161,7 @@ void PagedAttention(const float* q, const float* k_cache, const float* v_cache,
         for (int d = 0; d < hd; ++d) {
           double acc = 0.0;
           for (int t = first; t <= last; ++t) {
-            acc += scores[t - first] * v_cache[slot_row(s, t, kv) + d];
+            acc += scores[t - first] * v_cache[layout.ValueIndex(slot(s, t)) + kv * hd + d];
           }
           o[d] = static_cast<float>(acc / denom);
         }
