@@ -72,31 +72,6 @@ QUILL_AVX512_TARGET inline float ReduceAdd512(__m512 v) {
   return _mm_cvtss_f32(d);
 }
 
-// r[i] = sum of the 16 lanes of a[i], every lane summed by the same tree whatever its slot:
-// lanes (j, j+2) within each 128-bit segment, then (j, j+1), then segments (0+1) + (2+3).
-QUILL_AVX512_TARGET inline __m512 TransposeReduce16(const __m512 a[16]) {
-  __m512 b[8];
-  for (int k = 0; k < 8; ++k) {
-    b[k] = _mm512_add_ps(_mm512_unpacklo_ps(a[2 * k], a[2 * k + 1]),
-                         _mm512_unpackhi_ps(a[2 * k], a[2 * k + 1]));
-  }
-  __m512 c[4];
-  for (int k = 0; k < 4; ++k) {
-    const __m512d x = _mm512_castps_pd(b[2 * k]);
-    const __m512d y = _mm512_castps_pd(b[2 * k + 1]);
-    c[k] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(x, y)),
-                         _mm512_castpd_ps(_mm512_unpackhi_pd(x, y)));
-  }
-  // c[k] segment s holds the sums of segment s of a[4k .. 4k+3].
-  __m512 f[2];
-  for (int k = 0; k < 2; ++k) {
-    f[k] = _mm512_add_ps(_mm512_shuffle_f32x4(c[2 * k], c[2 * k + 1], _MM_SHUFFLE(2, 0, 2, 0)),
-                         _mm512_shuffle_f32x4(c[2 * k], c[2 * k + 1], _MM_SHUFFLE(3, 1, 3, 1)));
-  }
-  return _mm512_add_ps(_mm512_shuffle_f32x4(f[0], f[1], _MM_SHUFFLE(2, 0, 2, 0)),
-                       _mm512_shuffle_f32x4(f[0], f[1], _MM_SHUFFLE(3, 1, 3, 1)));
-}
-
 // tanh(x) for 16 floats, within a few ulp: an odd Taylor polynomial through x^9 below
 // |x| = 0.25 (where 1 - 2 / (e^2|x| + 1) would cancel; the next term is < 1e-8 relative),
 // else 1 - 2 / (exp(2|x|) + 1), with the sign restored. Saturates to +-1; NaN stays NaN.
