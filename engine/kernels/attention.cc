@@ -397,7 +397,8 @@ AttendFn PickAvx512(int chunks, std::integer_sequence<int, kChunks...>) {
 // ---- Portable --------------------------------------------------------------------------
 
 // The same tiles and online softmax in scalar code; each dot product and output sum runs in
-// a fixed order, so it too is batch-invariant.
+// a fixed order, so it too is batch-invariant. Its scores are the AVX-512 path's bits (the
+// same FMA chain over head_dim); exp and tanh differ.
 template <typename KvT>
 void AttendPortable(const Item& it) {
   float scores[kTile];

@@ -49,10 +49,15 @@ QUILL_VNNI inline void Step(const uint8_t* gp, const __m512i* plane, const int8_
 }
 
 // acc[MR][32] (+)= MR rows of x against super-blocks [sb0, sb1) of one column block.
+// Meanwhile [prefetch, prefetch + prefetch_bytes) is fetched into L2, spread over the groups.
 template <QuantType T, int MR>
 QUILL_VNNI void Tile(const uint8_t* cb, int64_t sb0, int64_t sb1, const float* scales,
-                     const QBlockXView& x, float* acc, bool init) {
+                     const QBlockXView& x, float* acc, bool init, const uint8_t* prefetch,
+                     int64_t prefetch_bytes) {
   constexpr QBlockFormat f = QBlockFormatOf(T);
+  const int64_t group_count = (sb1 - sb0) * f.groups();
+  const int64_t lines_per_group = (prefetch_bytes / 64 + group_count - 1) / group_count;
+  const uint8_t* const prefetch_end = prefetch + prefetch_bytes;
   constexpr int kVecs = f.has_min ? 2 : 1;
   constexpr int kRegs = f.nibble_regs();
   __m512 acc_v[MR][2];
@@ -65,6 +70,9 @@ QUILL_VNNI void Tile(const uint8_t* cb, int64_t sb0, int64_t sb1, const float* s
     const uint8_t* groups = cb + sb * f.sb_bytes() + f.header;
     const float* sc = scales + (sb - sb0) * f.groups() * kVecs * 32;
     for (int g = 0; g < f.groups(); ++g, sc += kVecs * 32) {
+      for (int64_t l = 0; l < lines_per_group && prefetch < prefetch_end; ++l, prefetch += 64) {
+        _mm_prefetch(reinterpret_cast<const char*>(prefetch), _MM_HINT_T1);
+      }
       const uint8_t* gp = groups + g * f.group_bytes();
       const int64_t gi = sb * f.groups() + g;  // group index along k
       const int8_t* xq = x.q + gi * f.group_k;
@@ -115,9 +123,12 @@ QUILL_VNNI void Tile(const uint8_t* cb, int64_t sb0, int64_t sb1, const float* s
 // Rows [0, rows) of x against one column block; writes `cols` outputs per row. Rows go in
 // chunks of kQBlockChunkRows (accumulators on the stack) while the block's weights, a few
 // tens of KiB, stay in L1/L2: they are read from memory once per Run, not once per chunk.
+// In the first chunk of rows, the tiles fetch the next k chunk (after the last, the next
+// column block's first) into L2 as they go, so that streaming the weights from memory
+// overlaps the arithmetic instead of alternating with it.
 template <QuantType T>
 QUILL_VNNI void ColumnBlock(const uint8_t* cb, int64_t sbs, const QBlockXView& x, int rows,
-                            float* y, int64_t y_stride, int cols) {
+                            float* y, int64_t y_stride, int cols, int64_t next_bytes) {
   constexpr QBlockFormat f = QBlockFormatOf(T);
   constexpr int64_t kChunkSbs = kChunkK / f.sb_k;
   static_assert(kChunkSbs * f.groups() * (f.has_min ? 2 : 1) * 32 <= kMaxChunkScales);
@@ -128,21 +139,28 @@ QUILL_VNNI void ColumnBlock(const uint8_t* cb, int64_t sbs, const QBlockXView& x
     for (int64_t sb0 = 0; sb0 < sbs; sb0 += kChunkSbs) {
       const int64_t sb1 = std::min(sbs, sb0 + kChunkSbs);
       DecodeScales<T>(cb, sb0, sb1, scales);
-      for (int i = 0; i < chunk; i += kMR) {
+      const uint8_t* next = cb + sb1 * f.sb_bytes();
+      const int64_t fetch = r0 > 0 ? 0
+                            : sb1 < sbs
+                                ? (std::min(sbs, sb1 + kChunkSbs) - sb1) * f.sb_bytes()
+                                : std::min(next_bytes, std::min(sbs, kChunkSbs) * f.sb_bytes());
+      const int tiles = (chunk + kMR - 1) / kMR;
+      for (int i = 0, t = 0; i < chunk; i += kMR, ++t) {
         const QBlockXView xi = x.AtRow(r0 + i);
         float* a = acc + i * kQBlockCols;
+        const int64_t from = fetch * t / tiles, to = fetch * (t + 1) / tiles;
         switch (std::min(kMR, chunk - i)) {
           case 1:
-            Tile<T, 1>(cb, sb0, sb1, scales, xi, a, sb0 == 0);
+            Tile<T, 1>(cb, sb0, sb1, scales, xi, a, sb0 == 0, next + from, to - from);
             break;
           case 2:
-            Tile<T, 2>(cb, sb0, sb1, scales, xi, a, sb0 == 0);
+            Tile<T, 2>(cb, sb0, sb1, scales, xi, a, sb0 == 0, next + from, to - from);
             break;
           case 3:
-            Tile<T, 3>(cb, sb0, sb1, scales, xi, a, sb0 == 0);
+            Tile<T, 3>(cb, sb0, sb1, scales, xi, a, sb0 == 0, next + from, to - from);
             break;
           default:
-            Tile<T, 4>(cb, sb0, sb1, scales, xi, a, sb0 == 0);
+            Tile<T, 4>(cb, sb0, sb1, scales, xi, a, sb0 == 0, next + from, to - from);
             break;
         }
       }
@@ -242,8 +260,9 @@ void QBlockGemm::RunColumnBlocks(bool decode, int rows, float* y, int64_t y_stri
     const int64_t col0 = s.first_col + cb * kQBlockCols;
     const int cols = static_cast<int>(std::min<int64_t>(kQBlockCols, s.first_col + s.cols - col0));
     const QBlockColumnFn column = decode ? QBlockDecodeColumnFor(s.type) : ColumnBlockFor(s.type);
+    const int64_t next_bytes = cb + 1 < s.col_blocks ? sbs * f.sb_bytes() : 0;
     column(packed_.data() + s.packed_offset + cb * sbs * f.sb_bytes(), sbs, XViewOf(s), rows,
-           y + col0, y_stride, cols);
+           y + col0, y_stride, cols, next_bytes);
   }
 }
 

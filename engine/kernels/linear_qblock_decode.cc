@@ -128,7 +128,7 @@ QUILL_VNNI void DecodeTile(const uint8_t* cb, int64_t sbs, const QBlockXView& x,
 
 template <QuantType T>
 QUILL_VNNI void DecodeColumn(const uint8_t* cb, int64_t sbs, const QBlockXView& x, int rows,
-                             float* y, int64_t y_stride, int cols) {
+                             float* y, int64_t y_stride, int cols, int64_t /*next_bytes*/) {
   for (int i = 0; i < rows; i += kDecodeMR) {
     const QBlockXView xi = x.AtRow(i);
     float* yi = y + i * y_stride;

@@ -137,9 +137,11 @@ QUILL_VNNI inline void DecodeScales(const uint8_t* cb, int64_t sb0, int64_t sb1,
 }
 
 // One column block (`cols` <= 32 real outputs) of super-blocks [0, sbs) against `rows` rows
-// of x, y[i * y_stride + c]; the decode kernel of linear_qblock_decode.cc.
+// of x, y[i * y_stride + c]; the decode kernel of linear_qblock_decode.cc. `next_bytes`:
+// how many bytes right after the block may be prefetched (the next column block of the
+// same segment; 0 for the last one).
 using QBlockColumnFn = void (*)(const uint8_t* cb, int64_t sbs, const QBlockXView& x, int rows,
-                                float* y, int64_t y_stride, int cols);
+                                float* y, int64_t y_stride, int cols, int64_t next_bytes);
 QBlockColumnFn QBlockDecodeColumnFor(quant::QuantType type);
 
 // The instance of a per-type kernel template for `type`, or null for a type QBlockGemm does
