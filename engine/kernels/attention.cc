@@ -44,11 +44,9 @@ struct Item {
   int32_t first_key;  // the query attends to positions [first_key, num_keys)
   int32_t num_keys;
   const int32_t* block_table;
-  const void* k_cache;  // arenas of KvT (the kernel's element type), laid out as KvLayout says
+  const void* k_cache;  // arenas of KvT (the kernel's element type), laid out as `layout` says
   const void* v_cache;
-  int block_size;
-  int64_t kv_row;  // elements per slot (num_kv_heads * head_dim)
-  int head_dim;
+  KvLayout layout;
   float scale;
   float softcap;  // 0: none
 };
@@ -69,12 +67,12 @@ inline __mmask16 LaneRange(int lo, int hi) {
 // KV heads).
 template <typename KvT>
 void TileSlots(const Item& it, int t0, int count, const KvT** keys, const KvT** values) {
-  const int64_t bs = it.block_size;
+  const int bs = it.layout.block_size;
   for (int i = 0; i < count; ++i) {
     const int pos = t0 + i;
-    const int64_t block = it.block_table[pos / bs];
-    keys[i] = static_cast<const KvT*>(it.k_cache) + block * bs * it.kv_row + pos % bs;
-    values[i] = static_cast<const KvT*>(it.v_cache) + (block * bs + pos % bs) * it.kv_row;
+    const int64_t slot = int64_t{it.block_table[pos / bs]} * bs + pos % bs;
+    keys[i] = static_cast<const KvT*>(it.k_cache) + it.layout.KeyIndex(slot, 0);
+    values[i] = static_cast<const KvT*>(it.v_cache) + it.layout.ValueIndex(slot);
   }
 }
 
@@ -263,7 +261,7 @@ struct Avx512Attention {
                                            int count, int padded, __mmask16 last, const Item& it,
                                            float (*scores)[kTile], float* alpha, float* running_max,
                                            float* running_sum, float (*acc)[kChunks * 16]) {
-    KeyScores<KvT>::Scores(q, n, it.head_dim, key_cols, key_stride, skip, count, padded / 16,
+    KeyScores<KvT>::Scores(q, n, it.layout.head_dim, key_cols, key_stride, skip, count, padded / 16,
                            it.scale, it.softcap, scores + first);
     for (int j = first; j < first + n; ++j) {
       alpha[j] = Softmax(scores[j], skip, count, padded, &running_max[j], &running_sum[j]);
@@ -308,7 +306,7 @@ struct Avx512Attention {
 
   QUILL_AVX512_TARGET static void Attend(const Item& it) {
     const int num_heads = it.head_end - it.head_begin;
-    const int hd = it.head_dim;
+    const int hd = it.layout.head_dim;
     alignas(64) float scores[kMaxHeadsPerItem][kTile];
     alignas(64) float acc[kMaxHeadsPerItem][kChunks * 16];
     float running_max[kMaxHeadsPerItem];
@@ -317,7 +315,7 @@ struct Avx512Attention {
     const KvT* keys[kTile];
     const KvT* v_rows[kTile];
     const __mmask16 last = TailMask(hd - (kChunks - 1) * 16);
-    const int64_t bs = it.block_size;
+    const int64_t bs = it.layout.block_size;
     // Blocks of a multiple of 16 slots hold each group of 16 keys contiguously; other block
     // sizes have their keys gathered into the widened tile.
     const bool contiguous = bs % 16 == 0;
@@ -405,7 +403,7 @@ void AttendPortable(const Item& it) {
   const KvT* keys[kTile];
   const KvT* v_rows[kTile];
   float acc[kMaxHeadDim];
-  const int hd = it.head_dim;
+  const int hd = it.layout.head_dim;
   for (int h = it.head_begin; h < it.head_end; ++h) {
     const float* q = it.q + static_cast<int64_t>(h) * hd;
     const int64_t offset = static_cast<int64_t>(h / it.group) * hd;
@@ -418,9 +416,11 @@ void AttendPortable(const Item& it) {
       TileSlots(it, t0, count, keys, v_rows);
       float tile_max = kNegInf;
       for (int i = skip; i < count; ++i) {
-        const KvT* k = keys[i] + offset * it.block_size;
+        const KvT* k = keys[i] + offset * it.layout.block_size;
         float dot = 0.0f;
-        for (int d = 0; d < hd; ++d) dot = std::fma(q[d], KvToFloat(k[d * it.block_size]), dot);
+        for (int d = 0; d < hd; ++d) {
+          dot = std::fma(q[d], KvToFloat(k[d * it.layout.block_size]), dot);
+        }
         scores[i] = dot * it.scale;
         if (it.softcap > 0.0f) scores[i] = it.softcap * std::tanh(scores[i] / it.softcap);
         tile_max = std::max(tile_max, scores[i]);
@@ -547,9 +547,7 @@ void PagedAttention(const float* q, const void* k_cache, const void* v_cache,
     it.block_table = seq.block_table;
     it.k_cache = k_cache;
     it.v_cache = v_cache;
-    it.block_size = layout.block_size;
-    it.kv_row = static_cast<int64_t>(n_kv) * hd;
-    it.head_dim = hd;
+    it.layout = layout;
     it.scale = params.scale;
     it.softcap = params.softcap;
     attend(it);

@@ -3,6 +3,7 @@
 // Internals shared by the linear*.cc files (not part of the public contract). Tests and the
 // benchmark include it to reach the individual kernels.
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -31,6 +32,30 @@ bool ToQuantType(WeightType type, quant::QuantType* out);
 inline int64_t RoundUp(int64_t v, int64_t multiple) {
   return (v + multiple - 1) / multiple * multiple;
 }
+
+// Fetches one row tile's share of the weights the next chunk of k will read into L2, a
+// few cache lines per step of the tile's own loop: the matmuls' later row tiles reread a
+// chunk from cache, so without it a core alternates between streaming weights (first
+// tile) and arithmetic (the others) instead of overlapping them.
+class L2Prefetch {
+ public:
+  L2Prefetch() = default;
+  // Part `tile` of `tiles` of [begin, begin + bytes), over `steps` calls of Step().
+  L2Prefetch(const uint8_t* begin, int64_t bytes, int tile, int tiles, int64_t steps)
+      : next_(begin + bytes * tile / tiles), end_(begin + bytes * (tile + 1) / tiles) {
+    lines_per_step_ = ((end_ - next_) / 64 + steps - 1) / std::max<int64_t>(1, steps);
+  }
+  void Step() {
+    for (int64_t l = 0; l < lines_per_step_ && next_ < end_; ++l, next_ += 64) {
+      __builtin_prefetch(next_, /*rw=*/0, /*locality=*/2);  // prefetcht1
+    }
+  }
+
+ private:
+  const uint8_t* next_ = nullptr;
+  const uint8_t* end_ = nullptr;
+  int64_t lines_per_step_ = 0;
+};
 
 // Asks for transparent huge pages on [p, p + bytes) (2 MiB aligned p): streaming packed
 // weights through 4 KiB pages measured ~25% slower (TLB misses, prefetchers stop at pages).

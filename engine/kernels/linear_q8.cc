@@ -27,15 +27,12 @@ constexpr int kMaxRows = 4;           // x rows per register tile (6 measured no
 constexpr int64_t kChunkGroups = 32;  // 32-k groups per pass when rows need several passes
 constexpr int kMaxGroupRows = 32;
 
-// acc[MR][32] (+)= rows of x against groups [g0, g1) of one column block. Meanwhile
-// [prefetch, prefetch + prefetch_bytes) is fetched into L2, spread over the groups.
+// acc[MR][32] (+)= rows of x against groups [g0, g1) of one column block, one prefetch
+// step per group.
 template <int MR>
 QUILL_VNNI void BlockRows(const uint8_t* wb, int64_t g0, int64_t g1, const int8_t* xq, int64_t k,
                           const float* xd, const int32_t* xneg, int64_t groups, float* acc,
-                          bool init, const uint8_t* prefetch, int64_t prefetch_bytes) {
-  const int64_t lines_per_group =
-      (prefetch_bytes / 64 + (g1 - g0) - 1) / std::max<int64_t>(1, g1 - g0);
-  const uint8_t* const prefetch_end = prefetch + prefetch_bytes;
+                          bool init, L2Prefetch prefetch) {
   __m512 f[MR][2];
 #pragma GCC unroll 8
   for (int i = 0; i < MR; ++i)
@@ -44,9 +41,7 @@ QUILL_VNNI void BlockRows(const uint8_t* wb, int64_t g0, int64_t g1, const int8_
       f[i][j] = init ? _mm512_setzero_ps() : _mm512_loadu_ps(acc + i * kQ8BlockCols + 16 * j);
   const uint8_t* wp = wb + g0 * kQ8GroupBytes;
   for (int64_t g = g0; g < g1; ++g, wp += kQ8GroupBytes) {
-    for (int64_t l = 0; l < lines_per_group && prefetch < prefetch_end; ++l, prefetch += 64) {
-      _mm_prefetch(reinterpret_cast<const char*>(prefetch), _MM_HINT_T1);
-    }
+    prefetch.Step();
     __m512i s[MR][2];
 #pragma GCC unroll 8
     for (int i = 0; i < MR; ++i) s[i][0] = s[i][1] = _mm512_set1_epi32(xneg[i * groups + g]);
@@ -82,7 +77,7 @@ QUILL_VNNI void BlockRows(const uint8_t* wb, int64_t g0, int64_t g1, const int8_
 }
 
 using BlockRowsFn = void (*)(const uint8_t*, int64_t, int64_t, const int8_t*, int64_t, const float*,
-                             const int32_t*, int64_t, float*, bool, const uint8_t*, int64_t);
+                             const int32_t*, int64_t, float*, bool, L2Prefetch);
 constexpr BlockRowsFn kBlockRows[kMaxRows + 1] = {nullptr, BlockRows<1>, BlockRows<2>, BlockRows<3>,
                                                   BlockRows<4>};
 
@@ -188,25 +183,20 @@ void Q8Gemv::Run(const float* x, int m, float* y, int64_t y_stride) {
       const float* xd = xd_all + i0 * groups;
       const int32_t* xneg = xneg_all + i0 * groups;
       if (rows <= kMaxRows) {
-        kBlockRows[rows](wb, 0, groups, xq, k_, xd, xneg, groups, acc, true, nullptr, 0);
+        kBlockRows[rows](wb, 0, groups, xq, k_, xd, xneg, groups, acc, true, L2Prefetch());
       } else {
-        // Each chunk of groups would be read from memory by its first row tile and from
-        // cache by the others: instead the tiles fetch the next chunk (after the last one,
-        // the next column block's first) into L2 as they go, so that streaming the weights
-        // overlaps the arithmetic instead of alternating with it.
+        // The row tiles of each chunk prefetch the next chunk's bytes (past a column
+        // block's last chunk, the next block's first groups).
         const int tiles = (rows + kMaxRows - 1) / kMaxRows;
         for (int64_t g0 = 0; g0 < groups; g0 += kChunkGroups) {
           const int64_t g1 = std::min(groups, g0 + kChunkGroups);
           const uint8_t* next = wb + g1 * kQ8GroupBytes;
-          const int64_t next_bytes = std::min<int64_t>(
-              w_end - next, (g1 < groups ? std::min(groups, g1 + kChunkGroups) - g1
-                                         : std::min(groups, kChunkGroups)) *
-                                kQ8GroupBytes);
+          const int64_t next_bytes = std::min<int64_t>(kChunkGroups * kQ8GroupBytes, w_end - next);
           for (int i = 0, t = 0; i < rows; i += kMaxRows, ++t) {
             const int mr = std::min(kMaxRows, rows - i);
-            const int64_t from = next_bytes * t / tiles, to = next_bytes * (t + 1) / tiles;
             kBlockRows[mr](wb, g0, g1, xq + i * k_, k_, xd + i * groups, xneg + i * groups, groups,
-                           acc + i * kQ8BlockCols, g0 == 0, next + from, to - from);
+                           acc + i * kQ8BlockCols, g0 == 0,
+                           L2Prefetch(next, next_bytes, t, tiles, g1 - g0));
           }
         }
       }

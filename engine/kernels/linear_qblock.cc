@@ -48,16 +48,12 @@ QUILL_VNNI inline void Step(const uint8_t* gp, const __m512i* plane, const int8_
   }
 }
 
-// acc[MR][32] (+)= MR rows of x against super-blocks [sb0, sb1) of one column block.
-// Meanwhile [prefetch, prefetch + prefetch_bytes) is fetched into L2, spread over the groups.
+// acc[MR][32] (+)= MR rows of x against super-blocks [sb0, sb1) of one column block, one
+// prefetch step per group.
 template <QuantType T, int MR>
 QUILL_VNNI void Tile(const uint8_t* cb, int64_t sb0, int64_t sb1, const float* scales,
-                     const QBlockXView& x, float* acc, bool init, const uint8_t* prefetch,
-                     int64_t prefetch_bytes) {
+                     const QBlockXView& x, float* acc, bool init, L2Prefetch prefetch) {
   constexpr QBlockFormat f = QBlockFormatOf(T);
-  const int64_t group_count = (sb1 - sb0) * f.groups();
-  const int64_t lines_per_group = (prefetch_bytes / 64 + group_count - 1) / group_count;
-  const uint8_t* const prefetch_end = prefetch + prefetch_bytes;
   constexpr int kVecs = f.has_min ? 2 : 1;
   constexpr int kRegs = f.nibble_regs();
   __m512 acc_v[MR][2];
@@ -70,9 +66,7 @@ QUILL_VNNI void Tile(const uint8_t* cb, int64_t sb0, int64_t sb1, const float* s
     const uint8_t* groups = cb + sb * f.sb_bytes() + f.header;
     const float* sc = scales + (sb - sb0) * f.groups() * kVecs * 32;
     for (int g = 0; g < f.groups(); ++g, sc += kVecs * 32) {
-      for (int64_t l = 0; l < lines_per_group && prefetch < prefetch_end; ++l, prefetch += 64) {
-        _mm_prefetch(reinterpret_cast<const char*>(prefetch), _MM_HINT_T1);
-      }
+      prefetch.Step();
       const uint8_t* gp = groups + g * f.group_bytes();
       const int64_t gi = sb * f.groups() + g;  // group index along k
       const int8_t* xq = x.q + gi * f.group_k;
@@ -123,9 +117,8 @@ QUILL_VNNI void Tile(const uint8_t* cb, int64_t sb0, int64_t sb1, const float* s
 // Rows [0, rows) of x against one column block; writes `cols` outputs per row. Rows go in
 // chunks of kQBlockChunkRows (accumulators on the stack) while the block's weights, a few
 // tens of KiB, stay in L1/L2: they are read from memory once per Run, not once per chunk.
-// In the first chunk of rows, the tiles fetch the next k chunk (after the last, the next
-// column block's first) into L2 as they go, so that streaming the weights from memory
-// overlaps the arithmetic instead of alternating with it.
+// In the first chunk of rows, the tiles prefetch the next k chunk's bytes (past the last,
+// the next column block's first super-blocks; L2Prefetch says why).
 template <QuantType T>
 QUILL_VNNI void ColumnBlock(const uint8_t* cb, int64_t sbs, const QBlockXView& x, int rows,
                             float* y, int64_t y_stride, int cols, int64_t next_bytes) {
@@ -140,27 +133,25 @@ QUILL_VNNI void ColumnBlock(const uint8_t* cb, int64_t sbs, const QBlockXView& x
       const int64_t sb1 = std::min(sbs, sb0 + kChunkSbs);
       DecodeScales<T>(cb, sb0, sb1, scales);
       const uint8_t* next = cb + sb1 * f.sb_bytes();
-      const int64_t fetch = r0 > 0 ? 0
-                            : sb1 < sbs
-                                ? (std::min(sbs, sb1 + kChunkSbs) - sb1) * f.sb_bytes()
-                                : std::min(next_bytes, std::min(sbs, kChunkSbs) * f.sb_bytes());
+      const int64_t after = (sbs - sb1) * f.sb_bytes() + next_bytes;  // readable past sb1
+      const int64_t fetch = r0 > 0 ? 0 : std::min(kChunkSbs * f.sb_bytes(), after);
       const int tiles = (chunk + kMR - 1) / kMR;
       for (int i = 0, t = 0; i < chunk; i += kMR, ++t) {
         const QBlockXView xi = x.AtRow(r0 + i);
         float* a = acc + i * kQBlockCols;
-        const int64_t from = fetch * t / tiles, to = fetch * (t + 1) / tiles;
+        const L2Prefetch prefetch(next, fetch, t, tiles, (sb1 - sb0) * f.groups());
         switch (std::min(kMR, chunk - i)) {
           case 1:
-            Tile<T, 1>(cb, sb0, sb1, scales, xi, a, sb0 == 0, next + from, to - from);
+            Tile<T, 1>(cb, sb0, sb1, scales, xi, a, sb0 == 0, prefetch);
             break;
           case 2:
-            Tile<T, 2>(cb, sb0, sb1, scales, xi, a, sb0 == 0, next + from, to - from);
+            Tile<T, 2>(cb, sb0, sb1, scales, xi, a, sb0 == 0, prefetch);
             break;
           case 3:
-            Tile<T, 3>(cb, sb0, sb1, scales, xi, a, sb0 == 0, next + from, to - from);
+            Tile<T, 3>(cb, sb0, sb1, scales, xi, a, sb0 == 0, prefetch);
             break;
           default:
-            Tile<T, 4>(cb, sb0, sb1, scales, xi, a, sb0 == 0, next + from, to - from);
+            Tile<T, 4>(cb, sb0, sb1, scales, xi, a, sb0 == 0, prefetch);
             break;
         }
       }
