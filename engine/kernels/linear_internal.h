@@ -57,6 +57,26 @@ class L2Prefetch {
   int64_t lines_per_step_ = 0;
 };
 
+// Prefetches a weight stream that a decode kernel reads once per step, kAheadBytes in
+// front of the reader and every line of it, non-temporally (locality 0: the lines need not
+// stay in L2). Measurements in linear_qblock_decode.cc.
+class StreamPrefetch {
+ public:
+  static constexpr int kAheadBytes = 4096;
+  StreamPrefetch() = default;  // prefetches nothing
+  explicit StreamPrefetch(const uint8_t* begin) : next_(begin + kAheadBytes) {}
+  // The reader is about to consume the stream up to `end`.
+  void Through(const uint8_t* end) {
+    if (next_ == nullptr) return;
+    for (const uint8_t* ahead = end + kAheadBytes; next_ < ahead; next_ += 64) {
+      __builtin_prefetch(next_, /*rw=*/0, /*locality=*/0);  // prefetchnta
+    }
+  }
+
+ private:
+  const uint8_t* next_ = nullptr;
+};
+
 // Asks for transparent huge pages on [p, p + bytes) (2 MiB aligned p): streaming packed
 // weights through 4 KiB pages measured ~25% slower (TLB misses, prefetchers stop at pages).
 void AdviseHugePages(void* p, size_t bytes);

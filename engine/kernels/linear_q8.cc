@@ -28,11 +28,12 @@ constexpr int64_t kChunkGroups = 32;  // 32-k groups per pass when rows need sev
 constexpr int kMaxGroupRows = 32;
 
 // acc[MR][32] (+)= rows of x against groups [g0, g1) of one column block, one prefetch
-// step per group.
+// step per group: `prefetch` (the tiled rows) fetches the next chunk into L2, `stream` (the
+// few rows of a decode step, one pass over the weights) the weights ahead of this one.
 template <int MR>
 QUILL_VNNI void BlockRows(const uint8_t* wb, int64_t g0, int64_t g1, const int8_t* xq, int64_t k,
                           const float* xd, const int32_t* xneg, int64_t groups, float* acc,
-                          bool init, L2Prefetch prefetch) {
+                          bool init, L2Prefetch prefetch, StreamPrefetch stream) {
   __m512 f[MR][2];
 #pragma GCC unroll 8
   for (int i = 0; i < MR; ++i)
@@ -42,6 +43,7 @@ QUILL_VNNI void BlockRows(const uint8_t* wb, int64_t g0, int64_t g1, const int8_
   const uint8_t* wp = wb + g0 * kQ8GroupBytes;
   for (int64_t g = g0; g < g1; ++g, wp += kQ8GroupBytes) {
     prefetch.Step();
+    stream.Through(wp + kQ8GroupBytes);
     __m512i s[MR][2];
 #pragma GCC unroll 8
     for (int i = 0; i < MR; ++i) s[i][0] = s[i][1] = _mm512_set1_epi32(xneg[i * groups + g]);
@@ -77,7 +79,7 @@ QUILL_VNNI void BlockRows(const uint8_t* wb, int64_t g0, int64_t g1, const int8_
 }
 
 using BlockRowsFn = void (*)(const uint8_t*, int64_t, int64_t, const int8_t*, int64_t, const float*,
-                             const int32_t*, int64_t, float*, bool, L2Prefetch);
+                             const int32_t*, int64_t, float*, bool, L2Prefetch, StreamPrefetch);
 constexpr BlockRowsFn kBlockRows[kMaxRows + 1] = {nullptr, BlockRows<1>, BlockRows<2>, BlockRows<3>,
                                                   BlockRows<4>};
 
@@ -183,7 +185,8 @@ void Q8Gemv::Run(const float* x, int m, float* y, int64_t y_stride) {
       const float* xd = xd_all + i0 * groups;
       const int32_t* xneg = xneg_all + i0 * groups;
       if (rows <= kMaxRows) {
-        kBlockRows[rows](wb, 0, groups, xq, k_, xd, xneg, groups, acc, true, L2Prefetch());
+        kBlockRows[rows](wb, 0, groups, xq, k_, xd, xneg, groups, acc, true, L2Prefetch(),
+                         StreamPrefetch(wb));
       } else {
         // The row tiles of each chunk prefetch the next chunk's bytes (past a column
         // block's last chunk, the next block's first groups).
@@ -196,7 +199,7 @@ void Q8Gemv::Run(const float* x, int m, float* y, int64_t y_stride) {
             const int mr = std::min(kMaxRows, rows - i);
             kBlockRows[mr](wb, g0, g1, xq + i * k_, k_, xd + i * groups, xneg + i * groups, groups,
                            acc + i * kQ8BlockCols, g0 == 0,
-                           L2Prefetch(next, next_bytes, t, tiles, g1 - g0));
+                           L2Prefetch(next, next_bytes, t, tiles, g1 - g0), StreamPrefetch());
           }
         }
       }

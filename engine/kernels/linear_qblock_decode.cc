@@ -23,10 +23,14 @@ namespace {
 using quant::QuantType;
 
 constexpr int kDecodeMR = 4;  // rows per register tile
-// Bytes ahead of the current group that the loop asks to have in L1 (one prefetch per
-// line): with the hardware prefetcher alone a core streamed ~19 GB/s, ~28 GB/s with this
-// (1024: ~23; 8192 and 16384 no better; _MM_HINT_T1 worse) in quill-linear-qblock-bench.
-constexpr int kPrefetchBytes = 4096;
+// The weight stream is prefetched by StreamPrefetch: every line of it, headers included (the
+// Q4_K header is 9 of a super-block's 73 lines, Q4_0's 1 of 5), 4 KiB ahead, non-temporally.
+// Intel Xeon (stop 15, T0, group lines only): hardware prefetcher alone ~19 GB/s per core,
+// ~28 with this (1024: ~23; 8192 and 16384 no better; T1 worse). AMD EPYC Zen 5: covering
+// the header lines made the matmuls 5-16% faster (quill-linear-qblock-bench, 2 threads),
+// quill-bench tg64 Q4_K_M median 64.5 -> 74.6 t/s (alternated 8 times); T0 and NTA within
+// 5% of each other, NTA ahead end to end; T1 (16-32 KiB ahead) 15-20% slower; 3072, 5120,
+// 6144 and 8192 bytes no better.
 
 // Nibble register R of a group (k-quads 2R and 2R + 1) for both column halves: even quads
 // into lo, odd quads into hi (4-bit types: 16x the value).
@@ -67,14 +71,14 @@ QUILL_VNNI void DecodeTile(const uint8_t* cb, int64_t sbs, const QBlockXView& x,
   __m512 acc[MR][2];
 #pragma GCC unroll 4
   for (int i = 0; i < MR; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+  StreamPrefetch stream(cb);
   for (int64_t sb = 0; sb < sbs; ++sb) {
     DecodeScales<T>(cb, sb, sb + 1, scales);
     const uint8_t* groups = cb + sb * f.sb_bytes() + f.header;
     const float* sc = scales;
     for (int g = 0; g < f.groups(); ++g, sc += kVecs * 32) {
       const uint8_t* gp = groups + g * f.group_bytes();
-      for (int b = 0; b < f.group_bytes(); b += 64)
-        _mm_prefetch(reinterpret_cast<const char*>(gp + kPrefetchBytes + b), _MM_HINT_T0);
+      stream.Through(gp + f.group_bytes());
       const int64_t gi = sb * f.groups() + g;  // group index along k
       const int8_t* xq = x.q + gi * f.group_k;
       __m512i lo[MR][2], hi[MR][2];
