@@ -559,7 +559,13 @@ bool Engine::Impl::Step() {
   input.max_prefill_tokens = PrefillTokenLimit(decoders, drafts);
   PlanStep(input, planner_options_, &plan_);
   Admit(start);
-  if (plan_.entries.empty()) return plan_.num_admitted > 0;
+  if (plan_.entries.empty()) {
+    // Nothing to run (every running request is paused), but arrivals and admissions still
+    // change the gauges: without this, a request waiting behind paused ones went unseen.
+    const EngineGauges gauges = PublishGauges();
+    if (observer_ != nullptr) observer_->OnGauges(gauges);
+    return plan_.num_admitted > 0;
+  }
 
   batch_.clear();
   for (const PlannedEntry& e : plan_.entries) {

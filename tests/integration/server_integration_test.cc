@@ -338,12 +338,57 @@ TEST_F(ServerTest, DeadlineExceeded) {
   EXPECT_EQ(Metric(*after, "quill_kv_cache_blocks_used"), 0.0);
 }
 
+// Holds the whole KV cache of a server made with kOneLongRequestOfKv: a long request whose
+// client never reads, so the server pauses it after a few tokens and it keeps its blocks
+// until cancelled. Whatever comes next must wait for KV blocks, however fast the machine is.
+// kjv-1m: 2 * 4 layers * 2 kv heads * 32 dims * 4 bytes = 2 KiB per token, 32 KiB per
+// 16-token block: 512 KiB is 16 blocks = 256 tokens, one long request at a time.
+constexpr size_t kOneLongRequestOfKv = 512 << 10;
+class KvHog {
+ public:
+  KvHog(const server::Server& server, const v1::GenerateRequest& long_request)
+      : channel_(TinyWindowChannel(server.address())),
+        stub_(v1::Generator::NewStub(channel_)) {
+    v1::GenerateRequest r = long_request;
+    r.set_logprobs(20);  // messages of a few hundred bytes fill the tiny window at once
+    call_.context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(60)));
+    call_.reader = stub_->Generate(&call_.context, r);
+  }
+  // True once the server has paused the request (false after 10 s).
+  bool WaitUntilPaused(server::Server& server) const {
+    const absl::Time deadline = absl::Now() + absl::Seconds(10);
+    while (server.engine().gauges().requests_paused != 1) {
+      if (absl::Now() >= deadline) return false;
+      absl::SleepFor(absl::Milliseconds(1));
+    }
+    return true;
+  }
+  ~KvHog() {
+    call_.context.TryCancel();
+    int tokens = 0;
+    call_.Drain(&tokens);
+  }
+
+ private:
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::Generator::Stub> stub_;
+  NeverRead call_;
+};
+
+// Waits until the engine reports `count` requests waiting; false after 10 s.
+bool WaitForWaiting(server::Server& server, int count) {
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (server.engine().gauges().requests_waiting != count) {
+    if (absl::Now() >= deadline) return false;
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  return true;
+}
+
 TEST(ServerQueueTest, FullQueueIsResourceExhaustedAtOnce) {
   if (ModelPath().empty()) GTEST_SKIP() << "shared assets not found (QUILL_SHARED_DIR)";
   server::ServerOptions options = TestOptions();
-  // kjv-1m: 2 * 4 layers * 2 kv heads * 32 dims * 4 bytes = 2 KiB per token, 32 KiB per
-  // 16-token block: 512 KiB is 16 blocks = 256 tokens, one long request at a time.
-  options.engine.kv_cache_bytes = 512 << 10;
+  options.engine.kv_cache_bytes = kOneLongRequestOfKv;
   options.engine.max_queue = 2;
   absl::StatusOr<std::unique_ptr<server::Server>> server = server::Server::Create(options);
   ASSERT_TRUE(server.ok()) << server.status();
@@ -351,32 +396,27 @@ TEST(ServerQueueTest, FullQueueIsResourceExhaustedAtOnce) {
 
   v1::GenerateRequest long_request = TextRequest("In the beginning", 240);
   long_request.set_ignore_eos(true);
-  std::vector<client::GenerateCall> calls(3);
-  std::vector<Stream> streams(3);
-  absl::Notification first_token;
+  std::vector<client::GenerateCall> calls(2);
   std::vector<std::thread> threads;
-  threads.emplace_back([&] {
-    streams[0] = Collect(*client, long_request, absl::Seconds(60), &calls[0], [&](const Stream& s) {
-      if (s.messages == 1) first_token.Notify();
-    });
-  });
-  first_token.WaitForNotification();
-  for (int i = 1; i < 3; ++i) {
-    threads.emplace_back([&, i] { streams[i] = Collect(*client, long_request, absl::Seconds(60), &calls[i]); });
+  {
+    const KvHog hog(**server, long_request);
+    EXPECT_TRUE(hog.WaitUntilPaused(**server));
+    for (int i = 0; i < 2; ++i) {
+      threads.emplace_back([&, i] { Collect(*client, long_request, absl::Seconds(60), &calls[i]); });
+    }
+    // Both wait for KV blocks (the queue is now full), and /metrics says so although the
+    // engine has nothing to run...
+    EXPECT_TRUE(WaitForWaiting(**server, 2));
+    const PromText held = ScrapeMetrics((*server)->metrics_port()).value_or(PromText());
+    EXPECT_EQ(Metric(held, "quill_requests_waiting"), 2.0);
+    // ...so one more is refused immediately.
+    const absl::Time start = absl::Now();
+    const Stream refused = Collect(*client, TextRequest("Hear, O Israel", 4));
+    EXPECT_EQ(refused.status.code(), absl::StatusCode::kResourceExhausted) << refused.status;
+    EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+    EXPECT_EQ(refused.messages, 0);
+    for (client::GenerateCall& call : calls) call.Cancel();
   }
-  // Both wait for KV blocks (the queue is now full)...
-  const absl::Time deadline = absl::Now() + absl::Seconds(10);
-  while ((*server)->engine().gauges().requests_waiting < 2 && absl::Now() < deadline) {
-    absl::SleepFor(absl::Milliseconds(1));
-  }
-  ASSERT_EQ((*server)->engine().gauges().requests_waiting, 2);
-  // ...so one more is refused immediately.
-  const absl::Time start = absl::Now();
-  const Stream refused = Collect(*client, TextRequest("Hear, O Israel", 4));
-  EXPECT_EQ(refused.status.code(), absl::StatusCode::kResourceExhausted) << refused.status;
-  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
-  EXPECT_EQ(refused.messages, 0);
-  for (client::GenerateCall& call : calls) call.Cancel();
   for (std::thread& t : threads) t.join();
   absl::StatusOr<PromText> text = ScrapeMetrics((*server)->metrics_port());
   ASSERT_TRUE(text.ok());
@@ -414,8 +454,11 @@ TEST(ServerAdmissionTest, BurstOfRunSlotsPlusQueueIsAllAdmitted) {
     EXPECT_TRUE(streams[i].status.ok()) << i << ": " << streams[i].status;
     EXPECT_EQ(streams[i].ids.size(), 48u) << i;
   }
-  absl::StatusOr<PromText> text = ScrapeMetrics((*server)->metrics_port());
-  ASSERT_TRUE(text.ok());
+  // The handler counts the outcome after the client has its last message, so wait for it.
+  absl::StatusOr<PromText> text = ScrapeUntil((*server)->metrics_port(), [&](const PromText& t) {
+    return t.Value("quill_requests_total", {{"api", "grpc"}, {"outcome", "length"}}) == kBurst;
+  });
+  ASSERT_TRUE(text.ok()) << text.status();
   EXPECT_EQ(Metric(*text, "quill_requests_total", {{"api", "grpc"}, {"outcome", "length"}}),
             kBurst);
   EXPECT_EQ(Metric(*text, "quill_requests_total", {{"api", "grpc"}, {"outcome", "rejected"}}), 0.0);
@@ -426,6 +469,7 @@ TEST(ServerAdmissionTest, BurstOfRunSlotsPlusQueueIsAllAdmitted) {
 TEST(ServerAdmissionTest, FullQueueRefusalCarriesRetryPushback) {
   if (ModelPath().empty()) GTEST_SKIP() << "shared assets not found (QUILL_SHARED_DIR)";
   server::ServerOptions options = TestOptions();
+  options.engine.kv_cache_bytes = kOneLongRequestOfKv;
   options.engine.max_running = 1;
   options.engine.max_queue = 1;
   absl::StatusOr<std::unique_ptr<server::Server>> server = server::Server::Create(options);
@@ -438,42 +482,38 @@ TEST(ServerAdmissionTest, FullQueueRefusalCarriesRetryPushback) {
 
   v1::GenerateRequest long_request = TextRequest("In the beginning", 240);
   long_request.set_ignore_eos(true);
-  std::vector<client::GenerateCall> calls(2);
-  absl::Notification first_token;
-  std::vector<std::thread> threads;
-  threads.emplace_back([&] {
-    Collect(*client, long_request, absl::Seconds(60), &calls[0], [&](const Stream& s) {
-      if (s.messages == 1) first_token.Notify();
-    });
-  });
-  first_token.WaitForNotification();
-  threads.emplace_back([&] { Collect(*client, long_request, absl::Seconds(60), &calls[1]); });
-  const absl::Time deadline = absl::Now() + absl::Seconds(10);
-  while ((*server)->engine().gauges().requests_waiting < 1 && absl::Now() < deadline) {
-    absl::SleepFor(absl::Milliseconds(1));
-  }
-  ASSERT_EQ((*server)->engine().gauges().requests_waiting, 1);
+  client::GenerateCall queued_call;
+  std::thread queued;
+  {
+    const KvHog hog(**server, long_request);
+    EXPECT_TRUE(hog.WaitUntilPaused(**server));
+    queued = std::thread([&] { Collect(*client, long_request, absl::Seconds(60), &queued_call); });
+    EXPECT_TRUE(WaitForWaiting(**server, 1));
 
-  // One slot running, one request queued: the next is refused, with a pushback trailer.
-  std::unique_ptr<v1::Generator::Stub> stub = v1::Generator::NewStub(client->channel());
-  grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
-  std::unique_ptr<grpc::ClientReader<v1::GenerateResponse>> reader =
-      stub->Generate(&context, TextRequest("Hear, O Israel", 4));
-  v1::GenerateResponse response;
-  EXPECT_FALSE(reader->Read(&response));
-  const grpc::Status status = reader->Finish();
-  EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << status.error_message();
-  EXPECT_THAT(status.error_message(), HasSubstr("retry in about"));
-  const auto& trailers = context.GetServerTrailingMetadata();
-  auto it = trailers.find("grpc-retry-pushback-ms");
-  ASSERT_NE(it, trailers.end());
-  int64_t ms = -1;
-  ASSERT_TRUE(absl::SimpleAtoi(absl::string_view(it->second.data(), it->second.size()), &ms));
-  EXPECT_GE(ms, 100);
-  EXPECT_LE(ms, 30000);
-  for (client::GenerateCall& call : calls) call.Cancel();
-  for (std::thread& t : threads) t.join();
+    // The KV cache held, one request queued: the next is refused, with a pushback trailer.
+    std::unique_ptr<v1::Generator::Stub> stub = v1::Generator::NewStub(client->channel());
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+    std::unique_ptr<grpc::ClientReader<v1::GenerateResponse>> reader =
+        stub->Generate(&context, TextRequest("Hear, O Israel", 4));
+    v1::GenerateResponse response;
+    EXPECT_FALSE(reader->Read(&response));
+    const grpc::Status status = reader->Finish();
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << status.error_message();
+    EXPECT_THAT(status.error_message(), HasSubstr("retry in about"));
+    const auto& trailers = context.GetServerTrailingMetadata();
+    auto it = trailers.find("grpc-retry-pushback-ms");
+    int64_t ms = -1;
+    if (it != trailers.end()) {
+      EXPECT_TRUE(absl::SimpleAtoi(absl::string_view(it->second.data(), it->second.size()), &ms));
+    } else {
+      ADD_FAILURE() << "no grpc-retry-pushback-ms trailer";
+    }
+    EXPECT_GE(ms, 100);
+    EXPECT_LE(ms, 30000);
+    queued_call.Cancel();
+  }
+  queued.join();
 }
 
 // Issue 10, item 5: with the measured rates, a request whose deadline cannot cover its

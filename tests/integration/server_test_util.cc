@@ -65,6 +65,20 @@ Stream Collect(client::QuillClient& client, const quill::v1::GenerateRequest& re
   return stream;
 }
 
+std::shared_ptr<grpc::Channel> TinyWindowChannel(const std::string& address) {
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+  args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 1024);
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);  // its own connection
+  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+}
+
+grpc::Status NeverRead::Drain(int* tokens) {
+  quill::v1::GenerateResponse response;
+  while (reader->Read(&response)) *tokens += response.token_ids_size();
+  return reader->Finish();
+}
+
 quill::v1::ChatRequest ChatRequestOf(
     const std::vector<std::pair<std::string, std::string>>& messages, int max_tokens) {
   quill::v1::ChatRequest r;

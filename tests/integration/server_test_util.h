@@ -4,6 +4,7 @@
 // running quill-run, polling /metrics.
 
 #include <functional>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -12,6 +13,8 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "client/quill_client.h"
+#include "grpcpp/grpcpp.h"
+#include "quill/v1/quill.grpc.pb.h"
 #include "quill/v1/quill.pb.h"
 #include "tests/testing/prometheus_text.h"
 
@@ -34,6 +37,22 @@ struct Stream {
 Stream Collect(client::QuillClient& client, const quill::v1::GenerateRequest& request,
                absl::Duration timeout = absl::Seconds(60), client::GenerateCall* call = nullptr,
                const std::function<void(const Stream&)>& on_message = nullptr);
+
+// A channel whose streams get a tiny HTTP/2 receive window (and a connection of its own), so
+// that a stream nobody reads stops the server's writes after a few messages instead of after
+// the default 64 KiB. With logprobs on, the server then pauses the request in the engine,
+// where it keeps its KV blocks (reserved for prompt + max_tokens) until it is cancelled or
+// stalls out: a test can hold the KV cache full for as long as it needs.
+std::shared_ptr<grpc::Channel> TinyWindowChannel(const std::string& address);
+
+// One Generate call whose messages are never read (until Drain).
+struct NeverRead {
+  grpc::ClientContext context;
+  std::unique_ptr<grpc::ClientReader<quill::v1::GenerateResponse>> reader;
+
+  // Reads what is left, adding the tokens to *tokens, and returns the status.
+  grpc::Status Drain(int* tokens);
+};
 
 // A Chat request of (role, content) pairs.
 quill::v1::ChatRequest ChatRequestOf(

@@ -30,29 +30,6 @@ constexpr int kSlowStreams = 20;
 constexpr int kSlowTokens = 240;  // kjv-1m's context is 256
 constexpr absl::Duration kStallTimeout = absl::Seconds(3);
 
-// A channel whose streams get a tiny HTTP/2 receive window, so that a stream nobody reads
-// stops the server's writes after a few messages (instead of after the default 64 KiB).
-std::shared_ptr<grpc::Channel> TinyWindowChannel(const std::string& address) {
-  grpc::ChannelArguments args;
-  args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
-  args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 1024);
-  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);  // its own connection
-  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
-}
-
-// One Generate call whose messages are never read (until Drain).
-struct NeverRead {
-  grpc::ClientContext context;
-  std::unique_ptr<grpc::ClientReader<v1::GenerateResponse>> reader;
-
-  // Reads what is left and the status.
-  grpc::Status Drain(int* tokens) {
-    v1::GenerateResponse response;
-    while (reader->Read(&response)) *tokens += response.token_ids_size();
-    return reader->Finish();
-  }
-};
-
 TEST(SlowReaderTest, NeverReadingStreamsArePausedThenEndStalledAndOthersAreServed) {
   if (SharedModelPath("kjv-1m.gguf").empty()) GTEST_SKIP() << "shared assets not found";
   server::ServerOptions options;
