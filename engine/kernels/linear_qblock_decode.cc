@@ -24,7 +24,8 @@ using quant::QuantType;
 
 constexpr int kDecodeMR = 4;  // rows per register tile
 // The weight stream is prefetched by StreamPrefetch: every line of it, headers included (the
-// Q4_K header is 9 of a super-block's 73 lines, Q4_0's 1 of 5), 4 KiB ahead, non-temporally.
+// Q4_K header is 8 of a super-block's 72 lines per column block, Q4_0's 1 of 9), 4 KiB
+// ahead, non-temporally.
 // Intel Xeon (stop 15, T0, group lines only): hardware prefetcher alone ~19 GB/s per core,
 // ~28 with this (1024: ~23; 8192 and 16384 no better; T1 worse). AMD EPYC Zen 5: covering
 // the header lines made the matmuls 5-16% faster (quill-linear-qblock-bench, 2 threads),
