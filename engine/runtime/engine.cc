@@ -211,6 +211,9 @@ class Engine::Impl {
   // The one place a request ends: KV blocks back, id reusable, sink and observer told.
   void FinishSequence(Sequence& seq, absl::Time now);
   EngineGauges PublishGauges();
+  // Publishes the gauges and tells the observer: for changes no forward step reports
+  // (OnStep carries the gauges of the steps that run).
+  void ReportGauges();
   // Adds `busy` engine time to the rate window and publishes the rates once it is long
   // enough to mean something.
   void MeasureRates(absl::Duration busy);
@@ -403,11 +406,8 @@ void Engine::Impl::Run() {
       MarkAll(FinishReason::kShutdown, absl::UnavailableError("server shutting down"));
     }
     const int finished = FinishMarked(now);
-    if (finished > 0 || (running_.empty() && !has_waiting())) {
-      // The step below may plan nothing (all paused), so report this change here.
-      const EngineGauges gauges = PublishGauges();
-      if (finished > 0 && observer_ != nullptr) observer_->OnGauges(gauges);
-    }
+    // Ends are reported at once, not after the next step (which may take a while).
+    if (finished > 0 || (running_.empty() && !has_waiting())) ReportGauges();
     if (running_.empty() && !has_waiting()) {
       if (drained.closed) break;  // nothing left to drain
       stalled = false;
@@ -562,8 +562,7 @@ bool Engine::Impl::Step() {
   if (plan_.entries.empty()) {
     // Nothing to run (every running request is paused), but arrivals and admissions still
     // change the gauges: without this, a request waiting behind paused ones went unseen.
-    const EngineGauges gauges = PublishGauges();
-    if (observer_ != nullptr) observer_->OnGauges(gauges);
+    ReportGauges();
     return plan_.num_admitted > 0;
   }
 
@@ -882,6 +881,11 @@ EngineGauges Engine::Impl::PublishGauges() {
   gauge_kv_blocks_used_.store(kv_->num_used_blocks(), std::memory_order_relaxed);
   gauge_kv_blocks_cached_.store(kv_->num_cached_blocks(), std::memory_order_relaxed);
   return gauges();
+}
+
+void Engine::Impl::ReportGauges() {
+  const EngineGauges gauges = PublishGauges();
+  if (observer_ != nullptr) observer_->OnGauges(gauges);
 }
 
 // ---------------------------------------------------------------------------------------

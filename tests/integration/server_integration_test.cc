@@ -349,19 +349,7 @@ class KvHog {
   KvHog(const server::Server& server, const v1::GenerateRequest& long_request)
       : channel_(TinyWindowChannel(server.address())),
         stub_(v1::Generator::NewStub(channel_)) {
-    v1::GenerateRequest r = long_request;
-    r.set_logprobs(20);  // messages of a few hundred bytes fill the tiny window at once
-    call_.context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(60)));
-    call_.reader = stub_->Generate(&call_.context, r);
-  }
-  // True once the server has paused the request (false after 10 s).
-  bool WaitUntilPaused(server::Server& server) const {
-    const absl::Time deadline = absl::Now() + absl::Seconds(10);
-    while (server.engine().gauges().requests_paused != 1) {
-      if (absl::Now() >= deadline) return false;
-      absl::SleepFor(absl::Milliseconds(1));
-    }
-    return true;
+    call_.Start(*stub_, long_request);
   }
   ~KvHog() {
     call_.context.TryCancel();
@@ -375,14 +363,11 @@ class KvHog {
   NeverRead call_;
 };
 
-// Waits until the engine reports `count` requests waiting; false after 10 s.
-bool WaitForWaiting(server::Server& server, int count) {
-  const absl::Time deadline = absl::Now() + absl::Seconds(10);
-  while (server.engine().gauges().requests_waiting != count) {
-    if (absl::Now() >= deadline) return false;
-    absl::SleepFor(absl::Milliseconds(1));
-  }
-  return true;
+// True once /metrics shows `value` for the gauge `name` (false after 10 s).
+bool GaugeReaches(const server::Server& server, const std::string& name, double value) {
+  absl::StatusOr<PromText> text = ScrapeUntil(
+      server.metrics_port(), [&](const PromText& t) { return t.Value(name) == value; });
+  return text.ok() && text->Value(name) == value;
 }
 
 TEST(ServerQueueTest, FullQueueIsResourceExhaustedAtOnce) {
@@ -400,15 +385,13 @@ TEST(ServerQueueTest, FullQueueIsResourceExhaustedAtOnce) {
   std::vector<std::thread> threads;
   {
     const KvHog hog(**server, long_request);
-    EXPECT_TRUE(hog.WaitUntilPaused(**server));
+    EXPECT_TRUE(GaugeReaches(**server, "quill_requests_paused", 1));
     for (int i = 0; i < 2; ++i) {
       threads.emplace_back([&, i] { Collect(*client, long_request, absl::Seconds(60), &calls[i]); });
     }
     // Both wait for KV blocks (the queue is now full), and /metrics says so although the
     // engine has nothing to run...
-    EXPECT_TRUE(WaitForWaiting(**server, 2));
-    const PromText held = ScrapeMetrics((*server)->metrics_port()).value_or(PromText());
-    EXPECT_EQ(Metric(held, "quill_requests_waiting"), 2.0);
+    EXPECT_TRUE(GaugeReaches(**server, "quill_requests_waiting", 2));
     // ...so one more is refused immediately.
     const absl::Time start = absl::Now();
     const Stream refused = Collect(*client, TextRequest("Hear, O Israel", 4));
@@ -486,9 +469,9 @@ TEST(ServerAdmissionTest, FullQueueRefusalCarriesRetryPushback) {
   std::thread queued;
   {
     const KvHog hog(**server, long_request);
-    EXPECT_TRUE(hog.WaitUntilPaused(**server));
+    EXPECT_TRUE(GaugeReaches(**server, "quill_requests_paused", 1));
     queued = std::thread([&] { Collect(*client, long_request, absl::Seconds(60), &queued_call); });
-    EXPECT_TRUE(WaitForWaiting(**server, 1));
+    EXPECT_TRUE(GaugeReaches(**server, "quill_requests_waiting", 1));
 
     // The KV cache held, one request queued: the next is refused, with a pushback trailer.
     std::unique_ptr<v1::Generator::Stub> stub = v1::Generator::NewStub(client->channel());

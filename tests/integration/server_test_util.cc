@@ -73,6 +73,12 @@ std::shared_ptr<grpc::Channel> TinyWindowChannel(const std::string& address) {
   return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
 }
 
+void NeverRead::Start(quill::v1::Generator::Stub& stub, quill::v1::GenerateRequest request) {
+  request.set_logprobs(20);
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(120)));
+  reader = stub.Generate(&context, request);
+}
+
 grpc::Status NeverRead::Drain(int* tokens) {
   quill::v1::GenerateResponse response;
   while (reader->Read(&response)) *tokens += response.token_ids_size();

@@ -50,6 +50,11 @@ struct NeverRead {
   grpc::ClientContext context;
   std::unique_ptr<grpc::ClientReader<quill::v1::GenerateResponse>> reader;
 
+  // Starts `request` with logprobs, so that every message is a few hundred bytes and fills
+  // a TinyWindowChannel at once, and a 120 s deadline that bounds a test gone wrong. Blocks
+  // while the connection has no free stream.
+  void Start(quill::v1::Generator::Stub& stub, quill::v1::GenerateRequest request);
+
   // Reads what is left, adding the tokens to *tokens, and returns the status.
   grpc::Status Drain(int* tokens);
 };

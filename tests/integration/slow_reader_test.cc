@@ -56,19 +56,16 @@ TEST(SlowReaderTest, NeverReadingStreamsArePausedThenEndStalledAndOthersAreServe
   const double idle_blocks = Metric(before, "quill_kv_cache_blocks_used");
   const Labels stalled = {{"api", "grpc"}, {"outcome", "stalled"}};
 
-  // Streams that are never read, with logprobs so that every message is a few hundred
-  // bytes: without backpressure the server would buffer all kSlowTokens of each.
+  // Streams that are never read (NeverRead asks for logprobs, so every message is a few
+  // hundred bytes): without backpressure the server would buffer all kSlowTokens of each.
   std::shared_ptr<grpc::Channel> slow_channel = TinyWindowChannel((*server)->address());
   std::unique_ptr<v1::Generator::Stub> stub = v1::Generator::NewStub(slow_channel);
   std::vector<std::unique_ptr<NeverRead>> slow;
   for (int i = 0; i < kSlowStreams; ++i) {
     v1::GenerateRequest r = TextRequest(absl::StrCat("And the LORD said ", i), kSlowTokens);
     r.set_ignore_eos(true);
-    r.set_logprobs(20);
-    auto call = std::make_unique<NeverRead>();
-    call->context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(120)));
-    call->reader = stub->Generate(&call->context, r);
-    slow.push_back(std::move(call));
+    slow.push_back(std::make_unique<NeverRead>());
+    slow.back()->Start(*stub, r);
   }
 
   // All of them pause in the engine, short of their answers, and stay put: no tokens are
@@ -146,8 +143,7 @@ TEST(SlowReaderTest, StreamsPerConnectionAreBounded) {
     starts.emplace_back([&, i] {
       v1::GenerateRequest r = TextRequest(absl::StrCat("And God said ", i), kSlowTokens);
       r.set_ignore_eos(true);
-      r.set_logprobs(20);
-      calls[i]->reader = stub->Generate(&calls[i]->context, r);
+      calls[i]->Start(*stub, r);
     });
   }
   absl::StatusOr<PromText> paused = ScrapeUntil(
