@@ -1,15 +1,17 @@
 #!/usr/bin/env python3
 """Speculative-decoding benchmark (on demand, not a test).
 
-Single-stream decode speed with n-gram speculation on and off, on one server started with
---spec-tokens K: "off" requests set disable_speculation, "on" requests do not, and the two
+Single-stream decode speed with speculation on and off, on one server started with
+--spec-tokens K (and --draft-model D if given: drafts from that model instead of n-gram
+lookup): "off" requests set disable_speculation, "on" requests do not, and the two
 alternate request by request (the order flips every pair), so other load on the machine
 hits both alike. Prints, per prompt, the median decode tokens/s of each mode, the median
 of the per-pair on/off ratios, and the acceptance rate (accepted / drafted draft tokens,
 from the quill_spec_* counters) and tokens per verification step of the "on" runs.
 
-  scripts/bench_spec.py [--model M.gguf] [--runs 5] [--max-tokens 128] [--spec-tokens 4]
-                        [--threads 2] [--precision fast] [--prompt NAME=TEXT ...]
+  scripts/bench_spec.py [--model M.gguf] [--draft-model D.gguf] [--runs 5]
+                        [--max-tokens 128] [--spec-tokens 4] [--threads 2]
+                        [--precision fast] [--prompt NAME=TEXT ...]
 
 Decode tokens/s = (completion tokens - 1) / the server's decode time (first token to
 finish), with ignore_eos so every run generates max_tokens.
@@ -60,6 +62,7 @@ def generate(client, addr, prompt, max_tokens, disable):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[1])
     parser.add_argument("--model", default=os.path.join(ROOT, "../shared/models/kjv-1m.gguf"))
+    parser.add_argument("--draft-model", default="", help="draft model (default: n-gram)")
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--spec-tokens", type=int, default=4)
@@ -78,13 +81,15 @@ def main():
         [os.path.join(build, "server/quill-server"), "--model", args.model, "--port",
          str(args.port), "--metrics-port", str(args.metrics_port), "--http-port", "-1",
          "--threads", str(args.threads), "--precision", args.precision, "--spec-tokens",
-         str(args.spec_tokens), "--log-level", "warn"])
+         str(args.spec_tokens), "--log-level", "warn", "--draft-model", args.draft_model])
     try:
         for _ in range(600):
             if subprocess.run([client, "health", "--addr", addr], capture_output=True).returncode == 0:
                 break
             time.sleep(0.2)
-        print(f"model {os.path.basename(args.model)}, precision {args.precision}, "
+        print(f"model {os.path.basename(args.model)}, "
+              f"drafts from {os.path.basename(args.draft_model) or 'n-gram lookup'}, "
+              f"precision {args.precision}, "
               f"spec_tokens {args.spec_tokens}, max_tokens {args.max_tokens}, {args.runs} "
               f"on/off pairs; load: {os.getloadavg()[0]:.1f}")
         print(f"{'prompt':<12} {'on tok/s':>9} {'off tok/s':>9} {'on/off':>7} {'accept':>7} "

@@ -117,11 +117,18 @@ ABSL_FLAG(int, max_queue, kEngineDefaults.max_queue,
           "RESOURCE_EXHAUSTED and a retry pushback (grpc-retry-pushback-ms; HTTP 429 "
           "Retry-After).");
 ABSL_FLAG(int, spec_tokens, 4,
-          "Speculative decoding without a draft model (n-gram prompt lookup): a decoding "
-          "request whose recent tokens appeared before in its prompt or output proposes up "
-          "to this many tokens that followed them, verified in the same step; output is "
-          "unchanged, repetitive text (code edits, quoting, lists) gets several tokens per "
-          "step. 0 = off. Requests opt out with disable_speculation.");
+          "Speculative decoding: a decoding request proposes up to this many draft tokens, "
+          "verified in the same step; output is unchanged. Without --draft-model, drafts come "
+          "from n-gram prompt lookup (the tokens that followed an earlier occurrence of its "
+          "last tokens in its prompt or output), so repetitive text (code edits, quoting, "
+          "lists) gets several tokens per step. 0 = off. Requests opt out with "
+          "disable_speculation.");
+ABSL_FLAG(std::string, draft_model, "",
+          "GGUF draft model for speculative decoding, with the same vocabulary as --model "
+          "(e.g. a smaller or more quantized model of the same family): it proposes "
+          "--spec-tokens tokens greedily for each request, and the served model verifies "
+          "them in one step. Its KV cache holds as many tokens as the served model's. "
+          "Empty = n-gram drafting.");
 ABSL_FLAG(int, spec_max_decoders, kEngineDefaults.spec_max_decoders,
           "No drafting in steps where this many requests or more decode: speculation pays "
           "while decode is memory-bandwidth-bound (small batches).");
@@ -204,6 +211,7 @@ constexpr const char* kFlagNames[] = {
     "metrics_per_tenant",
     "max_tokens_limit",
     "spec_tokens",
+    "draft_model",
     "spec_max_decoders",
     "drain_timeout",
     "stream_stall_timeout",
@@ -295,6 +303,7 @@ absl::StatusOr<ServerOptions> OptionsFromFlags(const char* exe) {
     options.model_path = *found;
   }
   options.chat_template_path = absl::GetFlag(FLAGS_chat_template);
+  options.draft_model_path = absl::GetFlag(FLAGS_draft_model);
   absl::StatusOr<engine::kernels::Precision> precision =
       ParsePrecision(absl::GetFlag(FLAGS_precision));
   if (!precision.ok()) return precision.status();
@@ -398,6 +407,9 @@ absl::StatusOr<ServerOptions> OptionsFromFlags(const char* exe) {
   }
   if (options.engine.spec_max_decoders < 1) {
     return absl::InvalidArgumentError("--spec-max-decoders must be >= 1");
+  }
+  if (!options.draft_model_path.empty() && options.engine.spec_tokens == 0) {
+    return absl::InvalidArgumentError("--draft-model needs --spec-tokens > 0");
   }
   if (options.engine.max_queue_per_tenant < 0) {
     return absl::InvalidArgumentError("--max-queue-per-tenant must be >= 0");

@@ -267,14 +267,25 @@ absl::Status Server::LoadModelAndEngine() {
   // which, seeing more threads than cores, makes the engine's threads sleep at every
   // barrier instead of spinning; one stream then decoded ~25% slower than quill-bench.
   absl::StatusOr<std::unique_ptr<engine::Model>> model;
+  absl::StatusOr<std::unique_ptr<engine::Model>> draft_model = nullptr;
   std::thread loader([&] {
     if (options_.engine.num_threads > 0) omp_set_num_threads(options_.engine.num_threads);
     model = engine::Model::Load(model_options);
+    if (model.ok() && !options_.draft_model_path.empty()) {
+      engine::ModelOptions draft_options = model_options;
+      draft_options.path = options_.draft_model_path;
+      draft_model = engine::Model::Load(draft_options);
+    }
   });
   loader.join();
   if (!model.ok()) {
     return absl::Status(model.status().code(), absl::StrCat("loading model ", options_.model_path,
                                                             ": ", model.status().message()));
+  }
+  if (!draft_model.ok()) {
+    return absl::Status(draft_model.status().code(),
+                        absl::StrCat("loading draft model ", options_.draft_model_path, ": ",
+                                     draft_model.status().message()));
   }
   const engine::ModelConfig& config = (*model)->config();
   const engine::ModelAccounting accounting = engine::ComputeAccounting(
@@ -294,10 +305,19 @@ absl::Status Server::LoadModelAndEngine() {
                (*model)->weight_bytes(), HumanBytes((*model)->weight_bytes()),
                (*model)->mapped_weight_bytes(), HumanBytes((*model)->mapped_weight_bytes()),
                (*model)->scratch_bytes(), HumanBytes((*model)->scratch_bytes()));
+  if (*draft_model != nullptr) {
+    spdlog::info(
+        "loaded draft model path={} architecture={} layers={} d_model={} weight_type={} "
+        "weights_bytes={} ({}); spec_tokens={}",
+        options_.draft_model_path, (*draft_model)->config().architecture,
+        (*draft_model)->config().block_count, (*draft_model)->config().embedding_length,
+        (*draft_model)->weight_type_name(), (*draft_model)->weight_bytes(),
+        HumanBytes((*draft_model)->weight_bytes()), options_.engine.spec_tokens);
+  }
   const int64_t weight_bytes = (*model)->weight_bytes();
 
-  absl::StatusOr<std::unique_ptr<engine::Engine>> engine =
-      engine::Engine::Create(*std::move(model), options_.engine, metrics_.get());
+  absl::StatusOr<std::unique_ptr<engine::Engine>> engine = engine::Engine::Create(
+      *std::move(model), options_.engine, metrics_.get(), *std::move(draft_model));
   if (!engine.ok()) {
     return absl::Status(engine.status().code(),
                         absl::StrCat("starting the engine: ", engine.status().message()));

@@ -23,6 +23,9 @@ struct ServerOptions {
   // a template that does not parse fails Server::Create.
   std::string chat_template_path;
   engine::kernels::Precision precision = engine::kernels::Precision::kFast;
+  // Speculative decoding's draft model (same vocabulary); empty = n-gram drafting. Loaded
+  // with the served model's precision and batch size; needs engine.spec_tokens > 0.
+  std::string draft_model_path;
 
   std::string host = "127.0.0.1";
   int port = 50051;          // 0 = any free port (see Server::port())

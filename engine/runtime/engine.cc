@@ -20,6 +20,7 @@
 #include "engine/runtime/ewma_rate.h"
 #include "engine/runtime/fair_queue.h"
 #include "engine/runtime/inbox.h"
+#include "engine/runtime/model_drafter.h"
 #include "engine/runtime/sequence.h"
 #include "engine/runtime/step_cost_model.h"
 #include "spdlog/spdlog.h"
@@ -40,10 +41,14 @@ constexpr int kMaxStopStrings = 16;
 constexpr size_t kMaxStopBytes = 256;
 constexpr int kMaxSpecTokens = 32;
 
-// Draft tokens one step may verify: every sequence allowed to draft (fewer than
-// spec_max_decoders decode) at spec_tokens each.
+// Sequences that may draft in one step: drafting stops at spec_max_decoders decoders.
+int MaxDraftingSequences(const EngineOptions& o) {
+  return std::min(o.max_running, o.spec_max_decoders - 1);
+}
+
+// Draft tokens one step may verify: every sequence allowed to draft at spec_tokens each.
 int MaxDraftTokensPerStep(const EngineOptions& o) {
-  return o.spec_tokens * std::min(o.max_running, o.spec_max_decoders - 1);
+  return o.spec_tokens * MaxDraftingSequences(o);
 }
 
 absl::Status ValidateOptions(const EngineOptions& o, int model_max_batch_tokens) {
@@ -106,12 +111,14 @@ absl::Status ValidateOptions(const EngineOptions& o, int model_max_batch_tokens)
 class Engine::Impl {
  public:
   Impl(std::unique_ptr<StepModel> step_model, const EngineOptions& options,
-       EngineObserver* observer, const Clock* clock, std::unique_ptr<KvCache> kv)
+       EngineObserver* observer, const Clock* clock, std::unique_ptr<KvCache> kv,
+       std::unique_ptr<ModelDrafter> drafter)
       : step_model_(std::move(step_model)),
         options_(options),
         observer_(observer),
         clock_(clock),
         kv_(std::move(kv)),
+        drafter_(std::move(drafter)),
         inbox_(AdmissionLimits{options.max_queue, options.max_queue_per_tenant, options.max_running,
                                kv_->num_blocks()}),
         vocab_size_(step_model_->vocab_size()),
@@ -132,6 +139,8 @@ class Engine::Impl {
                  static_cast<size_t>(options.max_batch_tokens));
     running_.reserve(max_entries);
     running_views_.reserve(max_entries);
+    proposals_.reserve(max_entries);
+    proposal_sequences_.reserve(max_entries);
     waiting_views_.reserve(max_entries);
     waiting_head_.reserve(max_entries);
     fair_head_.reserve(max_entries);
@@ -224,6 +233,7 @@ class Engine::Impl {
   EngineObserver* const observer_;     // may be null; outlives the engine (caller's promise)
   const Clock* const clock_;           // outlives the engine (Clock::Real() or the caller's)
   const std::unique_ptr<KvCache> kv_;  // engine thread only (const pointer, mutable pool)
+  std::unique_ptr<ModelDrafter> drafter_;  // null: n-gram drafting
   Inbox inbox_;
   const int vocab_size_;
   const int context_length_;
@@ -263,6 +273,8 @@ class Engine::Impl {
   std::vector<BatchEntry> batch_;
   std::vector<float> logits_;  // max_rows rows of vocab_size
   NgramDraftOptions ngram_options_;
+  std::vector<ModelDrafter::Proposal> proposals_;  // this step's, for drafter_
+  std::vector<size_t> proposal_sequences_;         // their indices in running_
   std::vector<absl::Duration> inter_token_latencies_;
   int step_prefix_query_tokens_ = 0;  // over this step's admissions
   int step_prefix_hit_tokens_ = 0;
@@ -753,6 +765,8 @@ void Engine::Impl::Admit(absl::Time now) {
 }
 
 void Engine::Impl::ProposeDrafts() {
+  proposals_.clear();
+  proposal_sequences_.clear();
   if (options_.spec_tokens == 0) return;
   int decoding = 0;
   for (const RunningView& view : running_views_) decoding += view.state == SequenceState::kDecode;
@@ -765,7 +779,25 @@ void Engine::Impl::ProposeDrafts() {
     const int useful = seq.request().max_tokens - seq.completion_tokens() - 1;
     if (useful <= 0) continue;
     const int budget = seq.draft_backoff().Budget(std::min(options_.spec_tokens, useful));
-    if (budget > 0) running_views_[i].draft_tokens = seq.ProposeDraft(ngram_options_, budget);
+    if (budget <= 0) continue;
+    if (drafter_ == nullptr) {
+      running_views_[i].draft_tokens = seq.ProposeDraft(ngram_options_, budget);
+      continue;
+    }
+    ModelDrafter::Proposal proposal;
+    proposal.seq = seq.kv_id();
+    proposal.history = seq.tokens();
+    proposal.reserve_tokens = seq.kv_tokens_reserved();
+    proposal.draft = seq.DraftBuffer(budget);
+    proposals_.push_back(proposal);
+    proposal_sequences_.push_back(i);
+  }
+  if (proposals_.empty()) return;
+  drafter_->Propose(absl::MakeSpan(proposals_));
+  for (size_t j = 0; j < proposals_.size(); ++j) {
+    const size_t i = proposal_sequences_[j];
+    running_[i]->SetDrafted(proposals_[j].drafted);
+    running_views_[i].draft_tokens = proposals_[j].drafted;
   }
 }
 
@@ -851,6 +883,7 @@ void Engine::Impl::FinishSequence(Sequence& seq, absl::Time now) {
   seq.SetState(SequenceState::kFinished);
   if (seq.paused()) Unpause(seq);
   kv_->Release(seq.kv_id());
+  if (drafter_ != nullptr) drafter_->Release(seq.kv_id());
   if (seq.holds_capacity) {
     inbox_.Released(seq.kv_blocks);
   } else {
@@ -898,14 +931,30 @@ Engine::~Engine() {
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::CreateWithStepModel(
     std::unique_ptr<StepModel> step_model, const EngineOptions& options, EngineObserver* observer,
-    const Clock* clock) {
+    const Clock* clock, std::unique_ptr<StepModel> draft_model) {
   if (step_model == nullptr) return absl::InvalidArgumentError("model must not be null");
   QUILL_RETURN_IF_ERROR(ValidateOptions(options, step_model->max_batch_tokens()));
   QUILL_ASSIGN_OR_RETURN(std::unique_ptr<KvCache> kv,
                          KvCache::Create(step_model->MakeKvCacheOptions(
                              options.kv_cache_bytes, options.block_size_tokens)));
+  std::unique_ptr<ModelDrafter> drafter;
+  if (draft_model != nullptr) {
+    if (options.spec_tokens == 0) {
+      return absl::InvalidArgumentError("a draft model needs spec_tokens > 0");
+    }
+    absl::StatusOr<std::unique_ptr<ModelDrafter>> created =
+        ModelDrafter::Create(std::move(draft_model), *step_model,
+                             static_cast<int64_t>(kv->num_blocks()) * kv->block_size(),
+                             kv->block_size(), MaxDraftingSequences(options), options.spec_tokens);
+    if (!created.ok()) {
+      return absl::Status(created.status().code(),
+                          absl::StrCat("draft model: ", created.status().message()));
+    }
+    drafter = *std::move(created);
+  }
   auto impl = std::make_unique<Impl>(std::move(step_model), options, observer,
-                                     clock != nullptr ? clock : Clock::Real(), std::move(kv));
+                                     clock != nullptr ? clock : Clock::Real(), std::move(kv),
+                                     std::move(drafter));
   impl->Start();
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }

@@ -47,7 +47,8 @@ struct EngineOptions {
   // A request paused because its consumer stopped reading (TokenSink::WouldBlock) for
   // this long ends as kStalled (DEADLINE_EXCEEDED), its KV blocks freed. Infinite = never.
   absl::Duration stall_timeout = absl::InfiniteDuration();
-  // Speculative decoding, model-free (n-gram prompt lookup, ngram_drafter.h): a decoding
+  // Speculative decoding, model-free (n-gram prompt lookup, ngram_drafter.h) unless the
+  // engine has a draft model (Engine::Create): a decoding
   // sequence whose last tokens occurred earlier in its prompt or output proposes up to
   // spec_tokens tokens that followed them, and the step verifies them with its own token
   // as one (1 + k)-token entry; the longest agreeing prefix plus the model's own next
@@ -101,9 +102,13 @@ class Engine {
   // null; if not, it must outlive the engine. INVALID_ARGUMENT for inconsistent options
   // (max_batch_tokens above the model's, max_running > max_batch_tokens, non-positive
   // sizes) or a KV budget below one block.
-  static absl::StatusOr<std::unique_ptr<Engine>> Create(std::unique_ptr<Model> model,
-                                                        const EngineOptions& options,
-                                                        EngineObserver* observer);
+  //
+  // With a `draft_model` (same vocabulary; model_drafter.h), speculative drafts come from
+  // it instead of n-gram lookup: INVALID_ARGUMENT if the vocabularies differ or
+  // spec_tokens is 0. Its KV pool holds as many tokens as the target's.
+  static absl::StatusOr<std::unique_ptr<Engine>> Create(
+      std::unique_ptr<Model> model, const EngineOptions& options, EngineObserver* observer,
+      std::unique_ptr<Model> draft_model = nullptr);
   ~Engine();  // Shutdown(zero) if not done yet.
 
   // Thread-safe; never blocks on the engine thread. Returns:
@@ -154,7 +159,7 @@ class Engine {
   // when `step_model` wraps a Model.
   static absl::StatusOr<std::unique_ptr<Engine>> CreateWithStepModel(
       std::unique_ptr<StepModel> step_model, const EngineOptions& options, EngineObserver* observer,
-      const Clock* clock = nullptr);
+      const Clock* clock = nullptr, std::unique_ptr<StepModel> draft_model = nullptr);
 
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;

@@ -38,9 +38,12 @@ std::unique_ptr<StepModel> MakeModelStepModel(std::unique_ptr<Model> model) {
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<Model> model,
                                                        const EngineOptions& options,
-                                                       EngineObserver* observer) {
+                                                       EngineObserver* observer,
+                                                       std::unique_ptr<Model> draft_model) {
   if (model == nullptr) return absl::InvalidArgumentError("model must not be null");
-  return CreateWithStepModel(MakeModelStepModel(std::move(model)), options, observer, nullptr);
+  return CreateWithStepModel(
+      MakeModelStepModel(std::move(model)), options, observer, nullptr,
+      draft_model != nullptr ? MakeModelStepModel(std::move(draft_model)) : nullptr);
 }
 
 }  // namespace quill::engine

@@ -78,10 +78,11 @@ class EngineTest : public ::testing::Test {
   }
 
   void Start(EngineOptions options = DefaultOptions(), EngineObserver* observer = nullptr,
-             kernels::Precision precision = kernels::Precision::kExact) {
+             kernels::Precision precision = kernels::Precision::kExact,
+             std::unique_ptr<Model> draft_model = nullptr) {
     std::unique_ptr<Model> model = LoadModel(precision);
     ASSERT_NE(model, nullptr);
-    auto engine = Engine::Create(std::move(model), options, observer);
+    auto engine = Engine::Create(std::move(model), options, observer, std::move(draft_model));
     ASSERT_TRUE(engine.ok()) << engine.status();
     engine_ = std::move(engine).value();
   }
@@ -372,6 +373,86 @@ TEST_F(EngineTest, SpeculationInABatchAndWithThePrefixCacheIsExact) {
   EXPECT_EQ(follow->ids(), ReferenceLoop(follow_up));
   engine_->Shutdown(absl::Seconds(30));
   EXPECT_GT(counter.accepted(), 0);
+}
+
+// A draft model: kjv-1m in fast precision drafting for itself in exact precision. Its
+// greedy guesses mostly agree with the target (drafts accepted) but not always (fast and
+// exact logits differ, and seeded sampling departs from greedy), so both paths run. Every
+// output must still equal the one-token-per-step reference loop.
+TEST_F(EngineTest, DraftModelIsLosslessGreedyAndSeeded) {
+  SpecCounter counter;
+  Start(SpecOptions(4), &counter, kernels::Precision::kExact, LoadModel(kernels::Precision::kFast));
+  for (int i = 0; i < 6; ++i) {
+    GenerationRequest r = Request(absl::StrCat("g", i), kPrompts[i], 40);
+    EXPECT_EQ(RunAlone(r)->ids(), ReferenceLoop(r)) << kPrompts[i];
+  }
+  const int greedy_drafted = counter.drafted();
+  const int greedy_accepted = counter.accepted();
+  for (int i = 0; i < 6; ++i) {
+    GenerationRequest r = Request(absl::StrCat("s", i), kPrompts[i], 40);
+    r.sampling = Seeded(42 + i);
+    EXPECT_EQ(RunAlone(r)->ids(), ReferenceLoop(r)) << kPrompts[i] << " seeded";
+  }
+  engine_->Shutdown(absl::Seconds(30));  // every OnStep has been delivered
+  std::cout << "[draft model] greedy: drafted " << greedy_drafted << ", accepted "
+            << greedy_accepted << "; seeded: drafted " << counter.drafted() - greedy_drafted
+            << ", accepted " << counter.accepted() - greedy_accepted << "\n";
+  // The same model's greedy guesses: most are right, on text without repeats, where
+  // n-gram lookup finds little.
+  EXPECT_GT(greedy_drafted, 100);
+  EXPECT_GT(greedy_accepted, greedy_drafted * 3 / 4);
+  // Sampling departs from the greedy draft: some drafts are rejected.
+  EXPECT_LT(counter.accepted() - greedy_accepted, counter.drafted() - greedy_drafted);
+}
+
+// Drafting sequences batched with each other and with prompts being prefilled, with
+// lengths that run into max_tokens mid-draft, and with the prefix cache: still the
+// reference output; the draft KV of finished requests is freed for later ones.
+TEST_F(EngineTest, DraftModelInABatchIsExact) {
+  SpecCounter counter;
+  EngineOptions options = SpecOptions(3);
+  options.block_size_tokens = 8;
+  Start(options, &counter, kernels::Precision::kExact, LoadModel(kernels::Precision::kFast));
+  for (int round = 0; round < 2; ++round) {
+    std::vector<GenerationRequest> requests;
+    for (int i = 0; i < 8; ++i) {
+      GenerationRequest r = Request(absl::StrCat("b", round, "-", i), kPrompts[i], 9 + 7 * i);
+      if (i % 3 == 2) r.sampling = Seeded(100 + i);
+      if (i == 5) r.disable_speculation = true;
+      requests.push_back(std::move(r));
+    }
+    std::vector<std::shared_ptr<RecordingSink>> sinks;
+    for (const GenerationRequest& r : requests) {
+      sinks.push_back(std::make_shared<RecordingSink>());
+      ASSERT_TRUE(engine_->Submit(r, sinks.back()).ok());
+    }
+    for (size_t i = 0; i < requests.size(); ++i) {
+      ASSERT_TRUE(sinks[i]->Wait());
+      EXPECT_EQ(sinks[i]->ids(), ReferenceLoop(requests[i]))
+          << "round " << round << " request " << i;
+    }
+  }
+  engine_->Shutdown(absl::Seconds(30));
+  EXPECT_GT(counter.accepted(), 0);
+}
+
+TEST_F(EngineTest, DraftModelMustShareTheVocabularyAndSpeculate) {
+  const char* dir = std::getenv("QUILL_SHARED_DIR");
+  ModelOptions other;
+  other.path = std::string(dir) + "/models/mini-random-bf16.gguf";  // Llama 2 vocab, 32,000
+  other.precision = kernels::Precision::kExact;
+  auto draft = Model::Load(other);
+  ASSERT_TRUE(draft.ok()) << draft.status();
+  auto engine = Engine::Create(LoadModel(), SpecOptions(4), nullptr, *std::move(draft));
+  ASSERT_FALSE(engine.ok());
+  EXPECT_EQ(engine.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(engine.status().message().find("same vocabulary"), std::string::npos)
+      << engine.status();
+
+  auto no_spec = Engine::Create(LoadModel(), SpecOptions(0), nullptr, LoadModel());
+  ASSERT_FALSE(no_spec.ok());
+  EXPECT_EQ(no_spec.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(no_spec.status().message().find("spec_tokens"), std::string::npos) << no_spec.status();
 }
 
 TEST_F(EngineTest, LongPromptIsChunkedWhileOthersKeepDecoding) {

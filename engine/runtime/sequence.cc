@@ -79,11 +79,21 @@ void Sequence::SetState(SequenceState next) {
 }
 
 int Sequence::ProposeDraft(const NgramDraftOptions& options, int max_tokens) {
-  const int k = std::min(max_tokens, static_cast<int>(verify_.size()) - 1);
-  num_drafts_ = k > 0 ? ProposeNgramDraft(tokens_, options, absl::MakeSpan(verify_).subspan(1, k))
-                      : 0;
-  verify_[0] = tokens_.back();
+  const absl::Span<TokenId> draft = DraftBuffer(max_tokens);
+  SetDrafted(draft.empty() ? 0 : ProposeNgramDraft(tokens_, options, draft));
   return num_drafts_;
+}
+
+absl::Span<TokenId> Sequence::DraftBuffer(int max_tokens) {
+  const int k = std::max(0, std::min(max_tokens, static_cast<int>(verify_.size()) - 1));
+  num_drafts_ = 0;
+  verify_[0] = tokens_.back();
+  return absl::MakeSpan(verify_).subspan(1, k);
+}
+
+void Sequence::SetDrafted(int num_drafts) {
+  QUILL_DCHECK(num_drafts >= 0 && num_drafts < static_cast<int>(verify_.size()));
+  num_drafts_ = num_drafts;
 }
 
 absl::Span<const TokenId> Sequence::VerifyInput(int num_drafts) const {

@@ -68,6 +68,10 @@ class Sequence {
   // Speculative decoding. Proposes up to `max_tokens` (<= max_draft_tokens) draft tokens
   // by n-gram lookup over tokens(); returns how many.
   int ProposeDraft(const NgramDraftOptions& options, int max_tokens);
+  // For another drafter (a draft model): where up to `max_tokens` (<= max_draft_tokens)
+  // drafts go, then how many it wrote.
+  absl::Span<TokenId> DraftBuffer(int max_tokens);
+  void SetDrafted(int num_drafts);
   // The verification input: the last token followed by the first `num_drafts` drafts.
   absl::Span<const TokenId> VerifyInput(int num_drafts) const;
   absl::Span<const TokenId> draft() const;  // the proposed drafts

@@ -370,6 +370,38 @@ bool GaugeReaches(const server::Server& server, const std::string& name, double 
   return text.ok() && text->Value(name) == value;
 }
 
+// --draft-model: the served model drafting for itself (same file, same precision), so
+// every greedy draft should be accepted; the streams must still be the independent golden
+// references, and /metrics must show the drafts.
+TEST(ServerDraftModelTest, GreedyStreamsEqualTheGoldenReferenceAndDraftsAreCounted) {
+  if (ModelPath().empty()) GTEST_SKIP() << "shared assets not found (QUILL_SHARED_DIR)";
+  server::ServerOptions options = TestOptions();
+  options.draft_model_path = ModelPath();
+  absl::StatusOr<std::unique_ptr<server::Server>> server = server::Server::Create(options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  std::unique_ptr<client::QuillClient> client = client::QuillClient::Connect((*server)->address());
+  std::ifstream in(SharedPath("golden/kjv-1m.json"));
+  ASSERT_TRUE(in) << "golden/kjv-1m.json";
+  const nlohmann::json golden = nlohmann::json::parse(in);
+  int checked = 0;
+  for (const auto& c : golden["cases"]) {
+    const std::vector<int> greedy = c["greedy_ids"].get<std::vector<int>>();
+    const std::string prompt = c["prompt"].get<std::string>();
+    if (greedy.size() < 20 || prompt.empty()) continue;
+    const Stream s = Collect(*client, TextRequest(prompt, static_cast<int>(greedy.size())));
+    ASSERT_TRUE(s.status.ok()) << s.status;
+    EXPECT_EQ(s.ids, greedy) << prompt;
+    ++checked;
+  }
+  EXPECT_GE(checked, 4);
+  absl::StatusOr<PromText> text = ScrapeMetrics((*server)->metrics_port());
+  ASSERT_TRUE(text.ok()) << text.status();
+  const double drafted = Metric(*text, "quill_spec_draft_tokens_total");
+  const double accepted = Metric(*text, "quill_spec_accepted_tokens_total");
+  EXPECT_GT(drafted, 40);
+  EXPECT_EQ(accepted, drafted);
+}
+
 TEST(ServerQueueTest, FullQueueIsResourceExhaustedAtOnce) {
   if (ModelPath().empty()) GTEST_SKIP() << "shared assets not found (QUILL_SHARED_DIR)";
   server::ServerOptions options = TestOptions();

@@ -319,12 +319,33 @@ TEST_F(ServerProcessTest, MalformedModelExitsNonZeroWithTheLoadersMessage) {
   EXPECT_THAT(*out, HasSubstr(std::string("loading model ") + path));
 }
 
+TEST_F(ServerProcessTest, DraftModelOfAnotherVocabularyExitsNonZeroWithTheReason) {
+  const std::string other = SharedModelPath("mini-random-bf16.gguf");  // Llama 2 vocab
+  ASSERT_FALSE(other.empty());
+  int code = 0;
+  absl::StatusOr<std::string> out =
+      RunAndCapture({binary_, "--model", model_, "--draft-model", other, "--port", "0",
+                     "--metrics-port", "0", "--http-port", "-1"},
+                    &code);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_NE(code, 0);
+  EXPECT_THAT(*out, HasSubstr("same vocabulary"));
+
+  out = RunAndCapture({binary_, "--model", model_, "--draft-model", "/nonexistent/draft.gguf",
+                       "--port", "0", "--metrics-port", "0", "--http-port", "-1"},
+                      &code);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_NE(code, 0);
+  EXPECT_THAT(*out, HasSubstr("loading draft model /nonexistent/draft.gguf"));
+}
+
 TEST_F(ServerProcessTest, BadFlagValuesExitWithUsageErrors) {
   for (const std::vector<std::string>& args :
        {std::vector<std::string>{"--kv-cache-bytes", "lots"},
         std::vector<std::string>{"--precision", "fp8"},
         std::vector<std::string>{"--drain-timeout", "soon"},
-        std::vector<std::string>{"--max-queue", "0"}}) {
+        std::vector<std::string>{"--max-queue", "0"},
+        std::vector<std::string>{"--spec-tokens=0", "--draft-model=" + model_}}) {
     std::vector<std::string> argv = {binary_, "--model", model_, "--port", "0"};
     argv.insert(argv.end(), args.begin(), args.end());
     int code = 0;
