@@ -44,6 +44,8 @@ absl::StatusOr<std::unique_ptr<ModelDrafter>> ModelDrafter::Create(
   KvCacheOptions kv_options = draft->MakeKvCacheOptions(int64_t{1}, block_size);
   kv_options = draft->MakeKvCacheOptions(kv_options.BudgetForTokens(kv_tokens), block_size);
   QUILL_ASSIGN_OR_RETURN(std::unique_ptr<KvCache> kv, KvCache::Create(kv_options));
+  spdlog::info("draft model kv cache: blocks={} block_size_tokens={} bytes={}", kv->num_blocks(),
+               kv->block_size(), kv->total_bytes());
   return std::unique_ptr<ModelDrafter>(
       new ModelDrafter(std::move(draft), std::move(kv), max_sequences, max_draft_tokens));
 }
