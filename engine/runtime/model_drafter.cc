@@ -130,7 +130,7 @@ void ModelDrafter::Propose(absl::Span<Proposal> proposals) {
 
   // Rounds 1..k-1: every sequence still drafting feeds its newest draft (one token per
   // entry) and reads the next from the logits.
-  for (int round = 0;; ++round) {
+  while (true) {
     batch_.clear();
     size_t row = 0;
     size_t kept = 0;
@@ -140,7 +140,7 @@ void ModelDrafter::Propose(absl::Span<Proposal> proposals) {
       p.draft[p.drafted++] = next;
       // Another round only if the sequence wants more drafts and its reservation has room
       // for the K/V of the token fed to produce it.
-      if (p.drafted == static_cast<int>(p.draft.size()) || a.next_pos + 1 > p.reserve_tokens) {
+      if (p.drafted == static_cast<int>(p.draft.size()) || a.next_pos >= p.reserve_tokens) {
         continue;
       }
       a.state->fed.push_back(next);

@@ -72,7 +72,8 @@ class ModelDrafter {
 
   ModelDrafter(std::unique_ptr<StepModel> draft, std::unique_ptr<KvCache> kv, int max_sequences,
                int max_draft_tokens);
-  // How many history positions still hold what the draft model saw; adopts the new history.
+  // How many leading positions of `history` the draft KV holds correctly (never the last,
+  // which is the next input).
   int64_t ValidPositions(const SeqState& state, absl::Span<const TokenId> history) const;
   TokenId ArgMax(const float* logits) const;
 

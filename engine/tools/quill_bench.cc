@@ -8,7 +8,8 @@
 // depth). bd<B>: B sequences decoding together, one batched Forward() per step (aggregate
 // tokens/s). Before the models, the machine's read bandwidth is measured with the same
 // thread count; each tg row shows the bytes it moves (weights + the KV it reads) per second
-// and their fraction of that bandwidth.
+// and their fraction of that bandwidth (with --interleave, of the bandwidth read between
+// the same repetition's steps).
 
 #include <malloc.h>
 #include <omp.h>
@@ -31,6 +32,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "engine/base/status_macros.h"
 #include "engine/gguf/gguf_file.h"
@@ -315,8 +317,16 @@ class Bench {
 // The decode steps of every case, one step of each in turn after all are prefilled
 // (untimed), so that the host's speed drifting hits all alike: the tokens/s of every
 // repetition (one warm-up first), per case. The cases may come from several models.
-absl::StatusOr<std::vector<std::vector<double>>> InterleavedGeneration(
-    const std::vector<TgCase>& cases, int reps) {
+struct InterleavedRates {
+  std::vector<std::vector<double>> rates;  // per case, tokens/s of each repetition
+  std::vector<double> read_bandwidth;      // bytes/s of the probe in each repetition
+};
+
+// Every case's tg steps in turn (step i of each case, then step i + 1), so that the host's
+// drift hits them alike; with a `probe`, one slice of it is read after each round of steps,
+// which measures the read bandwidth in the same moments.
+absl::StatusOr<InterleavedRates> InterleavedGeneration(const std::vector<TgCase>& cases, int reps,
+                                                       tools::ReadBandwidthProbe* probe) {
   struct Stream {
     std::unique_ptr<KvCache> cache;
     std::vector<TokenId> history;
@@ -332,8 +342,10 @@ absl::StatusOr<std::vector<std::vector<double>>> InterleavedGeneration(
     streams[c].history.reserve(tc.prompt_len + tc.n);
     steps = std::max(steps, tc.n);
   }
-  std::vector<std::vector<double>> rates(cases.size());
+  InterleavedRates result;
+  result.rates.resize(cases.size());
   for (int r = -1; r < reps; ++r) {
+    double probe_seconds = 0;
     for (size_t c = 0; c < cases.size(); ++c) {
       Stream& st = streams[c];
       QUILL_RETURN_IF_ERROR(cases[c].bench->Prefill(cases[c].prompt_len, cases[c].n, *st.cache,
@@ -348,11 +360,17 @@ absl::StatusOr<std::vector<std::vector<double>>> InterleavedGeneration(
         QUILL_RETURN_IF_ERROR(cases[c].bench->DecodeStep(*st.cache, st.history, st.logits));
         st.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       }
+      if (probe != nullptr) probe_seconds += probe->Read();
     }
     if (r < 0) continue;
-    for (size_t c = 0; c < cases.size(); ++c) rates[c].push_back(cases[c].n / streams[c].seconds);
+    for (size_t c = 0; c < cases.size(); ++c) {
+      result.rates[c].push_back(cases[c].n / streams[c].seconds);
+    }
+    if (probe != nullptr && probe_seconds > 0) {
+      result.read_bandwidth.push_back(static_cast<double>(steps) * probe->slice() / probe_seconds);
+    }
   }
-  return rates;
+  return result;
 }
 
 std::string Basename(const std::string& path) {
@@ -377,7 +395,9 @@ int Main(int argc, char** argv) {
       "Prints one markdown table row per model and test: t/s is the mean +- stddev over the\n"
       "repetitions; a tg row's \"decode reads\" are the bytes it moves per second (packed\n"
       "weights + the KV it reads, per token) and their share of the read bandwidth measured\n"
-      "first with the same thread count. Short aliases: -m --model, -t --threads, -r --reps, -h "
+      "first with the same thread count (with --interleave: measured between the steps of\n"
+      "each repetition, so that the host's drift hits both alike). Short aliases: -m --model, -t "
+      "--threads, -r --reps, -h "
       "--help.");
   tools::ShowToolFlagsInHelp();
   std::vector<std::string> args = tools::NormalizeArgs(
@@ -455,8 +475,10 @@ int Main(int argc, char** argv) {
   std::vector<std::unique_ptr<Model>> kept_models;
   std::vector<std::unique_ptr<Bench>> kept_benches;
   std::vector<TgCase> interleaved;
+  // `bandwidth_per_rep`: the read bandwidth measured alongside each repetition (interleaved
+  // runs); otherwise the one measured first.
   auto print_tg_row = [&](const TgCase& tc, const absl::StatusOr<std::vector<double>>& r,
-                          int64_t rss) {
+                          int64_t rss, const std::vector<double>& bandwidth_per_rep = {}) {
     if (!r.ok()) {
       std::fprintf(stderr, "quill-bench: %s %s: %s\n", tc.path->c_str(), tc.test.c_str(),
                    r.status().ToString().c_str());
@@ -465,7 +487,13 @@ int Main(int argc, char** argv) {
     }
     const Stats s = Summarize(*r);
     std::string reads = absl::StrFormat("%.1f GB/s", tc.bytes_per_token * s.mean / 1e9);
-    if (read_bandwidth > 0) {
+    if (bandwidth_per_rep.size() == r->size()) {
+      double fraction = 0;
+      for (size_t i = 0; i < r->size(); ++i) {
+        fraction += tc.bytes_per_token * (*r)[i] / bandwidth_per_rep[i] / r->size();
+      }
+      absl::StrAppendFormat(&reads, " (%.0f%%)", 100 * fraction);
+    } else if (read_bandwidth > 0) {
       absl::StrAppendFormat(&reads, " (%.0f%%)",
                             100 * tc.bytes_per_token * s.mean / read_bandwidth);
     }
@@ -593,13 +621,27 @@ int Main(int argc, char** argv) {
                  MiB(tensor_bytes), MiB(model.weight_bytes()));
   }
   if (!interleaved.empty()) {
+    // The bandwidth is read in 256 MiB slices between the steps (freed before RSS is read).
+    auto probe = bandwidth_mib > 0 ? std::make_unique<tools::ReadBandwidthProbe>(
+                                         int64_t{bandwidth_mib} << 20, int64_t{256} << 20)
+                                   : nullptr;
+    const absl::StatusOr<InterleavedRates> all =
+        InterleavedGeneration(interleaved, reps, probe.get());
+    probe.reset();
     // RSS here is the process's, with every model and test cache resident.
-    const absl::StatusOr<std::vector<std::vector<double>>> all =
-        InterleavedGeneration(interleaved, reps);
     const int64_t rss = ProcStatusBytes("VmRSS");
+    if (all.ok() && !all->read_bandwidth.empty()) {
+      std::printf(
+          "read bandwidth between the interleaved steps: %s GB/s per repetition; each "
+          "tg row's share is against its own repetition's\n",
+          absl::StrJoin(all->read_bandwidth, ", ", [](std::string* out, double b) {
+            absl::StrAppendFormat(out, "%.1f", b / 1e9);
+          }).c_str());
+    }
     for (size_t i = 0; i < interleaved.size(); ++i) {
       print_tg_row(interleaved[i],
-                   all.ok() ? absl::StatusOr<std::vector<double>>((*all)[i]) : all.status(), rss);
+                   all.ok() ? absl::StatusOr<std::vector<double>>(all->rates[i]) : all.status(),
+                   rss, all.ok() ? all->read_bandwidth : std::vector<double>());
     }
   }
   return rc;
