@@ -147,6 +147,18 @@ class EngineTest : public ::testing::Test {
     return sink;
   }
 
+  // Submits every request at once (so that they batch together) and waits for them all.
+  std::vector<std::shared_ptr<RecordingSink>> RunTogether(
+      const std::vector<GenerationRequest>& requests) {
+    std::vector<std::shared_ptr<RecordingSink>> sinks;
+    for (const GenerationRequest& r : requests) {
+      sinks.push_back(std::make_shared<RecordingSink>());
+      EXPECT_TRUE(engine_->Submit(r, sinks.back()).ok()) << r.request_id;
+    }
+    for (const auto& sink : sinks) EXPECT_TRUE(sink->Wait());
+    return sinks;
+  }
+
   std::unique_ptr<Model> reference_model_;
   int vocab_ = 0;
   std::unique_ptr<Engine> engine_;
@@ -200,13 +212,8 @@ TEST_F(EngineTest, ThirtyTwoConcurrentRequestsEqualTheirSoloRuns) {
   std::vector<std::vector<TokenId>> solo;
   for (const GenerationRequest& r : requests) solo.push_back(RunAlone(r)->ids());
 
-  std::vector<std::shared_ptr<RecordingSink>> sinks;
-  for (const GenerationRequest& r : requests) {
-    sinks.push_back(std::make_shared<RecordingSink>());
-    ASSERT_TRUE(engine_->Submit(r, sinks.back()).ok());
-  }
+  const std::vector<std::shared_ptr<RecordingSink>> sinks = RunTogether(requests);
   for (int i = 0; i < 32; ++i) {
-    ASSERT_TRUE(sinks[i]->Wait());
     EXPECT_EQ(sinks[i]->ids(), solo[i]) << "request " << i;
     EXPECT_EQ(sinks[i]->finishes(), 1);
   }
@@ -353,13 +360,8 @@ TEST_F(EngineTest, SpeculationInABatchAndWithThePrefixCacheIsExact) {
     if (i % 3 == 2) r.sampling = Seeded(100 + i);
     requests.push_back(std::move(r));
   }
-  std::vector<std::shared_ptr<RecordingSink>> sinks;
-  for (const GenerationRequest& r : requests) {
-    sinks.push_back(std::make_shared<RecordingSink>());
-    ASSERT_TRUE(engine_->Submit(r, sinks.back()).ok());
-  }
+  const std::vector<std::shared_ptr<RecordingSink>> sinks = RunTogether(requests);
   for (size_t i = 0; i < requests.size(); ++i) {
-    ASSERT_TRUE(sinks[i]->Wait());
     EXPECT_EQ(sinks[i]->ids(), ReferenceLoop(requests[i])) << "request " << i;
   }
 
@@ -421,13 +423,8 @@ TEST_F(EngineTest, DraftModelInABatchIsExact) {
       if (i == 5) r.disable_speculation = true;
       requests.push_back(std::move(r));
     }
-    std::vector<std::shared_ptr<RecordingSink>> sinks;
-    for (const GenerationRequest& r : requests) {
-      sinks.push_back(std::make_shared<RecordingSink>());
-      ASSERT_TRUE(engine_->Submit(r, sinks.back()).ok());
-    }
+    const std::vector<std::shared_ptr<RecordingSink>> sinks = RunTogether(requests);
     for (size_t i = 0; i < requests.size(); ++i) {
-      ASSERT_TRUE(sinks[i]->Wait());
       EXPECT_EQ(sinks[i]->ids(), ReferenceLoop(requests[i]))
           << "round " << round << " request " << i;
     }
@@ -844,13 +841,8 @@ TEST_F(PrefixCacheEngineTest, ExactHitIsBitIdenticalAloneAndAmongOthers) {
 
   // All at once: the repeated request 0 hits its whole prompt but the last token, the
   // others the shared prefix, while they batch with each other.
-  std::vector<std::shared_ptr<RecordingSink>> sinks;
-  for (const GenerationRequest& r : requests) {
-    sinks.push_back(std::make_shared<RecordingSink>());
-    ASSERT_TRUE(engine_->Submit(r, sinks.back()).ok());
-  }
+  const std::vector<std::shared_ptr<RecordingSink>> sinks = RunTogether(requests);
   for (size_t i = 0; i < requests.size(); ++i) {
-    ASSERT_TRUE(sinks[i]->Wait());
     EXPECT_TRUE(OutputOf(*sinks[i]) == solo[i]) << "request " << i << " among others";
     EXPECT_GE(sinks[i]->info().cached_prompt_tokens, 96) << "request " << i;
   }
