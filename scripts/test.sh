@@ -10,4 +10,7 @@ cd "$(dirname "$0")/.."
 export GOMP_SPINCOUNT="${GOMP_SPINCOUNT:-1000}"
 build_dir="${QUILL_BUILD_DIR:-build}"
 scripts/build.sh
-ctest --test-dir "$build_dir" --output-on-failure --timeout 900 -j "${QUILL_TEST_JOBS:-2}" "$@"
+# Each test binary runs its cases in one process (scripts/ctest_batched.py; ctest per case
+# measured 143 s, batched 95 s); tests with fixtures or expected output run through ctest.
+# Arguments are ctest's selection flags (-R REGEX, -L LABEL, -E REGEX).
+/usr/bin/python3 scripts/ctest_batched.py "$build_dir" --timeout 900 -j "${QUILL_TEST_JOBS:-2}" "$@"
