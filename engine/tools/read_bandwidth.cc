@@ -1,12 +1,10 @@
 #include "engine/tools/read_bandwidth.h"
 
 #include <omp.h>
-#include <sys/mman.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
-#include <cstdlib>
 #include <memory>
 
 namespace quill::engine::tools {
@@ -14,20 +12,15 @@ namespace {
 // Written with every sum so that the reads cannot be optimized away.
 volatile uint64_t g_sum_sink = 0;
 
-constexpr size_t kHugePage = size_t{2} << 20;
-
-// In 2 MiB pages, as the packed weights are (AdviseHugePages). With 4 KiB pages, 256 MiB
-// slices read between decode steps (TLB and page tables evicted by the weights) measured
-// 15-37 GB/s where five reads in a row gave 43-64; with 2 MiB pages 58-64 GB/s. First touch
-// by the threads that will read it, and values the sum cannot fold away.
-std::unique_ptr<uint64_t[], ReadBandwidthProbe::FreeDeleter> FilledBuffer(int64_t words) {
-  const size_t bytes = (words * sizeof(uint64_t) + kHugePage - 1) / kHugePage * kHugePage;
-  std::unique_ptr<uint64_t[], ReadBandwidthProbe::FreeDeleter> data(
-      static_cast<uint64_t*>(std::aligned_alloc(kHugePage, bytes)));
-  if (data == nullptr) return data;
-  madvise(data.get(), bytes, MADV_HUGEPAGE);  // advisory: without it, only slower
+// In 2 MiB pages, as the packed weights are (the kernels' AlignedBuffer). With 4 KiB pages,
+// 256 MiB slices read between decode steps (TLB and page tables evicted by the weights)
+// measured 15-37 GB/s where five reads in a row gave 43-64; with 2 MiB pages 58-64 GB/s.
+// Filled by the threads that will read it, with values the sum cannot fold away.
+kernels::linear_internal::AlignedBuffer<uint64_t> FilledBuffer(int64_t words) {
+  kernels::linear_internal::AlignedBuffer<uint64_t> data(words, /*huge_pages=*/true);
+  uint64_t* p = data.data();
 #pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < words; ++i) data[i] = static_cast<uint64_t>(i) * 0x9E3779B97F4A7C15ull;
+  for (int64_t i = 0; i < words; ++i) p[i] = static_cast<uint64_t>(i) * 0x9E3779B97F4A7C15ull;
   return data;
 }
 
@@ -48,10 +41,10 @@ double MeasureReadBandwidth(int64_t bytes, int reps) {
   if (bytes < (int64_t{1} << 20) || reps < 1) return 0;
   const int64_t n = bytes / static_cast<int64_t>(sizeof(uint64_t));
   const auto data = FilledBuffer(n);
-  if (data == nullptr) return 0;
+  if (data.data() == nullptr) return 0;
   double best = 0;
   for (int r = 0; r < reps; ++r) {
-    const double seconds = TimedRead(data.get(), 0, n);
+    const double seconds = TimedRead(data.data(), 0, n);
     if (seconds > 0) best = std::max(best, n * sizeof(uint64_t) / seconds);
   }
   return best;
@@ -64,9 +57,9 @@ ReadBandwidthProbe::ReadBandwidthProbe(int64_t bytes, int64_t slice)
 }
 
 double ReadBandwidthProbe::Read() {
-  if (data_ == nullptr) return 0;
+  if (data_.data() == nullptr) return 0;
   if (next_ + slice_words_ > words_) next_ = 0;
-  const double seconds = TimedRead(data_.get(), next_, next_ + slice_words_);
+  const double seconds = TimedRead(data_.data(), next_, next_ + slice_words_);
   next_ += slice_words_;
   return seconds;
 }

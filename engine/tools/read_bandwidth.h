@@ -1,8 +1,8 @@
 #pragma once
 
 #include <cstdint>
-#include <cstdlib>
-#include <memory>
+
+#include "engine/kernels/linear_internal.h"
 
 namespace quill::engine::tools {
 
@@ -24,12 +24,8 @@ class ReadBandwidthProbe {
   double Read();
   int64_t slice() const { return slice_words_ * static_cast<int64_t>(sizeof(uint64_t)); }
 
-  struct FreeDeleter {
-    void operator()(uint64_t* p) const { std::free(p); }
-  };
-
  private:
-  std::unique_ptr<uint64_t[], FreeDeleter> data_;
+  kernels::linear_internal::AlignedBuffer<uint64_t> data_;
   int64_t words_ = 0;
   int64_t slice_words_ = 0;
   int64_t next_ = 0;
