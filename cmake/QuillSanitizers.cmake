@@ -8,9 +8,9 @@
 #                                        binaries also link the absl::Mutex annotations in
 #                                        cmake/tsan/ (see its README); OpenMP regions run in
 #                                        uninstrumented libgomp: run them with one thread.
-#   -DQUILL_FUZZ=ON                     (clang) every library is built with
-#                                        -fsanitize=fuzzer-no-link and the libFuzzer
-#                                        targets in fuzz/ are added.
+#   -DQUILL_FUZZ=ON                     (clang) the libFuzzer targets in fuzz/ are added,
+#                                        and the libraries they link are built with
+#                                        -fsanitize=fuzzer-no-link (fuzz/CMakeLists.txt).
 #   -DQUILL_WERROR=ON                   warnings are errors (with clang, -Wthread-safety is
 #                                        always on: the annotations are checked).
 #
@@ -45,7 +45,6 @@ if(QUILL_FUZZ)
   if(NOT CMAKE_CXX_COMPILER_ID STREQUAL "Clang")
     message(FATAL_ERROR "QUILL_FUZZ needs clang (e.g. -DCMAKE_CXX_COMPILER=clang++-14)")
   endif()
-  add_compile_options(-fsanitize=fuzzer-no-link)
   message(STATUS "Quill: libFuzzer targets (fuzz/)")
 endif()
 
