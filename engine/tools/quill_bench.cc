@@ -314,17 +314,16 @@ class Bench {
   std::vector<TokenId> random_tokens_;
 };
 
-// The decode steps of every case, one step of each in turn after all are prefilled
-// (untimed), so that the host's speed drifting hits all alike: the tokens/s of every
-// repetition (one warm-up first), per case. The cases may come from several models.
 struct InterleavedRates {
   std::vector<std::vector<double>> rates;  // per case, tokens/s of each repetition
   std::vector<double> read_bandwidth;      // bytes/s of the probe in each repetition
 };
 
-// Every case's tg steps in turn (step i of each case, then step i + 1), so that the host's
-// drift hits them alike; with a `probe`, one slice of it is read after each round of steps,
-// which measures the read bandwidth in the same moments.
+// The decode steps of every case, one step of each in turn after all are prefilled
+// (untimed), so that the host's speed drifting hits all alike: the tokens/s of every
+// repetition (one warm-up first), per case. The cases may come from several models. With a
+// `probe`, one slice of it is read after each round of steps, which measures the read
+// bandwidth in the same moments.
 absl::StatusOr<InterleavedRates> InterleavedGeneration(const std::vector<TgCase>& cases, int reps,
                                                        tools::ReadBandwidthProbe* probe) {
   struct Stream {

@@ -52,18 +52,26 @@ server::ServerOptions TestOptions() {
   return options;
 }
 
-// The kjv-1m golden cases with a greedy continuation of at least 20 tokens; their ids and
-// text come from an independent implementation (../shared/golden).
-std::vector<nlohmann::json> GoldenGreedyCases() {
+// A kjv-1m golden case: ids and text from an independent implementation (../shared/golden).
+struct GoldenGreedyCase {
+  std::string prompt;
+  int prompt_tokens = 0;
+  std::vector<int> greedy_ids;
+  std::string greedy_text;
+};
+
+// The golden cases with a prompt and a greedy continuation of at least 20 tokens.
+std::vector<GoldenGreedyCase> GoldenGreedyCases() {
   std::ifstream in(SharedPath("golden/kjv-1m.json"));
   EXPECT_TRUE(in) << "golden/kjv-1m.json";
   if (!in) return {};
   const nlohmann::json golden = nlohmann::json::parse(in);
-  std::vector<nlohmann::json> cases;
+  std::vector<GoldenGreedyCase> cases;
   for (const auto& c : golden["cases"]) {
-    if (c["greedy_ids"].size() >= 20 && !c["prompt"].get<std::string>().empty()) {
-      cases.push_back(c);
-    }
+    GoldenGreedyCase g{c["prompt"].get<std::string>(), static_cast<int>(c["prompt_ids"].size()),
+                       c["greedy_ids"].get<std::vector<int>>(),
+                       c["greedy_text"].get<std::string>()};
+    if (g.greedy_ids.size() >= 20 && !g.prompt.empty()) cases.push_back(std::move(g));
   }
   EXPECT_GE(cases.size(), 4u);
   return cases;
@@ -105,16 +113,15 @@ client::QuillClient* ServerTest::client_ = nullptr;
 // Outputs
 
 TEST_F(ServerTest, GreedyStreamEqualsTheGoldenReference) {
-  for (const nlohmann::json& c : GoldenGreedyCases()) {
-    const std::vector<int> greedy = c["greedy_ids"].get<std::vector<int>>();
-    const std::string prompt = c["prompt"].get<std::string>();
-    const Stream s = Collect(*client_, TextRequest(prompt, static_cast<int>(greedy.size())));
+  for (const GoldenGreedyCase& c : GoldenGreedyCases()) {
+    const int n = static_cast<int>(c.greedy_ids.size());
+    const Stream s = Collect(*client_, TextRequest(c.prompt, n));
     ASSERT_TRUE(s.status.ok()) << s.status;
-    EXPECT_EQ(s.ids, greedy) << prompt;
-    EXPECT_EQ(s.text, c["greedy_text"].get<std::string>()) << prompt;
+    EXPECT_EQ(s.ids, c.greedy_ids) << c.prompt;
+    EXPECT_EQ(s.text, c.greedy_text) << c.prompt;
     EXPECT_EQ(s.last.finish_reason(), v1::LENGTH);
-    EXPECT_EQ(s.last.usage().prompt_tokens(), static_cast<int>(c["prompt_ids"].size()));
-    EXPECT_EQ(s.last.usage().completion_tokens(), static_cast<int>(greedy.size()));
+    EXPECT_EQ(s.last.usage().prompt_tokens(), c.prompt_tokens);
+    EXPECT_EQ(s.last.usage().completion_tokens(), n);
   }
 }
 
@@ -389,12 +396,10 @@ TEST(ServerDraftModelTest, GreedyStreamsEqualTheGoldenReferenceAndDraftsAreCount
   absl::StatusOr<std::unique_ptr<server::Server>> server = server::Server::Create(options);
   ASSERT_TRUE(server.ok()) << server.status();
   std::unique_ptr<client::QuillClient> client = client::QuillClient::Connect((*server)->address());
-  for (const nlohmann::json& c : GoldenGreedyCases()) {
-    const std::vector<int> greedy = c["greedy_ids"].get<std::vector<int>>();
-    const std::string prompt = c["prompt"].get<std::string>();
-    const Stream s = Collect(*client, TextRequest(prompt, static_cast<int>(greedy.size())));
+  for (const GoldenGreedyCase& c : GoldenGreedyCases()) {
+    const Stream s = Collect(*client, TextRequest(c.prompt, static_cast<int>(c.greedy_ids.size())));
     ASSERT_TRUE(s.status.ok()) << s.status;
-    EXPECT_EQ(s.ids, greedy) << prompt;
+    EXPECT_EQ(s.ids, c.greedy_ids) << c.prompt;
   }
   absl::StatusOr<PromText> text = ScrapeMetrics((*server)->metrics_port());
   ASSERT_TRUE(text.ok()) << text.status();
