@@ -352,7 +352,10 @@ absl::StatusOr<InterleavedRates> InterleavedGeneration(const std::vector<TgCase>
       st.seconds = 0;
     }
     for (int i = 0; i < steps; ++i) {
-      for (size_t c = 0; c < cases.size(); ++c) {
+      // Each case leads a round in turn: with a fixed order, the last case's steps ran
+      // 5-12% faster than the others' (one model loaded three times, AMD EPYC Zen 5).
+      for (size_t j = 0; j < cases.size(); ++j) {
+        const size_t c = (i + j) % cases.size();
         if (i >= cases[c].n) continue;
         Stream& st = streams[c];
         const auto t0 = std::chrono::steady_clock::now();
