@@ -319,11 +319,11 @@ struct InterleavedRates {
   std::vector<double> read_bandwidth;      // bytes/s of the probe in each repetition
 };
 
-// The decode steps of every case, one step of each in turn after all are prefilled
-// (untimed), so that the host's speed drifting hits all alike: the tokens/s of every
-// repetition (one warm-up first), per case. The cases may come from several models. With a
-// `probe`, one slice of it is read after each round of steps, which measures the read
-// bandwidth in the same moments.
+// The decode steps of every case, one step of each in turn (each case leading a round in
+// turn) after all are prefilled (untimed), so that the host's speed drifting hits all
+// alike: the tokens/s of every repetition (one warm-up first), per case. The cases may
+// come from several models. With a `probe`, one slice of it is read after each round of
+// steps, which measures the read bandwidth in the same moments.
 absl::StatusOr<InterleavedRates> InterleavedGeneration(const std::vector<TgCase>& cases, int reps,
                                                        tools::ReadBandwidthProbe* probe) {
   struct Stream {
