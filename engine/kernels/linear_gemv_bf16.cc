@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "engine/kernels/linear_internal.h"
+#include "engine/kernels/parallel_for.h"
 
 namespace quill::engine::kernels::linear_internal {
 namespace {
@@ -119,8 +120,8 @@ QUILL_BF16 void ConvertRowToBf16(const float* src, int64_t k, uint16_t* dst, int
 }  // namespace
 
 void ConvertRowsToBf16(const float* x, int m, int64_t k, uint16_t* out, int64_t out_stride) {
-#pragma omp parallel for schedule(static) if (m * k >= (1 << 18))
-  for (int i = 0; i < m; ++i) ConvertRowToBf16(x + i * k, k, out + i * out_stride, out_stride);
+  ParallelFor(m, m * k >= (1 << 18),
+              [&](int64_t i) { ConvertRowToBf16(x + i * k, k, out + i * out_stride, out_stride); });
 }
 
 }  // namespace quill::engine::kernels::linear_internal

@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "engine/base/status_macros.h"
+#include "engine/kernels/parallel_for.h"
 
 // GCC 12's AVX-512 reduce/convert intrinsics start from _mm*_undefined_*() and trip
 // -Wmaybe-uninitialized (GCC bug 105593); the values are fully defined.
@@ -118,9 +119,9 @@ QUILL_VNNI void QuantizeRowQ8(const float* x, int64_t groups, int8_t* xq, float*
 
 void QuantizeRowsQ8(const float* x, int m, int64_t k, int8_t* xq, float* xd, int32_t* xneg) {
   const int64_t groups = k / 32;
-#pragma omp parallel for schedule(static) if (m * k >= (1 << 18))
-  for (int i = 0; i < m; ++i)
+  ParallelFor(m, m * k >= (1 << 18), [&](int64_t i) {
     QuantizeRowQ8(x + i * k, groups, xq + i * k, xd + i * groups, xneg + i * groups);
+  });
 }
 
 absl::Status Q8Gemv::ReserveScratch(int64_t k, int max_rows, LinearScratch& scratch) {

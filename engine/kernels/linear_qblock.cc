@@ -15,6 +15,7 @@
 
 #include "engine/base/check.h"
 #include "engine/kernels/linear_qblock_simd.h"
+#include "engine/kernels/parallel_for.h"
 
 namespace quill::engine::kernels::linear_internal {
 namespace {
@@ -195,8 +196,7 @@ void QBlockGemm::PrepareX(const float* x, int rows) {
   int8_t* const xq = reinterpret_cast<int8_t*>(x_);
   float* const xd32 = reinterpret_cast<float*>(x_ + xd32_offset_);
   int32_t* const xs16 = reinterpret_cast<int32_t*>(x_ + xs16_offset_);
-#pragma omp parallel for schedule(static) if (rows * k_ >= (1 << 16))
-  for (int i = 0; i < rows; ++i) {
+  ParallelFor(rows, rows * k_ >= (1 << 16), [&](int64_t i) {
     float* const d32 = xd32 + i * blocks32;
     int32_t* const s16 = xs16 + i * blocks16;
     QuantizeRow(x + i * k_, k_, xq + i * k_, d32, s16);
@@ -216,7 +216,7 @@ void QBlockGemm::PrepareX(const float* x, int rows) {
         if (f.offset != 0) xg_seed[g] = -f.offset * sum;
       }
     }
-  }
+  });
 }
 
 QBlockXView QBlockGemm::XViewOf(const Segment& s) const {

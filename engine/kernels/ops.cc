@@ -5,40 +5,41 @@
 #include <cstdint>
 
 #include "engine/kernels/ops_internal.h"
+#include "engine/kernels/parallel_for.h"
 
 namespace quill::engine::kernels {
 
 using internal::kParallelFloats;
 
 void AddInPlace(float* out, const float* x, int64_t n) {
-#pragma omp parallel for simd schedule(static) if (n >= 4 * kParallelFloats)
-  for (int64_t i = 0; i < n; ++i) out[i] += x[i];
+  ForChunks(n, n >= 4 * kParallelFloats, [&](int64_t begin, int64_t count) {
+#pragma omp simd
+    for (int64_t i = begin; i < begin + count; ++i) out[i] += x[i];
+  });
 }
 
 void AddBias(float* x, const float* bias, int rows, int cols) {
-#pragma omp parallel for schedule(static) if (int64_t{rows} * cols >= 4 * kParallelFloats && \
-                                              rows > 1)
-  for (int r = 0; r < rows; ++r) {
-    float* row = x + static_cast<int64_t>(r) * cols;
+  ParallelFor(rows, int64_t{rows} * cols >= 4 * kParallelFloats && rows > 1, [&](int64_t r) {
+    float* row = x + r * cols;
 #pragma omp simd
     for (int c = 0; c < cols; ++c) row[c] += bias[c];
-  }
+  });
 }
 
 void Scale(float* x, int64_t n, float s) {
-#pragma omp parallel for simd schedule(static) if (n >= 4 * kParallelFloats)
-  for (int64_t i = 0; i < n; ++i) x[i] *= s;
+  ForChunks(n, n >= 4 * kParallelFloats, [&](int64_t begin, int64_t count) {
+#pragma omp simd
+    for (int64_t i = begin; i < begin + count; ++i) x[i] *= s;
+  });
 }
 
 void AddTableRows(float* out, const float* table, const int32_t* index, int rows, int dim) {
-#pragma omp parallel for schedule(static) if (int64_t{rows} * dim >= 4 * kParallelFloats && \
-                                              rows > 1)
-  for (int r = 0; r < rows; ++r) {
-    float* o = out + static_cast<int64_t>(r) * dim;
+  ParallelFor(rows, int64_t{rows} * dim >= 4 * kParallelFloats && rows > 1, [&](int64_t r) {
+    float* o = out + r * dim;
     const float* t = table + static_cast<int64_t>(index[r]) * dim;
 #pragma omp simd
     for (int c = 0; c < dim; ++c) o[c] += t[c];
-  }
+  });
 }
 
 }  // namespace quill::engine::kernels

@@ -5,6 +5,7 @@
 
 #include "engine/kernels/ops.h"
 #include "engine/kernels/ops_internal.h"
+#include "engine/kernels/parallel_for.h"
 #include "engine/kernels/simd_math.h"
 
 namespace quill::engine::kernels {
@@ -79,28 +80,15 @@ void GatedRowPortable(const float* gate, const float* up, int ffn, float* out) {
 template <bool kGelu>
 void GatedRows(const float* gate_up, int rows, int ffn, float* out) {
   const bool avx512 = UseAvx512();
-#pragma omp parallel for schedule(static) if (int64_t{rows} * ffn >= kParallelFloats && rows > 1)
-  for (int r = 0; r < rows; ++r) {
-    const float* gate = gate_up + static_cast<int64_t>(r) * 2 * ffn;
-    float* o = out + static_cast<int64_t>(r) * ffn;
+  ParallelFor(rows, int64_t{rows} * ffn >= kParallelFloats && rows > 1, [&](int64_t r) {
+    const float* gate = gate_up + r * 2 * ffn;
+    float* o = out + r * ffn;
     if (avx512) {
       GatedRowAvx512<kGelu>(gate, gate + ffn, ffn, o);
     } else {
       GatedRowPortable<kGelu>(gate, gate + ffn, ffn, o);
     }
-  }
-}
-
-// Element-wise work split into fixed chunks of whole 16-float groups across the pool.
-template <typename Fn>
-void ForChunks(int64_t n, const Fn& fn) {
-  constexpr int64_t kChunk = 4096;
-  const int64_t chunks = (n + kChunk - 1) / kChunk;
-#pragma omp parallel for schedule(static) if (n >= kParallelFloats)
-  for (int64_t c = 0; c < chunks; ++c) {
-    const int64_t begin = c * kChunk;
-    fn(begin, (n - begin < kChunk ? n - begin : kChunk));
-  }
+  });
 }
 
 }  // namespace
@@ -115,7 +103,7 @@ void GeGlu(const float* gate_up, int rows, int ffn, float* out) {
 
 void Gelu(const float* x, int64_t n, float* out) {
   const bool avx512 = UseAvx512();
-  ForChunks(n, [&](int64_t begin, int64_t count) {
+  ForChunks(n, n >= kParallelFloats, [&](int64_t begin, int64_t count) {
     if (avx512) {
       GeluAvx512(x + begin, count, out + begin);
     } else {
@@ -126,7 +114,7 @@ void Gelu(const float* x, int64_t n, float* out) {
 
 void SoftCap(float* x, int64_t n, float cap) {
   const bool avx512 = UseAvx512();
-  ForChunks(n, [&](int64_t begin, int64_t count) {
+  ForChunks(n, n >= kParallelFloats, [&](int64_t begin, int64_t count) {
     if (avx512) {
       SoftCapAvx512(x + begin, count, cap);
     } else {

@@ -5,6 +5,7 @@
 
 #include "engine/kernels/ops.h"
 #include "engine/kernels/ops_internal.h"
+#include "engine/kernels/parallel_for.h"
 #include "engine/kernels/simd_math.h"
 
 namespace quill::engine::kernels {
@@ -111,11 +112,9 @@ void NormRow(const float* x, const float* weight, const float* bias, bool center
 void NormRows(const float* x, const float* weight, const float* bias, bool center, int rows,
               int dim, float eps, float* out) {
   const bool avx512 = UseAvx512();
-#pragma omp parallel for schedule(static) if (int64_t{rows} * dim >= kParallelFloats && rows > 1)
-  for (int r = 0; r < rows; ++r) {
-    const int64_t offset = static_cast<int64_t>(r) * dim;
-    NormRow(x + offset, weight, bias, center, dim, eps, out + offset, avx512);
-  }
+  ParallelFor(rows, int64_t{rows} * dim >= kParallelFloats && rows > 1, [&](int64_t r) {
+    NormRow(x + r * dim, weight, bias, center, dim, eps, out + r * dim, avx512);
+  });
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 
 #include "engine/base/check.h"
 #include "engine/kernels/ops.h"
+#include "engine/kernels/parallel_for.h"
 
 namespace quill::engine::kernels {
 namespace {
@@ -68,10 +69,9 @@ void Rope(float* x, const int32_t* positions, int rows, int n_heads, int head_di
   InvFreq(spec, inv_freq);
   const int64_t row_floats = static_cast<int64_t>(n_heads) * head_dim;
   // cos/sin dominate the cost: parallel once a call has a few thousand of them.
-#pragma omp parallel for schedule(static) if (int64_t{rows} * rope_dim >= 4096 && rows > 1)
-  for (int r = 0; r < rows; ++r) {
+  ParallelFor(rows, int64_t{rows} * rope_dim >= 4096 && rows > 1, [&](int64_t r) {
     RopeRow(x + r * row_floats, positions[r], n_heads, head_dim, rope_dim, spec.layout, inv_freq);
-  }
+  });
 }
 
 }  // namespace quill::engine::kernels

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "engine/kernels/parallel_for.h"
+
 namespace quill::engine {
 namespace {
 
@@ -92,11 +94,9 @@ int ForwardPass::Flatten(absl::Span<const BatchEntry> batch, KvCache& cache, int
 void ForwardPass::Embed(int T) {
   const DecoderDescription& dd = config_.decoder;
   float* hidden = hidden_.data();
-#pragma omp parallel for schedule(static) if (T >= 16)
-  for (int t = 0; t < T; ++t) {
-    kernels::DequantizeRow(weights_.token_embedding, tokens_[t],
-                           hidden + static_cast<size_t>(t) * d_);
-  }
+  kernels::ParallelFor(T, T >= 16, [&](int64_t t) {
+    kernels::DequantizeRow(weights_.token_embedding, tokens_[t], hidden + t * d_);
+  });
   if (dd.scale_embeddings) kernels::Scale(hidden, static_cast<int64_t>(T) * d_, embed_scale_);
   if (dd.positions == PositionKind::kLearned) {
     kernels::AddTableRows(hidden, weights_.position_embedding.data(), positions_.data(), T, d_);
@@ -117,12 +117,11 @@ void ForwardPass::QueryKeyValue(int l, int T, int n_logits, KvCache& cache) {
   float* k = k_.data();
   const int64_t* slots = slots_.data();
   const int q_dim = q_dim_, kv_dim = kv_dim_, qkv_dim = qkv_dim_;
-#pragma omp parallel for schedule(static) if (T >= 64)
-  for (int t = 0; t < T; ++t) {
-    const float* row = qkv + static_cast<size_t>(t) * qkv_dim;
-    std::memcpy(k + static_cast<size_t>(t) * kv_dim, row + q_dim, kv_dim * sizeof(float));
+  kernels::ParallelFor(T, T >= 64, [&](int64_t t) {
+    const float* row = qkv + t * qkv_dim;
+    std::memcpy(k + t * kv_dim, row + q_dim, kv_dim * sizeof(float));
     kernels::StoreKvRow(row + q_dim + kv_dim, kv_dim, element, vc, layout.ValueIndex(slots[t]));
-  }
+  });
   const int q_rows = last ? n_logits : T;
   for (int r = 0; r < q_rows; ++r) {
     const int t = last ? logit_rows_[r] : r;
