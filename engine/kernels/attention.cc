@@ -529,8 +529,7 @@ void PagedAttention(const float* q, const void* k_cache, const void* v_cache,
   }
   const int64_t row = static_cast<int64_t>(n_heads) * hd;
 
-#pragma omp parallel for schedule(dynamic, 1) if (total > 1)
-  for (int64_t index = 0; index < total; ++index) {
+  const auto attend_item = [&](int64_t index) {
     const size_t s = std::upper_bound(starts, starts + sequences.size() + 1, index) - starts - 1;
     const AttentionSequence& seq = sequences[s];
     const int64_t local = index - starts[s];
@@ -551,7 +550,15 @@ void PagedAttention(const float* q, const void* k_cache, const void* v_cache,
     it.scale = params.scale;
     it.softcap = params.softcap;
     attend(it);
+  };
+  // One item (a decode row whose heads need no split) runs inline: an OpenMP region with
+  // an if clause still enters libgomp (parallel_for.h).
+  if (total == 1) {
+    attend_item(0);
+    return;
   }
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t index = 0; index < total; ++index) attend_item(index);
 }
 
 }  // namespace quill::engine::kernels

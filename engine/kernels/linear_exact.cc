@@ -13,6 +13,7 @@
 #include "engine/base/check.h"
 #include "engine/base/cpu_features.h"
 #include "engine/kernels/linear_internal.h"
+#include "engine/kernels/parallel_for.h"
 
 namespace quill::engine::kernels::linear_internal {
 namespace {
@@ -178,12 +179,11 @@ class ExactLinear final : public Linear {
     const int64_t tiles = (n_ + tile - 1) / tile;
     // Tiny products are not worth waking the other threads.
     const bool parallel = static_cast<int64_t>(m) * n_ * k_ >= kMinParallelWork;
-#pragma omp parallel for schedule(static) if (parallel)
-    for (int64_t t = 0; t < tiles; ++t) {
+    ParallelFor(tiles, parallel, [&](int64_t t) {
       const int64_t n0 = t * tile;
       ExactGemmTile(isa_, x, k_, m, w_.data() + n0 * k_padded_, k_, std::min(tile, n_ - n0), y + n0,
                     n_);
-    }
+    });
   }
 
   int64_t in_features() const override { return k_; }

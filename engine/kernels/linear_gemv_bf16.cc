@@ -86,8 +86,7 @@ void GemvBf16Blocked(const uint16_t* w, int64_t k_padded, int64_t n, const uint1
   const int64_t pairs = k_padded / 2;
   // Tiny products are not worth waking the other threads.
   const bool parallel = blocks > 1 && static_cast<int64_t>(m) * n * k_padded >= (1 << 16);
-#pragma omp parallel for schedule(static) if (parallel)
-  for (int64_t b = 0; b < blocks; ++b) {
+  ParallelFor(blocks, parallel, [&](int64_t b) {
     alignas(64) float acc[kMaxGroupRows * kBlockCols];
     const uint16_t* wb = w + b * k_padded * kBlockCols;
     const int64_t n0 = b * kBlockCols;
@@ -98,7 +97,7 @@ void GemvBf16Blocked(const uint16_t* w, int64_t k_padded, int64_t n, const uint1
       for (int i = 0; i < rows; ++i)
         std::memcpy(y + (i0 + i) * y_stride + n0, acc + i * kBlockCols, cols * sizeof(float));
     }
-  }
+  });
 }
 
 namespace {

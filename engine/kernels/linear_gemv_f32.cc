@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "engine/kernels/linear_internal.h"
+#include "engine/kernels/parallel_for.h"
 
 namespace quill::engine::kernels::linear_internal {
 namespace {
@@ -60,8 +61,7 @@ void GemvF32Blocked(const float* w, int64_t k, int64_t k_padded, int64_t n, cons
   const int64_t blocks = (n + kBlockCols - 1) / kBlockCols;
   // Tiny products are not worth waking the other threads.
   const bool parallel = blocks > 1 && static_cast<int64_t>(m) * n * k >= (1 << 16);
-#pragma omp parallel for schedule(static) if (parallel)
-  for (int64_t b = 0; b < blocks; ++b) {
+  ParallelFor(blocks, parallel, [&](int64_t b) {
     alignas(64) float acc[kMaxGroupRows * kBlockCols];
     const float* wb = w + b * k_padded * kBlockCols;
     const int64_t n0 = b * kBlockCols;
@@ -83,7 +83,7 @@ void GemvF32Blocked(const float* w, int64_t k, int64_t k_padded, int64_t n, cons
       for (int i = 0; i < rows; ++i)
         std::memcpy(y + (i0 + i) * y_stride + n0, acc + i * kBlockCols, cols * sizeof(float));
     }
-  }
+  });
 }
 
 }  // namespace quill::engine::kernels::linear_internal

@@ -148,8 +148,7 @@ Q8Gemv::Q8Gemv(absl::Span<const WeightView> parts, int max_rows, LinearScratch* 
       rows[r++] = static_cast<const uint8_t*>(p.data) + i * RowBytes(p.type, p.cols);
   const int64_t groups = groups_;
   std::memset(w_.data(), 128, w_.bytes());  // q = 0 everywhere, incl. padded columns
-#pragma omp parallel for schedule(static) if (n_ * k_ >= (1 << 16))
-  for (int64_t cb = 0; cb < col_blocks_; ++cb) {
+  ParallelFor(col_blocks_, n_ * k_ >= (1 << 16), [&](int64_t cb) {
     for (int64_t g = 0; g < groups; ++g) {
       uint8_t* dst = w_.data() + (cb * groups + g) * kQ8GroupBytes;
       for (int c = 0; c < kQ8BlockCols; ++c) {
@@ -166,7 +165,7 @@ Q8Gemv::Q8Gemv(absl::Span<const WeightView> parts, int max_rows, LinearScratch* 
         std::memcpy(dst + 2 * c, &scale, 2);
       }
     }
-  }
+  });
 }
 
 void Q8Gemv::Run(const float* x, int m, float* y, int64_t y_stride) {
@@ -177,8 +176,7 @@ void Q8Gemv::Run(const float* x, int m, float* y, int64_t y_stride) {
   const int64_t groups = groups_;
   const uint8_t* const w_end = w_.data() + col_blocks_ * groups * kQ8GroupBytes;
   const bool parallel = col_blocks_ > 1 && static_cast<int64_t>(m) * n_ * k_ >= (1 << 16);
-#pragma omp parallel for schedule(static) if (parallel)
-  for (int64_t cb = 0; cb < col_blocks_; ++cb) {
+  ParallelFor(col_blocks_, parallel, [&](int64_t cb) {
     alignas(64) float acc[kMaxGroupRows * kQ8BlockCols];
     const uint8_t* wb = w_.data() + cb * groups * kQ8GroupBytes;
     const int64_t n0 = cb * kQ8BlockCols;
@@ -226,7 +224,7 @@ void Q8Gemv::Run(const float* x, int m, float* y, int64_t y_stride) {
       for (int i = 0; i < rows; ++i)
         std::memcpy(y + (i0 + i) * y_stride + n0, acc + i * kQ8BlockCols, cols * sizeof(float));
     }
-  }
+  });
 }
 
 }  // namespace quill::engine::kernels::linear_internal

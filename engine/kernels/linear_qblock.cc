@@ -242,8 +242,7 @@ void QBlockGemm::Run(const float* x, int m, float* y, int64_t y_stride) {
 void QBlockGemm::RunColumnBlocks(bool decode, int rows, float* y, int64_t y_stride) {
   const int64_t work = static_cast<int64_t>(blocks_.size());
   const bool parallel = work > 1 && static_cast<int64_t>(rows) * n_ * k_ >= (1 << 16);
-#pragma omp parallel for schedule(static) if (parallel)
-  for (int64_t w = 0; w < work; ++w) {
+  ParallelFor(work, parallel, [&](int64_t w) {
     const Segment& s = segments_[blocks_[w].first];
     const int64_t cb = blocks_[w].second;
     const QBlockFormat f = QBlockFormatOf(s.type);
@@ -254,7 +253,7 @@ void QBlockGemm::RunColumnBlocks(bool decode, int rows, float* y, int64_t y_stri
     const int64_t next_bytes = cb + 1 < s.col_blocks ? sbs * f.sb_bytes() : 0;
     column(packed_.data() + s.packed_offset + cb * sbs * f.sb_bytes(), sbs, XViewOf(s), rows,
            y + col0, y_stride, cols, next_bytes);
-  }
+  });
 }
 
 void QBlockGemm::RunDecode(const float* x, int m, float* y, int64_t y_stride) {
