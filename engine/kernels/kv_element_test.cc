@@ -52,7 +52,9 @@ TEST_P(KvElementTest, F16RoundsToNearestEvenAndSaturates) {
         ASSERT_TRUE(std::isfinite(Fp16ToFloat(arena[offset + i]))) << values[i];
       }
       EXPECT_EQ(arena[offset + n], 0xABCD) << "wrote past the row";
-      if (offset > 0) EXPECT_EQ(arena[offset - 1], 0xABCD) << "wrote before the row";
+      if (offset > 0) {
+        EXPECT_EQ(arena[offset - 1], 0xABCD) << "wrote before the row";
+      }
     }
   }
 }

@@ -142,7 +142,7 @@ double TimeCalls(F&& call, int round_calls, int min_ms) {
 // A plain oneDNN matmul of exactly m rows with weights reordered to its preferred layout.
 class Baseline {
  public:
-  Baseline(bool bf16, int64_t k, int64_t n, int m, const void* plain, int copies) : bf16_(bf16) {
+  Baseline(bool bf16, int64_t k, int64_t n, int m, const void* plain, int copies) {
     using dnnl::memory;
     auto& eng = linear_internal::DnnlEngine();
     const auto type = bf16 ? memory::data_type::bf16 : memory::data_type::f32;
@@ -178,7 +178,6 @@ class Baseline {
   const std::string& impl() const { return impl_; }
 
  private:
-  bool bf16_;
   dnnl::matmul prim_;
   std::vector<AlignedBuffer<uint8_t>> buffers_;
   std::vector<dnnl::memory> weights_;

@@ -195,7 +195,7 @@ class ExactLinear final : public Linear {
 
  private:
   int64_t k_, k_padded_, n_;
-  int max_tokens_;
+  [[maybe_unused]] int max_tokens_;  // read by QUILL_DCHECK only
   ExactIsa isa_;
   AlignedBuffer<float> w_;  // [n x k_padded], zero past k
 };

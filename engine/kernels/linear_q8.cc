@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "engine/base/check.h"
 #include "engine/base/status_macros.h"
 #include "engine/kernels/parallel_for.h"
 
@@ -169,6 +170,7 @@ Q8Gemv::Q8Gemv(absl::Span<const WeightView> parts, int max_rows, LinearScratch* 
 }
 
 void Q8Gemv::Run(const float* x, int m, float* y, int64_t y_stride) {
+  QUILL_DCHECK(m >= 1 && m <= max_rows_);
   int8_t* const xq_all = static_cast<int8_t*>(scratch_->Get(LinearScratch::kXq));
   float* const xd_all = static_cast<float*>(scratch_->Get(LinearScratch::kXScales));
   int32_t* const xneg_all = static_cast<int32_t*>(scratch_->Get(LinearScratch::kXSums));

@@ -34,7 +34,7 @@ class Q8Gemv {
 
  private:
   int64_t k_, n_, groups_, col_blocks_;
-  int max_rows_;
+  [[maybe_unused]] int max_rows_;  // read by QUILL_DCHECK only
   AlignedBuffer<uint8_t> w_;
   // Run's x side: [max_rows x k] quantized x (kXq), [max_rows x groups] x scales
   // (kXScales) and -128 * sum(xq) (kXSums, undoes the +128).
