@@ -30,7 +30,6 @@ Sequence::Sequence(KvCache::SeqId kv_id, GenerationRequest request, std::shared_
       kv_id_(kv_id),
       request_(std::move(request)),
       sink_(std::move(sink)),
-      tokenizer_(tokenizer),
       sampler_(request_.sampling, vocab_size),
       detokenizer_(tokenizer, StripLeadingSpace(request_, tokenizer)),
       stop_matcher_(request_.stop) {

@@ -119,7 +119,6 @@ class Sequence {
   KvCache::SeqId kv_id_;
   GenerationRequest request_;
   std::shared_ptr<TokenSink> sink_;
-  const Tokenizer& tokenizer_;
   SequenceState state_ = SequenceState::kWaiting;
   Sampler sampler_;
   IncrementalDetokenizer detokenizer_;
