@@ -188,24 +188,26 @@ void Q8Gemv::Run(const float* x, int m, float* y, int64_t y_stride) {
       const int8_t* xq = xq_all + i0 * k_;
       const float* xd = xd_all + i0 * groups;
       const int32_t* xneg = xneg_all + i0 * groups;
-      if (rows <= kMaxRows) {
-        // One row streams on the hardware prefetchers alone: with StreamPrefetch, TinyLlama's
-        // m = 1 matmuls ran 5-11% slower (decode steps alternated in one process, AMD EPYC
-        // Zen 5, 2 threads); at 4 rows the two were even, and it stays.
-        kBlockRows[rows](wb, 0, groups, xq, k_, xd, xneg, groups, acc, true, L2Prefetch(),
-                         rows == 1 ? StreamPrefetch() : StreamPrefetch(wb));
-      } else if (rows < 2 * kMaxRows && groups * kQ8GroupBytes <= kWholeBlockMaxBytes) {
-        // A full tile and a partial one do too little work per chunk for the chunks below to
-        // hide the memory latency: the first tile streams the whole column block on the
-        // hardware prefetchers and the second re-reads it from L2 (up to 191 KB on
-        // TinyLlama). Decode steps alternated step by step in one quill-bench process (Q8_0,
-        // AMD EPYC Zen 5, 2 threads), time of these calls against the chunks: 5 rows
-        // 0.78-0.95, 6 rows 0.80 (3 runs), 7 rows 0.88-0.97; 8 rows 0.99-1.02 in process but
-        // 0.91-0.95 end to end, and no gain from 10 rows on, so those keep the chunks.
+      // Up to 4 rows, one row tile sweeps whole column blocks; 5-7 rows, two tiles do, the
+      // second re-reading the block from L2 (when it fits: k <= 15,392). A single tile of
+      // 2-4 rows prefetches the weights
+      // ahead; one row streams on the hardware prefetchers alone (with the prefetch,
+      // TinyLlama's m = 1 matmuls ran 5-11% slower; decode steps alternated in one process,
+      // AMD EPYC Zen 5, 2 threads). With a full and a partial tile, 32-group chunks did too
+      // little work each to hide the memory latency: against them, whole blocks took 0.78-0.95
+      // of the time at 5 rows, 0.80 at 6 (3 runs), 0.88-0.97 at 7; 8 rows ran 0.99-1.02 in
+      // process but 0.91-0.95 end to end, and from 10 rows on there was no gain, so those
+      // keep the chunks.
+      const bool whole_blocks =
+          rows <= kMaxRows ||
+          (rows < 2 * kMaxRows && groups * kQ8GroupBytes <= kWholeBlockMaxBytes);
+      if (whole_blocks) {
+        const bool stream = rows > 1 && rows <= kMaxRows;
         for (int i = 0; i < rows; i += kMaxRows) {
           kBlockRows[std::min(kMaxRows, rows - i)](
               wb, 0, groups, xq + i * k_, k_, xd + i * groups, xneg + i * groups, groups,
-              acc + i * kQ8BlockCols, true, L2Prefetch(), StreamPrefetch());
+              acc + i * kQ8BlockCols, true, L2Prefetch(),
+              stream ? StreamPrefetch(wb) : StreamPrefetch());
         }
       } else {
         // The row tiles of each chunk prefetch the next chunk's bytes (past a column
