@@ -91,6 +91,10 @@ class Linear {
   virtual int64_t out_features() const = 0;
   virtual int64_t packed_bytes() const = 0;   // memory held by packed weights
   virtual std::string kernel_name() const = 0;  // e.g. "onednn-bf16+gemv-bf16-avx512"
+  // Run() is fastest per row when m is a multiple of this: such an m runs as whole kernel
+  // blocks (oneDNN's static-M buckets), with no remainder rows taking another pass over the
+  // weights. 1 when every m is alike.
+  virtual int row_multiple() const { return 1; }
 };
 
 // Widens one row of `cols` elements of `w` (row `row`) to f32, exactly (block types as

@@ -38,6 +38,8 @@ constexpr int kSmallBelowRows = 32;
 constexpr int kPadBelowRows = 32;
 // Largest static M; bigger batches run as several chunks (GFLOP/s is flat from 128 up).
 constexpr int kMaxBucketRows = 256;
+// Static-M buckets are this many rows apart above it (powers of two below).
+constexpr int kBucketStepRows = 32;
 
 int NextPow2(int v) {
   int p = 1;
@@ -79,6 +81,8 @@ class FastLinear final : public Linear {
     QUILL_RETURN_IF_ERROR(lin->Pack(parts));
     return lin;
   }
+
+  int row_multiple() const override { return matmul_ ? kBucketStepRows : 1; }
 
   void Run(const float* x, int m, float* y) override {
     QUILL_DCHECK(m >= 1 && m <= max_tokens_);
@@ -213,11 +217,13 @@ class FastLinear final : public Linear {
     const void* plain = bf16_ ? static_cast<const void*>(plain16.data()) : plain32.data();
 
     if (need_onednn) {
-      // Powers of two from the smallest row count oneDNN serves up to max_tokens.
+      // From the smallest row count oneDNN serves up to max_tokens: powers of two up to
+      // kBucketStepRows, then every multiple of it, so that a step of 96 or 160 rows runs as
+      // one primitive rather than as 64 + 32 or 128 + 32.
       const int smallest = small_ == SmallM::kPadded ? 1 : kSmallBelowRows;
       const int largest = std::max(smallest, std::min(kMaxBucketRows, NextPow2(max_tokens_)));
       std::vector<int> buckets;
-      for (int b = smallest; b <= largest; b *= 2) buckets.push_back(b);
+      for (int b = smallest; b <= largest; b += std::min(b, kBucketStepRows)) buckets.push_back(b);
       QUILL_ASSIGN_OR_RETURN(matmul_, OnednnMatmul::Create(type, k_mm, n_, src_stride, plain,
                                                            buckets, scratch_.get()));
       if (matmul_->buckets().front() != smallest) {

@@ -217,7 +217,8 @@ TEST_P(LinearMatchesReference, AllBatchSizes) {
   EXPECT_EQ((*linear)->out_features(), n);
   EXPECT_GT((*linear)->packed_bytes(), 0);
   // Big shapes get fewer batch sizes to keep the reference cheap.
-  std::vector<int> ms = {1, 2, 3, 7, 16, 33, 130};
+  // 100 = a 96-row oneDNN bucket and 4 rows of the small-m kernel; 130 = 128 + 2.
+  std::vector<int> ms = {1, 2, 3, 7, 16, 33, 100, 130};
   if (k * n > 2048 * 100) {
     ms = {1, 33};
   } else if (k * n > 2048 * 5) {
@@ -233,6 +234,23 @@ TEST_P(LinearMatchesReference, AllBatchSizes) {
     if (check.against_abs && want.abs.empty()) want.abs = AbsProduct(w.whole.view, x, m);
     const double error = ErrorNorm(y, want.y, check.against_abs ? want.abs : want.y);
     EXPECT_LE(error, check.tolerance);
+  }
+}
+
+// oneDNN's static-M buckets are 32 rows apart, so a step of a multiple of 32 rows runs in
+// whole buckets; the exact and int8 kernels take every m alike.
+TEST(LinearRowMultiple, IsTheOnednnBucketStep) {
+  const TestWeight w = MakeWeight(WeightType::kF32, 64, 64, 5);
+  auto fast = Linear::Create({w.view}, Precision::kFast, 128);
+  auto exact = Linear::Create({w.view}, Precision::kExact, 128);
+  ASSERT_TRUE(fast.ok() && exact.ok());
+  EXPECT_EQ((*fast)->row_multiple(), 32) << (*fast)->kernel_name();
+  EXPECT_EQ((*exact)->row_multiple(), 1) << (*exact)->kernel_name();
+  if (linear_internal::QBlockKernelAvailable()) {
+    const TestWeight q = MakeWeight(WeightType::kQ4_0, 64, 64, 6);
+    auto int8 = Linear::Create({q.view}, Precision::kFast, 128);
+    ASSERT_TRUE(int8.ok());
+    EXPECT_EQ((*int8)->row_multiple(), 1) << (*int8)->kernel_name();
   }
 }
 

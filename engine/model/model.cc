@@ -80,6 +80,7 @@ int64_t Model::mapped_weight_bytes() const { return impl_->weights.mapped_bytes;
 int64_t Model::scratch_bytes() const { return impl_->weights.linear_scratch->bytes(); }
 std::string Model::weight_type_name() const { return impl_->weights.type_name; }
 std::string Model::kernel_summary() const { return impl_->weights.kernel_summary; }
+int Model::step_token_multiple() const { return impl_->weights.row_multiple; }
 
 kernels::KvElement Model::kv_element() const {
   return impl_->options.precision == kernels::Precision::kExact ? kernels::KvElement::kF32

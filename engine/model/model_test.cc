@@ -248,6 +248,12 @@ TEST(ModelLoadTest, ReportsWeightsAndTypes) {
       const int64_t norms = (2 * c.block_count + 1) * c.embedding_length * 4;
       EXPECT_GT((*m)->weight_bytes(), norms) << file;
       EXPECT_FALSE((*m)->kernel_summary().empty());
+      // The exact kernels take every step size alike; fast BF16 runs oneDNN buckets 32
+      // rows apart (max_batch_tokens 64).
+      if (p == Precision::kExact) EXPECT_EQ((*m)->step_token_multiple(), 1) << file;
+      if (p == Precision::kFast && type == "BF16") {
+        EXPECT_EQ((*m)->step_token_multiple(), 32) << file << ": " << (*m)->kernel_summary();
+      }
     }
   }
 }

@@ -2,6 +2,7 @@
 // and type, and packs the matmul weights once for the chosen precision.
 #include "engine/model/model_weights.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <initializer_list>
@@ -364,6 +365,10 @@ absl::StatusOr<ModelWeights> LoadWeights(const GgufFile& file, const ModelConfig
   w.layers.reserve(c.block_count);
   for (int64_t l = 0; l < c.block_count; ++l) {
     QUILL_ASSIGN_OR_RETURN(LayerWeights layer, LoadLayer(b, c, l));
+    for (const kernels::Linear* lin :
+         {layer.qkv.get(), layer.o.get(), layer.up.get(), layer.down.get()}) {
+      w.row_multiple = std::max(w.row_multiple, lin->row_multiple());
+    }
     w.layers.push_back(std::move(layer));
   }
   QUILL_ASSIGN_OR_RETURN(w.output_norm, b.Vector("output_norm.weight", d));

@@ -48,6 +48,7 @@ struct ModelWeights {
   int64_t mapped_bytes = 0;
   std::string type_name;       // matmul weight types of the blocks, e.g. "BF16" or "F16+Q8_0"
   std::string kernel_summary;  // which matmul kernels were chosen
+  int row_multiple = 1;        // the largest Linear::row_multiple() of the layers' matmuls
 };
 
 // The loader: checks every tensor of `file` against `config` (its sizes and decoder

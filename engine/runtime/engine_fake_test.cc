@@ -13,6 +13,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
@@ -93,18 +94,22 @@ class FakeStepModel final : public StepModel {
     std::string error ABSL_GUARDED_BY(mu);                    // first contract violation
     // Read once when the model is made, before the engine thread exists.
     TokenId end_of_turn = -1;
+    int step_token_multiple = 1;
     // Set before the engine starts; run at the end of every forward with the step's token
     // count (e.g. to make a manual clock tick, so the engine measures exact rates).
     std::function<void(int tokens)> after_forward;
   };
 
   explicit FakeStepModel(std::shared_ptr<Shared> shared)
-      : tokenizer_(shared->end_of_turn), shared_(std::move(shared)) {}
+      : tokenizer_(shared->end_of_turn),
+        step_token_multiple_(shared->step_token_multiple),
+        shared_(std::move(shared)) {}
 
   const Tokenizer& tokenizer() const override { return tokenizer_; }
   int vocab_size() const override { return kVocab; }
   int context_length() const override { return kContext; }
   int max_batch_tokens() const override { return 512; }
+  int step_token_multiple() const override { return step_token_multiple_; }
   KvCacheOptions MakeKvCacheOptions(int64_t budget_bytes, int block_size) const override {
     KvCacheOptions o;
     o.num_layers = 1;
@@ -157,6 +162,7 @@ class FakeStepModel final : public StepModel {
 
  private:
   FakeTokenizer tokenizer_;
+  const int step_token_multiple_;
   std::shared_ptr<Shared> shared_;
   absl::flat_hash_map<KvCache::SeqId, int64_t> next_pos_;
 };
@@ -943,6 +949,7 @@ class ItlTargetTest : public EngineFakeTest {
     absl::Duration longest_decode_step;  // of the steps that carried decode tokens
     int steps_with_prefill = 0;
     int steps_with_drafts_and_prefill = 0;
+    std::vector<int> mixed_step_tokens;  // of the steps with decode and prompt tokens
   };
   struct Load {
     int decoders = 8;
@@ -1012,6 +1019,10 @@ class ItlTargetTest : public EngineFakeTest {
         outcome.longest_decode_step = std::max(outcome.longest_decode_step, step.duration);
       }
       if (step.prefill_tokens > 0) ++outcome.steps_with_prefill;
+      if (step.prefill_tokens > 0 && step.decode_tokens > 0) {
+        outcome.mixed_step_tokens.push_back(step.decode_tokens + step.draft_tokens +
+                                            step.prefill_tokens);
+      }
       if (step.prefill_tokens > 0 && step.draft_tokens > 0) {
         ++outcome.steps_with_drafts_and_prefill;
       }
@@ -1027,6 +1038,32 @@ TEST_F(ItlTargetTest, PromptsArriving_StepsStayWithinTheTarget) {
   EXPECT_LE(outcome.longest_decode_step, absl::Milliseconds(80));
   // 360 prompt tokens at most 52 per step.
   EXPECT_GE(outcome.steps_with_prefill, 7);
+}
+
+TEST_F(ItlTargetTest, StepsWithPromptsRoundDownToTheStepMultiple) {
+  // 80 ms allows 60 tokens. With a step multiple of 16 a step with decode and prompt tokens
+  // holds 48 (rounded down: 8 to 12 decode tokens still leave the prompts their 32) while
+  // enough prompt tokens wait: only the step that takes the last of them may hold fewer.
+  shared_->step_token_multiple = 16;
+  const Outcome outcome = Run(absl::Milliseconds(80));
+  ASSERT_GE(outcome.mixed_step_tokens.size(), 4u);
+  int off_multiple = 0;
+  for (int tokens : outcome.mixed_step_tokens) off_multiple += tokens % 16 != 0 ? 1 : 0;
+  EXPECT_LE(off_multiple, 1) << absl::StrJoin(outcome.mixed_step_tokens, " ");
+  EXPECT_LE(outcome.longest_decode_step, absl::Milliseconds(80));
+}
+
+TEST_F(ItlTargetTest, TheGuardRoundsUpToTheStepMultiple) {
+  // A 10 ms target is below a decode-only step: a step may take twice one (56 to 64 ms, 36
+  // to 44 tokens). Rounded down to 32, that would leave the prompts less than their 32
+  // guaranteed tokens next to 8 to 12 decode tokens, so it rounds up to 48 (68 ms).
+  shared_->step_token_multiple = 16;
+  const Outcome outcome = Run(absl::Milliseconds(10));
+  ASSERT_GE(outcome.mixed_step_tokens.size(), 4u);
+  int off_multiple = 0;
+  for (int tokens : outcome.mixed_step_tokens) off_multiple += tokens % 16 != 0 ? 1 : 0;
+  EXPECT_LE(off_multiple, 1) << absl::StrJoin(outcome.mixed_step_tokens, " ");
+  EXPECT_LE(outcome.longest_decode_step, absl::Milliseconds(68));
 }
 
 TEST_F(ItlTargetTest, WithoutATargetOneStepTakesEveryPrompt) {
