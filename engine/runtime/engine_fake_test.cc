@@ -960,6 +960,15 @@ class ItlTargetTest : public EngineFakeTest {
     int spec_tokens = 0;
   };
 
+  // Steps with decode and prompt tokens hold a multiple of `multiple` tokens while enough
+  // prompt tokens wait: only the step that takes the last of them may hold fewer.
+  static void ExpectMixedStepsOnMultiple(const Outcome& outcome, int multiple) {
+    ASSERT_GE(outcome.mixed_step_tokens.size(), 4u);
+    int off_multiple = 0;
+    for (int tokens : outcome.mixed_step_tokens) off_multiple += tokens % multiple != 0 ? 1 : 0;
+    EXPECT_LE(off_multiple, 1) << absl::StrJoin(outcome.mixed_step_tokens, " ");
+  }
+
   Outcome Run(absl::Duration itl_target) { return Run(itl_target, Load()); }
   Outcome Run(absl::Duration itl_target, const Load& load) {
     ManualClock clock;
@@ -1042,14 +1051,10 @@ TEST_F(ItlTargetTest, PromptsArriving_StepsStayWithinTheTarget) {
 
 TEST_F(ItlTargetTest, StepsWithPromptsRoundDownToTheStepMultiple) {
   // 80 ms allows 60 tokens. With a step multiple of 16 a step with decode and prompt tokens
-  // holds 48 (rounded down: 8 to 12 decode tokens still leave the prompts their 32) while
-  // enough prompt tokens wait: only the step that takes the last of them may hold fewer.
+  // holds 48: rounded down, 8 to 12 decode tokens still leave the prompts their 32.
   shared_->step_token_multiple = 16;
   const Outcome outcome = Run(absl::Milliseconds(80));
-  ASSERT_GE(outcome.mixed_step_tokens.size(), 4u);
-  int off_multiple = 0;
-  for (int tokens : outcome.mixed_step_tokens) off_multiple += tokens % 16 != 0 ? 1 : 0;
-  EXPECT_LE(off_multiple, 1) << absl::StrJoin(outcome.mixed_step_tokens, " ");
+  ExpectMixedStepsOnMultiple(outcome, 16);
   EXPECT_LE(outcome.longest_decode_step, absl::Milliseconds(80));
 }
 
@@ -1059,10 +1064,7 @@ TEST_F(ItlTargetTest, TheGuardRoundsUpToTheStepMultiple) {
   // guaranteed tokens next to 8 to 12 decode tokens, so it rounds up to 48 (68 ms).
   shared_->step_token_multiple = 16;
   const Outcome outcome = Run(absl::Milliseconds(10));
-  ASSERT_GE(outcome.mixed_step_tokens.size(), 4u);
-  int off_multiple = 0;
-  for (int tokens : outcome.mixed_step_tokens) off_multiple += tokens % 16 != 0 ? 1 : 0;
-  EXPECT_LE(off_multiple, 1) << absl::StrJoin(outcome.mixed_step_tokens, " ");
+  ExpectMixedStepsOnMultiple(outcome, 16);
   EXPECT_LE(outcome.longest_decode_step, absl::Milliseconds(68));
 }
 
