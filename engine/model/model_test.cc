@@ -250,7 +250,9 @@ TEST(ModelLoadTest, ReportsWeightsAndTypes) {
       EXPECT_FALSE((*m)->kernel_summary().empty());
       // The exact kernels take every step size alike; fast BF16 runs oneDNN buckets 32
       // rows apart (max_batch_tokens 64).
-      if (p == Precision::kExact) EXPECT_EQ((*m)->step_token_multiple(), 1) << file;
+      if (p == Precision::kExact) {
+        EXPECT_EQ((*m)->step_token_multiple(), 1) << file;
+      }
       if (p == Precision::kFast && type == "BF16") {
         EXPECT_EQ((*m)->step_token_multiple(), 32) << file << ": " << (*m)->kernel_summary();
       }
