@@ -189,15 +189,14 @@ void Q8Gemv::Run(const float* x, int m, float* y, int64_t y_stride) {
       const float* xd = xd_all + i0 * groups;
       const int32_t* xneg = xneg_all + i0 * groups;
       // Up to 4 rows, one row tile sweeps whole column blocks; 5-7 rows, two tiles do, the
-      // second re-reading the block from L2 (when it fits: k <= 15,392). A single tile of
-      // 2-4 rows prefetches the weights
-      // ahead; one row streams on the hardware prefetchers alone (with the prefetch,
-      // TinyLlama's m = 1 matmuls ran 5-11% slower; decode steps alternated in one process,
-      // AMD EPYC Zen 5, 2 threads). With a full and a partial tile, 32-group chunks did too
-      // little work each to hide the memory latency: against them, whole blocks took 0.78-0.95
-      // of the time at 5 rows, 0.80 at 6 (3 runs), 0.88-0.97 at 7; 8 rows ran 0.99-1.02 in
-      // process but 0.91-0.95 end to end, and from 10 rows on there was no gain, so those
-      // keep the chunks.
+      // second re-reading the block from L2 (when it fits: k <= 15,392). A single tile of 2-4
+      // rows prefetches the weights ahead; one row streams on the hardware prefetchers alone
+      // (with the prefetch, TinyLlama's m = 1 matmuls ran 5-11% slower; decode steps
+      // alternated in one process, AMD EPYC Zen 5, 2 threads). With a full and a partial
+      // tile, 32-group chunks did too little work each to hide the memory latency: against
+      // them, whole blocks took 0.78-0.95 of the time at 5 rows, 0.80 at 6 (3 runs),
+      // 0.88-0.97 at 7; 8 rows ran 0.99-1.02 in process but 0.91-0.95 end to end, and from 10
+      // rows on there was no gain, so those keep the chunks.
       const bool whole_blocks =
           rows <= kMaxRows ||
           (rows < 2 * kMaxRows && groups * kQ8GroupBytes <= kWholeBlockMaxBytes);

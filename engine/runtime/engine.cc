@@ -696,15 +696,14 @@ int Engine::Impl::PrefillTokenLimit(int decode_tokens, int draft_tokens) const {
       options_.itl_target, kDecodeStepFactor * step_cost_.Predict(decode_tokens + draft_tokens));
   const int tokens = step_cost_.TokensWithin(step_budget);
   if (tokens == StepCostModel::kUnbounded) return tokens;
-  const int running = decode_tokens + draft_tokens;
-  const int step_tokens = std::max(tokens, running + kMinPrefillTokensPerStep);
   // A whole multiple of the model's step multiple: a step of 96 tokens runs as one oneDNN
   // bucket and takes less time than one of 90 (a 64-row bucket and a 26-row pass over the
-  // weights). Rounded down while that leaves prompts their guaranteed tokens, else up.
+  // weights). The budget rounds down, the prompts' guaranteed tokens round up.
   const int multiple = std::max(1, step_model_->step_token_multiple());
-  const int down = step_tokens / multiple * multiple;
-  if (down - running >= kMinPrefillTokensPerStep) return down - running;
-  return down + multiple - running;
+  const int running = decode_tokens + draft_tokens;
+  const int within_budget = tokens / multiple * multiple;
+  const int guaranteed = (running + kMinPrefillTokensPerStep + multiple - 1) / multiple * multiple;
+  return std::max(within_budget, guaranteed) - running;
 }
 
 void Engine::Impl::BuildWaitingViews() {
