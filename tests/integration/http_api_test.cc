@@ -300,7 +300,7 @@ TEST_F(HttpApiTest, InvalidInputIs400NamingTheFieldAndCountsAsRejected) {
   for (const std::string& body : std::vector<std::string>{"{bad", "[1,2]", std::string(200, '[')}) {
     absl::StatusOr<HttpReply> reply =
         HttpRequest("127.0.0.1", server_->http_port(), "POST", "/v1/completions", body);
-    ASSERT_TRUE(reply.ok());
+    ASSERT_TRUE(reply.ok()) << reply.status();
     EXPECT_EQ(reply->status, 400) << body;
     EXPECT_TRUE(json::parse(reply->body)["error"]["param"].is_null());
   }
@@ -375,7 +375,7 @@ TEST_F(HttpApiTest, OversizeBodyIs413AndTheServerKeepsServing) {
       json({{"prompt", std::string(100 << 10, 'a')}, {"max_tokens", 1}}).dump();
   absl::StatusOr<std::unique_ptr<HttpClient>> client =
       HttpClient::Connect("127.0.0.1", server_->http_port());
-  ASSERT_TRUE(client.ok());
+  ASSERT_TRUE(client.ok()) << client.status();
   // Refused from the head (Content-Length), before the body is read: only the head is sent.
   ASSERT_TRUE((*client)
                   ->SendRaw(absl::StrCat("POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
@@ -393,7 +393,7 @@ TEST_F(HttpApiTest, OversizeBodyIs413AndTheServerKeepsServing) {
 TEST_F(HttpApiTest, MalformedHttpGets400AndClose) {
   absl::StatusOr<std::unique_ptr<HttpClient>> client =
       HttpClient::Connect("127.0.0.1", server_->http_port());
-  ASSERT_TRUE(client.ok());
+  ASSERT_TRUE(client.ok()) << client.status();
   ASSERT_TRUE((*client)->SendRaw("THIS IS NOT HTTP\r\n\r\n").ok());
   absl::StatusOr<HttpReply> reply = (*client)->ReadResponse();
   ASSERT_TRUE(reply.ok()) << reply.status();
@@ -404,7 +404,7 @@ TEST_F(HttpApiTest, MalformedHttpGets400AndClose) {
 TEST_F(HttpApiTest, KeepAliveServesSeveralRequestsOnOneConnection) {
   absl::StatusOr<std::unique_ptr<HttpClient>> client =
       HttpClient::Connect("127.0.0.1", server_->http_port());
-  ASSERT_TRUE(client.ok());
+  ASSERT_TRUE(client.ok()) << client.status();
   for (int i = 0; i < 3; ++i) {
     const json body = {{"prompt", "In the beginning"}, {"max_tokens", 3}, {"stream", i == 1}};
     absl::StatusOr<HttpReply> reply = (*client)->Request("POST", "/v1/completions", body.dump());
@@ -425,13 +425,13 @@ TEST_F(HttpApiTest, ClientThatHangsUpMidStreamFreesItsKvBlocks) {
     const PromText before = Scrape();
     absl::StatusOr<std::unique_ptr<HttpClient>> client =
         HttpClient::Connect("127.0.0.1", server_->http_port());
-    ASSERT_TRUE(client.ok());
+    ASSERT_TRUE(client.ok()) << client.status();
     ASSERT_TRUE((*client)->Send("POST", "/v1/completions", body.dump()).ok());
     absl::StatusOr<HttpReply> head = (*client)->ReadHead();
     ASSERT_TRUE(head.ok()) << head.status();
     ASSERT_EQ(head->status, 200);
     absl::StatusOr<std::string> first = (*client)->ReadBodyPiece();
-    ASSERT_TRUE(first.ok());
+    ASSERT_TRUE(first.ok()) << first.status();
     EXPECT_TRUE(absl::StartsWith(*first, "data: {"));
     (*client)->Close();
     absl::StatusOr<PromText> after = ScrapeUntil(server_->metrics_port(), [&](const PromText& t) {
@@ -441,7 +441,7 @@ TEST_F(HttpApiTest, ClientThatHangsUpMidStreamFreesItsKvBlocks) {
               t.Value("quill_requests_total", length) >
                   before.Value("quill_requests_total", length).value_or(0));
     });
-    ASSERT_TRUE(after.ok());
+    ASSERT_TRUE(after.ok()) << after.status();
     EXPECT_EQ(Metric(*after, "quill_kv_cache_blocks_used"), 0.0);
     EXPECT_EQ(Metric(*after, "quill_kv_cache_usage_ratio"), 0.0);
     if (Metric(*after, "quill_requests_total", cancelled) ==
@@ -464,7 +464,7 @@ TEST_F(HttpApiTest, CountsFinishedHttpRequestsUnderTheHttpLabel) {
     return t.Value("quill_requests_total", http_length) >
            before.Value("quill_requests_total", http_length).value_or(0);
   });
-  ASSERT_TRUE(after.ok());
+  ASSERT_TRUE(after.ok()) << after.status();
   EXPECT_EQ(Metric(*after, "quill_requests_total", http_length),
             Metric(before, "quill_requests_total", http_length) + 1);
   EXPECT_EQ(Metric(*after, "quill_requests_total", grpc_length),
@@ -485,7 +485,7 @@ TEST_F(HttpApiTest, MisbehavingClientsLeaveTheServerServingWithNothingHeld) {
   for (int i = 0; i < 48; ++i) {
     threads.emplace_back([&, i] {
       absl::StatusOr<std::unique_ptr<HttpClient>> c = HttpClient::Connect("127.0.0.1", port);
-      ASSERT_TRUE(c.ok());
+      ASSERT_TRUE(c.ok()) << c.status();
       HttpClient& client = **c;
       switch (i % 8) {
         case 0:  // half a request head, then gone
@@ -528,7 +528,7 @@ TEST_F(HttpApiTest, MisbehavingClientsLeaveTheServerServingWithNothingHeld) {
     return t.Value("quill_kv_cache_blocks_used") == 0.0 &&
            t.Value("quill_requests_running") == 0.0 && t.Value("quill_requests_waiting") == 0.0;
   });
-  ASSERT_TRUE(after.ok());
+  ASSERT_TRUE(after.ok()) << after.status();
   EXPECT_EQ(Metric(*after, "quill_kv_cache_blocks_used"), 0.0);
   EXPECT_EQ(Get("/health").status, 200);
   const HttpReply reply =
@@ -854,7 +854,7 @@ TEST(HttpQueueTest, FullQueueIs429WithRetryAfter) {
   std::vector<std::unique_ptr<HttpClient>> clients;
   for (int i = 0; i < 3; ++i) {
     absl::StatusOr<std::unique_ptr<HttpClient>> c = HttpClient::Connect("127.0.0.1", port);
-    ASSERT_TRUE(c.ok());
+    ASSERT_TRUE(c.ok()) << c.status();
     ASSERT_TRUE((*c)->Send("POST", "/v1/completions", long_body).ok());
     clients.push_back(*std::move(c));
     if (i == 0) {
@@ -868,7 +868,7 @@ TEST(HttpQueueTest, FullQueueIs429WithRetryAfter) {
   ASSERT_EQ((*server)->engine().gauges().requests_waiting, 2);
   absl::StatusOr<HttpReply> refused =
       HttpRequest("127.0.0.1", port, "POST", "/v1/completions", json({{"prompt", "Hear"}}).dump());
-  ASSERT_TRUE(refused.ok());
+  ASSERT_TRUE(refused.ok()) << refused.status();
   EXPECT_EQ(refused->status, 429);
   // Whole seconds from the engine's pushback (no request has finished yet here, so its
   // first guess: 1 s).
@@ -881,7 +881,7 @@ TEST(HttpQueueTest, FullQueueIs429WithRetryAfter) {
   absl::StatusOr<PromText> text = ScrapeUntil((*server)->metrics_port(), [](const PromText& t) {
     return t.Value("quill_kv_cache_blocks_used") == 0.0 && t.Value("quill_requests_waiting") == 0.0;
   });
-  ASSERT_TRUE(text.ok());
+  ASSERT_TRUE(text.ok()) << text.status();
   EXPECT_EQ(Metric(*text, "quill_requests_total", {{"api", "http"}, {"outcome", "rejected"}}), 1.0);
 }
 
@@ -893,12 +893,12 @@ TEST(HttpDrainTest, HealthTurns503AndRunningStreamsFinish) {
   ASSERT_TRUE(server.ok()) << server.status();
   const int port = (*server)->http_port();
   absl::StatusOr<std::unique_ptr<HttpClient>> client = HttpClient::Connect("127.0.0.1", port);
-  ASSERT_TRUE(client.ok());
+  ASSERT_TRUE(client.ok()) << client.status();
   const json body = {
       {"prompt", "In the beginning"}, {"max_tokens", 200}, {"ignore_eos", true}, {"stream", true}};
   ASSERT_TRUE((*client)->Send("POST", "/v1/completions", body.dump()).ok());
   absl::StatusOr<HttpReply> head = (*client)->ReadHead();
-  ASSERT_TRUE(head.ok());
+  ASSERT_TRUE(head.ok()) << head.status();
   ASSERT_EQ(head->status, 200);
   std::thread shutdown([&] { (*server)->Shutdown(absl::Seconds(20)); });
   // While draining, the listener still answers.
@@ -912,7 +912,7 @@ TEST(HttpDrainTest, HealthTurns503AndRunningStreamsFinish) {
   EXPECT_EQ(json::parse(health->body)["status"], "draining");
   absl::StatusOr<HttpReply> refused =
       HttpRequest("127.0.0.1", port, "POST", "/v1/completions", json({{"prompt", "x"}}).dump());
-  ASSERT_TRUE(refused.ok());
+  ASSERT_TRUE(refused.ok()) << refused.status();
   EXPECT_EQ(refused->status, 503);
   // Whole seconds from the engine's pushback (no request has finished yet here, so its
   // first guess: 1 s).

@@ -130,7 +130,7 @@ TEST_F(SecurityTest, ApiKeysGuardEveryGrpcCallButHealth) {
   client::ConnectOptions wrong;
   wrong.api_key = "key-three";
   auto wrong_client = client::QuillClient::Connect(server->address(), wrong);
-  ASSERT_TRUE(wrong_client.ok());
+  ASSERT_TRUE(wrong_client.ok()) << wrong_client.status();
   const absl::Status refused = GenerateStatus(**wrong_client);
   EXPECT_EQ(refused.code(), absl::StatusCode::kUnauthenticated);
   EXPECT_THAT(std::string(refused.message()), HasSubstr("invalid API key"));
@@ -139,7 +139,7 @@ TEST_F(SecurityTest, ApiKeysGuardEveryGrpcCallButHealth) {
     client::ConnectOptions right;
     right.api_key = key;
     auto client = client::QuillClient::Connect(server->address(), right);
-    ASSERT_TRUE(client.ok());
+    ASSERT_TRUE(client.ok()) << client.status();
     EXPECT_TRUE(GenerateStatus(**client).ok()) << key;
     EXPECT_TRUE((*client)->Tokenize("In the beginning").ok()) << key;
     EXPECT_TRUE((*client)->GetModelInfo(absl::Seconds(10)).ok()) << key;
@@ -157,7 +157,7 @@ TEST_F(SecurityTest, ApiKeysGuardTheHttpApiButHealth) {
   const std::string body = R"({"prompt": "In the beginning", "max_tokens": 4})";
 
   auto http = HttpClient::Connect("127.0.0.1", server->http_port());
-  ASSERT_TRUE(http.ok());
+  ASSERT_TRUE(http.ok()) << http.status();
   absl::StatusOr<HttpReply> reply = (*http)->Request("POST", "/v1/completions", body);
   ASSERT_TRUE(reply.ok()) << reply.status();
   EXPECT_EQ(reply->status, 401);
@@ -167,20 +167,20 @@ TEST_F(SecurityTest, ApiKeysGuardTheHttpApiButHealth) {
   EXPECT_THAT(error["error"]["message"].get<std::string>(), HasSubstr("missing API key"));
 
   reply = (*http)->Request("GET", "/v1/models");
-  ASSERT_TRUE(reply.ok());
+  ASSERT_TRUE(reply.ok()) << reply.status();
   EXPECT_EQ(reply->status, 401);
   reply = (*http)->Request("GET", "/health");
-  ASSERT_TRUE(reply.ok());
+  ASSERT_TRUE(reply.ok()) << reply.status();
   EXPECT_EQ(reply->status, 200);
 
   ASSERT_TRUE((*http)->Send("POST", "/v1/completions", body, "Authorization: Bearer nope\r\n").ok());
   reply = (*http)->ReadResponse();
-  ASSERT_TRUE(reply.ok());
+  ASSERT_TRUE(reply.ok()) << reply.status();
   EXPECT_EQ(reply->status, 401);
   ASSERT_TRUE(
       (*http)->Send("POST", "/v1/completions", body, "Authorization: Bearer http-key\r\n").ok());
   reply = (*http)->ReadResponse();
-  ASSERT_TRUE(reply.ok());
+  ASSERT_TRUE(reply.ok()) << reply.status();
   EXPECT_EQ(reply->status, 200) << reply->body;
   EXPECT_EQ(nlohmann::json::parse(reply->body)["usage"]["completion_tokens"], 4);
 }
@@ -222,7 +222,7 @@ TEST_F(SecurityTest, TlsServesClientsThatTrustItsCa) {
   client::ConnectOptions trusting;
   trusting.tls_ca_file = pki->ca;
   auto tls_client = client::QuillClient::Connect(server->address(), trusting);
-  ASSERT_TRUE(tls_client.ok());
+  ASSERT_TRUE(tls_client.ok()) << tls_client.status();
   const Stream stream = Collect(**tls_client, TextRequest("In the beginning", 8));
   ASSERT_TRUE(stream.status.ok()) << stream.status;
   EXPECT_EQ(stream.ids.size(), 8u);
@@ -233,7 +233,7 @@ TEST_F(SecurityTest, TlsServesClientsThatTrustItsCa) {
   client::ConnectOptions distrusting;
   distrusting.tls_ca_file = pki->stranger_ca;
   auto stranger = client::QuillClient::Connect(server->address(), distrusting);
-  ASSERT_TRUE(stranger.ok());
+  ASSERT_TRUE(stranger.ok()) << stranger.status();
   EXPECT_EQ(GenerateStatus(**stranger).code(), absl::StatusCode::kUnavailable);
 }
 
@@ -250,14 +250,14 @@ TEST_F(SecurityTest, MutualTlsNeedsAClientCertificateFromTheCa) {
   client::ConnectOptions no_certificate;
   no_certificate.tls_ca_file = pki->ca;
   auto anonymous = client::QuillClient::Connect(server->address(), no_certificate);
-  ASSERT_TRUE(anonymous.ok());
+  ASSERT_TRUE(anonymous.ok()) << anonymous.status();
   EXPECT_EQ(GenerateStatus(**anonymous).code(), absl::StatusCode::kUnavailable);
 
   client::ConnectOptions with_certificate = no_certificate;
   with_certificate.tls_cert_file = pki->client_cert;
   with_certificate.tls_key_file = pki->client_key;
   auto known = client::QuillClient::Connect(server->address(), with_certificate);
-  ASSERT_TRUE(known.ok());
+  ASSERT_TRUE(known.ok()) << known.status();
   EXPECT_TRUE(GenerateStatus(**known).ok());
 }
 

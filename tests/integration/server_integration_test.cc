@@ -346,7 +346,7 @@ TEST_F(ServerTest, DeadlineExceeded) {
     return t.Value("quill_requests_running") == 0.0 && t.Value("quill_requests_waiting") == 0.0 &&
            t.Value("quill_kv_cache_blocks_used") == 0.0;
   });
-  ASSERT_TRUE(after.ok());
+  ASSERT_TRUE(after.ok()) << after.status();
   EXPECT_GE(finished(*after), with_tokens);
   EXPECT_EQ(outcome(*after, "deadline"), finished(*after));
   EXPECT_EQ(outcome(*after, "cancelled"), 0);
@@ -441,7 +441,7 @@ TEST(ServerQueueTest, FullQueueIsResourceExhaustedAtOnce) {
   }
   for (std::thread& t : threads) t.join();
   absl::StatusOr<PromText> text = ScrapeMetrics((*server)->metrics_port());
-  ASSERT_TRUE(text.ok());
+  ASSERT_TRUE(text.ok()) << text.status();
   EXPECT_EQ(Metric(*text, "quill_requests_total", {{"api", "grpc"}, {"outcome", "rejected"}}), 1.0);
 }
 
@@ -617,7 +617,7 @@ TEST(ServerAdmissionTest, DeadlineThatCannotCoverTheQueueWaitIsRefusedAtOnce) {
   absl::StatusOr<PromText> after = ScrapeUntil((*server)->metrics_port(), [](const PromText& t) {
     return t.Value("quill_requests_running") == 0.0 && t.Value("quill_requests_waiting") == 0.0;
   });
-  ASSERT_TRUE(after.ok());
+  ASSERT_TRUE(after.ok()) << after.status();
   const Labels deadline_outcome = {{"api", "grpc"}, {"outcome", "deadline"}};
   EXPECT_EQ(Metric(*after, "quill_requests_total", deadline_outcome) -
                 Metric(before, "quill_requests_total", deadline_outcome),
@@ -795,7 +795,7 @@ TEST_F(ServerTest, MetricsAgreeWithTheTrafficSent) {
                    .value_or(0) +
                1;
   });
-  ASSERT_TRUE(after.ok());
+  ASSERT_TRUE(after.ok()) << after.status();
   EXPECT_EQ(delta(*after, "quill_requests_total", {{"api", "grpc"}, {"outcome", "length"}}), 3);
   EXPECT_EQ(delta(*after, "quill_requests_total", {{"api", "grpc"}, {"outcome", "stop"}}), 1);
   EXPECT_EQ(delta(*after, "quill_requests_total", {{"api", "grpc"}, {"outcome", "rejected"}}), 1);
@@ -827,7 +827,7 @@ TEST_F(ServerTest, MetricsAgreeWithTheTrafficSent) {
   EXPECT_EQ(Metric(*after, "quill_kv_cache_capacity_blocks"), server_->engine().gauges().kv_blocks_total);
   EXPECT_GT(Metric(*after, "quill_process_resident_memory_bytes"), 1e6);
   absl::StatusOr<v1::ModelInfo> info = client_->GetModelInfo();
-  ASSERT_TRUE(info.ok());
+  ASSERT_TRUE(info.ok()) << info.status();
   EXPECT_EQ(Metric(*after, "quill_model_weights_bytes"), info->weights_bytes());
 }
 
@@ -890,7 +890,7 @@ TEST_F(ServerTest, TokenizeMatchesTheGoldenIds) {
   EXPECT_EQ(t->pieces_size(), t->token_ids_size());
   EXPECT_EQ(t->text(), "In the beginning");
   absl::StatusOr<v1::TokenizeResponse> raw = client_->Tokenize("In the beginning", false);
-  ASSERT_TRUE(raw.ok());
+  ASSERT_TRUE(raw.ok()) << raw.status();
   EXPECT_EQ(raw->token_ids_size(), 7);  // no BOS
   v1::TokenizeRequest bad;
   bad.set_text("caf\xC3");

@@ -105,16 +105,14 @@ TEST_F(ServerProcessTest, SigtermDrainsRunningStreamsThenExitsZero) {
   // half of them have yet to finish. A fast build runs one of these requests in ~25 ms, so
   // the first can end before the last is queued: waiting for all twelve to be in the
   // server at once could wait for a moment that never comes.
-  bool accepted = false;
   absl::StatusOr<PromText> queued = ScrapeUntil(metrics_port, [&](const PromText& t) {
     const int done = finished.load();
-    accepted = done <= kStreams / 2 && done + t.Value("quill_requests_running").value_or(0) +
-                                               t.Value("quill_requests_waiting").value_or(0) ==
-                                           kStreams;
-    return accepted;
+    return done <= kStreams / 2 && done + t.Value("quill_requests_running").value_or(0) +
+                                           t.Value("quill_requests_waiting").value_or(0) ==
+                                       kStreams;
   });
-  ASSERT_TRUE(queued.ok()) << queued.status();
-  ASSERT_TRUE(accepted) << "the requests were never all accepted with half of them to run";
+  ASSERT_TRUE(queued.ok()) << queued.status()
+                           << ": the requests were never all accepted with half of them to run";
 
   server.Signal(SIGTERM);
   // Health turns NOT_SERVING while the streams drain...
@@ -150,7 +148,7 @@ TEST_F(ServerProcessTest, SecondSignalDuringTheDrainExitsAtOnce) {
   absl::StatusOr<std::unique_ptr<Subprocess>> process = Subprocess::Start(
       {binary_, "--model", model_, "--port", "0", "--metrics-port", "-1", "--http-port", "-1",
        "--max-running", "1", "--drain-timeout", "60s", "--precision", "exact"});
-  ASSERT_TRUE(process.ok());
+  ASSERT_TRUE(process.ok()) << process.status();
   Subprocess& server = **process;
   const int port = PortFrom(server, "listening on 127\\.0\\.0\\.1:([0-9]+)");
   ASSERT_TRUE(server.WaitForOutput("serving quill.v1.Generator", absl::Seconds(30)).ok());
@@ -355,16 +353,16 @@ TEST_F(ServerProcessTest, BadFlagValuesExitWithUsageErrors) {
     argv.insert(argv.end(), args.begin(), args.end());
     int code = 0;
     absl::StatusOr<std::string> out = RunAndCapture(argv, &code);
-    ASSERT_TRUE(out.ok());
+    ASSERT_TRUE(out.ok()) << out.status();
     EXPECT_NE(code, 0) << args[0] << " " << args[1];
     EXPECT_THAT(*out, ::testing::Not(HasSubstr("listening on"))) << args[0];
   }
   // A bad value in the environment is reported with its variable name.
   absl::StatusOr<std::unique_ptr<Subprocess>> p =
       Subprocess::Start({binary_, "--model", model_}, {{"QUILL_MAX_RUNNING", "many"}});
-  ASSERT_TRUE(p.ok());
+  ASSERT_TRUE(p.ok()) << p.status();
   absl::StatusOr<int> code = (*p)->Wait(absl::Seconds(30));
-  ASSERT_TRUE(code.ok());
+  ASSERT_TRUE(code.ok()) << code.status();
   EXPECT_EQ(*code, 2);
   (*p)->WaitForEof(absl::Seconds(5));
   EXPECT_THAT((*p)->output(), HasSubstr("QUILL_MAX_RUNNING=many"));

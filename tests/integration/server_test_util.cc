@@ -175,7 +175,13 @@ absl::StatusOr<PromText> ScrapeUntil(int port, const std::function<bool(const Pr
   while (true) {
     absl::StatusOr<PromText> text = ScrapeMetrics(port);
     if (!text.ok()) return text.status();
-    if (done(*text) || absl::Now() >= deadline) return text;
+    if (done(*text)) return text;
+    if (absl::Now() >= deadline) {
+      // An error, not the last scrape: a caller that forgot to re-check its condition
+      // would otherwise go on as if it had held.
+      return absl::DeadlineExceededError(absl::StrCat("the /metrics condition did not hold within ",
+                                                      absl::FormatDuration(timeout)));
+    }
     absl::SleepFor(absl::Milliseconds(20));
   }
 }

@@ -79,8 +79,8 @@ absl::StatusOr<std::string> RenderChat(
     const std::vector<std::pair<std::string, std::string>>& messages, const std::string& model,
     const std::string& template_path);
 
-// Scrapes 127.0.0.1:<port>/metrics until `done(text)` holds or `timeout` passes; returns
-// the last scrape.
+// Scrapes 127.0.0.1:<port>/metrics until `done(text)` holds and returns that scrape;
+// DEADLINE_EXCEEDED if it never held within `timeout`.
 absl::StatusOr<PromText> ScrapeUntil(int port, const std::function<bool(const PromText&)>& done,
                                      absl::Duration timeout = absl::Seconds(10));
 
