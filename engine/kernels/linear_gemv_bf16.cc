@@ -17,28 +17,31 @@ namespace {
 #define QUILL_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
 
 constexpr int kBlockCols = 64;
-constexpr int kMaxRows = 4;           // x rows per register tile (4 x 4 accumulators)
-constexpr int64_t kChunkPairs = 256;  // k pairs per pass when rows need several passes (64 KiB)
+constexpr int kMaxRows = 6;  // x rows per register tile (6 x 4 accumulators of 32 zmm)
+// k pairs per pass when rows need several tiles: 32 KiB of weights, which the later tiles
+// reread from L1 (48 KiB on Zen 5) while the first tiles prefetch the next chunk into L2.
+constexpr int64_t kChunkPairs = 128;
 // (Software prefetch, 512 B to 8 KiB ahead, and 8 accumulator chains for m = 1 measured no
 // faster: the hardware prefetchers and 4 chains already keep the loads in flight.)
 
 // acc[MR][64] (+)= x[MR rows] . W[p0, p1) for one column block.
 template <int MR>
 QUILL_BF16 void BlockRows(const uint16_t* wb, int64_t p0, int64_t p1, const uint16_t* x, int64_t xs,
-                          float* acc, bool init) {
+                          float* acc, bool init, L2Prefetch prefetch) {
   __m512 c[MR][4];
-#pragma GCC unroll 4
+#pragma GCC unroll 8
   for (int i = 0; i < MR; ++i)
 #pragma GCC unroll 4
     for (int j = 0; j < 4; ++j)
       c[i][j] = init ? _mm512_setzero_ps() : _mm512_loadu_ps(acc + i * kBlockCols + 16 * j);
   const uint16_t* wp = wb + p0 * 2 * kBlockCols;
   for (int64_t p = p0; p < p1; ++p, wp += 2 * kBlockCols) {
+    prefetch.Step();
     const __m512bh w0 = (__m512bh)_mm512_loadu_si512(wp);
     const __m512bh w1 = (__m512bh)_mm512_loadu_si512(wp + 32);
     const __m512bh w2 = (__m512bh)_mm512_loadu_si512(wp + 64);
     const __m512bh w3 = (__m512bh)_mm512_loadu_si512(wp + 96);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int i = 0; i < MR; ++i) {
       int32_t pair;
       std::memcpy(&pair, x + i * xs + 2 * p, sizeof(pair));
@@ -49,31 +52,41 @@ QUILL_BF16 void BlockRows(const uint16_t* wb, int64_t p0, int64_t p1, const uint
       c[i][3] = _mm512_dpbf16_ps(c[i][3], w3, xb);
     }
   }
-#pragma GCC unroll 4
+#pragma GCC unroll 8
   for (int i = 0; i < MR; ++i)
 #pragma GCC unroll 4
     for (int j = 0; j < 4; ++j) _mm512_storeu_ps(acc + i * kBlockCols + 16 * j, c[i][j]);
 }
 
 using BlockRowsFn = void (*)(const uint16_t*, int64_t, int64_t, const uint16_t*, int64_t, float*,
-                             bool);
-constexpr BlockRowsFn kBlockRows[kMaxRows + 1] = {nullptr, BlockRows<1>, BlockRows<2>, BlockRows<3>,
-                                                  BlockRows<4>};
+                             bool, L2Prefetch);
+constexpr BlockRowsFn kBlockRows[kMaxRows + 1] = {
+    nullptr, BlockRows<1>, BlockRows<2>, BlockRows<3>, BlockRows<4>, BlockRows<5>, BlockRows<6>};
 
-// One column block for up to kMaxGroupRows rows of x.
+// One column block for up to kMaxGroupRows rows of x; w_end bounds the prefetch.
 constexpr int kMaxGroupRows = 32;
 void ColumnBlock(const uint16_t* wb, int64_t pairs, const uint16_t* x, int64_t xs, int m,
-                 float* acc) {
+                 float* acc, const uint16_t* w_end) {
   if (m <= kMaxRows) {
-    kBlockRows[m](wb, 0, pairs, x, xs, acc, true);
+    kBlockRows[m](wb, 0, pairs, x, xs, acc, true, L2Prefetch());
     return;
   }
-  // Several register tiles: walk k in chunks so the chunk stays in cache across tiles.
+  // Several register tiles of balanced size (16 rows: 6 + 5 + 5, not 6 + 6 + 4): walk k in
+  // chunks so that the chunk stays in cache across tiles, the tiles of each chunk prefetching
+  // the next one (past the block's last chunk, the next block's first pairs). Without the
+  // prefetch a core alternates between streaming weights (first tile) and arithmetic.
+  const int tiles = (m + kMaxRows - 1) / kMaxRows;
   for (int64_t p0 = 0; p0 < pairs; p0 += kChunkPairs) {
     const int64_t p1 = std::min(pairs, p0 + kChunkPairs);
-    for (int i = 0; i < m; i += kMaxRows) {
-      const int mr = std::min(kMaxRows, m - i);
-      kBlockRows[mr](wb, p0, p1, x + i * xs, xs, acc + i * kBlockCols, p0 == 0);
+    const uint16_t* next = wb + p1 * 2 * kBlockCols;
+    const int64_t next_bytes =
+        std::min<int64_t>(kChunkPairs * 2 * kBlockCols, w_end - next) * sizeof(uint16_t);
+    for (int t = 0, i = 0; t < tiles; ++t) {
+      const int mr = (m - i) / (tiles - t);
+      kBlockRows[mr](
+          wb, p0, p1, x + i * xs, xs, acc + i * kBlockCols, p0 == 0,
+          L2Prefetch(reinterpret_cast<const uint8_t*>(next), next_bytes, t, tiles, p1 - p0));
+      i += mr;
     }
   }
 }
@@ -84,6 +97,7 @@ void GemvBf16Blocked(const uint16_t* w, int64_t k_padded, int64_t n, const uint1
                      int64_t x_stride, int m, float* y, int64_t y_stride) {
   const int64_t blocks = (n + kBlockCols - 1) / kBlockCols;
   const int64_t pairs = k_padded / 2;
+  const uint16_t* const w_end = w + blocks * k_padded * kBlockCols;
   // Tiny products are not worth waking the other threads.
   const bool parallel = blocks > 1 && static_cast<int64_t>(m) * n * k_padded >= (1 << 16);
   ParallelFor(blocks, parallel, [&](int64_t b) {
@@ -93,7 +107,7 @@ void GemvBf16Blocked(const uint16_t* w, int64_t k_padded, int64_t n, const uint1
     const int64_t cols = std::min<int64_t>(kBlockCols, n - n0);
     for (int i0 = 0; i0 < m; i0 += kMaxGroupRows) {
       const int rows = std::min(kMaxGroupRows, m - i0);
-      ColumnBlock(wb, pairs, x + i0 * x_stride, x_stride, rows, acc);
+      ColumnBlock(wb, pairs, x + i0 * x_stride, x_stride, rows, acc, w_end);
       for (int i = 0; i < rows; ++i)
         std::memcpy(y + (i0 + i) * y_stride + n0, acc + i * kBlockCols, cols * sizeof(float));
     }
