@@ -30,9 +30,6 @@ namespace {
 
 using dnnl::memory;
 
-// The small-m kernels serve m below this, oneDNN the rest (a power of two: the smallest
-// oneDNN bucket). Measured with quill-linear-bench on TinyLlama shapes, 2 threads.
-constexpr int kSmallBelowRows = 32;
 // Without a small-m kernel, rows below this are padded up to one power-of-two bucket (one
 // weight pass) instead of being split into several smaller calls.
 constexpr int kPadBelowRows = 32;
@@ -48,6 +45,16 @@ int NextPow2(int v) {
 }
 
 enum class SmallM { kPadded, kGemvBf16, kGemvF32, kQ8, kQBlock };
+
+// The small-m kernels serve m below this, oneDNN the rest (a multiple of kBucketStepRows:
+// the smallest oneDNN bucket that a step may use whole).
+int SmallBelowRows(SmallM small) {
+  // Without AMX, oneDNN's bf16 brgemm at m = 32 runs 640-690 GFLOP/s against the bf16 GEMV's
+  // 770-810, and from m = 64 on both run at the AVX512-BF16 peak (quill-linear-bench,
+  // TinyLlama shapes, 2 threads, Zen 5): the GEMV serves every m below 64. With AMX oneDNN's
+  // tiles should win earlier; that is unmeasured here, so it keeps 32, as the f32 GEMV does.
+  return small == SmallM::kGemvBf16 && !OnednnUsesAmx() ? 64 : 32;
+}
 
 class FastLinear final : public Linear {
  public:
@@ -78,6 +85,8 @@ class FastLinear final : public Linear {
     } else {
       lin->small_ = SmallM::kPadded;
     }
+    lin->small_below_ =
+        lin->small_ == SmallM::kPadded ? kPadBelowRows : SmallBelowRows(lin->small_);
     QUILL_RETURN_IF_ERROR(lin->Pack(parts));
     return lin;
   }
@@ -86,10 +95,10 @@ class FastLinear final : public Linear {
 
   void Run(const float* x, int m, float* y) override {
     QUILL_DCHECK(m >= 1 && m <= max_tokens_);
-    // Rows [0, direct) go to oneDNN buckets applied in place; the rest (< direct_min) to
-    // the small-m kernel or one padded bucket.
-    const int direct_min = small_ == SmallM::kPadded ? kPadBelowRows : kSmallBelowRows;
-    const int direct = matmul_ ? m - m % direct_min : 0;
+    // Rows [0, direct) go to oneDNN buckets applied in place (whole multiples of the bucket
+    // step, from small_below_ rows on); the rest to the small-m kernel or one padded bucket.
+    int direct = matmul_ ? m - m % kBucketStepRows : 0;
+    if (direct < small_below_) direct = 0;
     const void* src = x;
     int64_t src_stride = k_;
     size_t elem = sizeof(float);
@@ -183,7 +192,7 @@ class FastLinear final : public Linear {
     // (quill-linear-bench, CPU time per core), with no second weight copy.
     // The block types likewise (same kernel structure, fewer bytes).
     const bool int8 = small_ == SmallM::kQ8 || small_ == SmallM::kQBlock;
-    const bool need_onednn = !int8 && (small_ == SmallM::kPadded || max_tokens_ >= kSmallBelowRows);
+    const bool need_onednn = !int8 && (small_ == SmallM::kPadded || max_tokens_ >= small_below_);
     const bool gemv = small_ == SmallM::kGemvBf16 || small_ == SmallM::kGemvF32;
     const memory::data_type type = bf16_ ? memory::data_type::bf16 : memory::data_type::f32;
     // The GEMVs stream BA16a64b2a (bf16: 32-k blocks of 64 columns x 16 k pairs) or
@@ -219,8 +228,9 @@ class FastLinear final : public Linear {
     if (need_onednn) {
       // From the smallest row count oneDNN serves up to max_tokens: powers of two up to
       // kBucketStepRows, then every multiple of it, so that a step of 96 or 160 rows runs as
-      // one primitive rather than as 64 + 32 or 128 + 32.
-      const int smallest = small_ == SmallM::kPadded ? 1 : kSmallBelowRows;
+      // one primitive rather than as 64 + 32 or 128 + 32. (The 32-row bucket also serves
+      // what is left of a step past kMaxBucketRows when the GEMV takes m < 64.)
+      const int smallest = small_ == SmallM::kPadded ? 1 : kBucketStepRows;
       const int largest = std::max(smallest, std::min(kMaxBucketRows, NextPow2(max_tokens_)));
       std::vector<int> buckets;
       for (int b = smallest; b <= largest; b += std::min(b, kBucketStepRows)) buckets.push_back(b);
@@ -265,6 +275,7 @@ class FastLinear final : public Linear {
 
   bool bf16_ = false;  // oneDNN (and the GEMV) in bf16; else f32
   SmallM small_ = SmallM::kPadded;
+  int small_below_ = kPadBelowRows;  // oneDNN serves steps of at least this many rows
   int64_t k_ = 0, n_ = 0;
   int64_t k_padded_ = 0;  // k rounded up as in the GEMV's weight layout (and the bf16 x rows)
   int max_tokens_ = 0;

@@ -63,8 +63,9 @@ using BlockRowsFn = void (*)(const uint16_t*, int64_t, int64_t, const uint16_t*,
 constexpr BlockRowsFn kBlockRows[kMaxRows + 1] = {
     nullptr, BlockRows<1>, BlockRows<2>, BlockRows<3>, BlockRows<4>, BlockRows<5>, BlockRows<6>};
 
-// One column block for up to kMaxGroupRows rows of x; w_end bounds the prefetch.
-constexpr int kMaxGroupRows = 32;
+// One column block for up to kMaxGroupRows rows of x (each group streams the weights once:
+// the GEMV serves up to 63 rows); w_end bounds the prefetch.
+constexpr int kMaxGroupRows = 64;
 void ColumnBlock(const uint16_t* wb, int64_t pairs, const uint16_t* x, int64_t xs, int m,
                  float* acc, const uint16_t* w_end) {
   if (m <= kMaxRows) {

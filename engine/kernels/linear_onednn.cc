@@ -22,6 +22,12 @@ dnnl::stream& DnnlStream() {
   return *stream;
 }
 
+bool OnednnUsesAmx() {
+  // oneDNN 2.6's ISAs are ordered; everything from avx512_core_amx up has the tiles.
+  return static_cast<int>(dnnl::get_effective_cpu_isa()) >=
+         static_cast<int>(dnnl::cpu_isa::avx512_core_amx);
+}
+
 absl::StatusOr<std::unique_ptr<OnednnMatmul>> OnednnMatmul::Create(
     memory::data_type type, int64_t k, int64_t n, int64_t src_stride, const void* plain,
     std::vector<int> buckets, LinearScratch* scratch) {

@@ -17,6 +17,8 @@ namespace quill::engine::kernels::linear_internal {
 // The process-wide CPU engine and stream (created on first use).
 dnnl::engine& DnnlEngine();
 dnnl::stream& DnnlStream();
+// Whether oneDNN's matmuls run on AMX tiles on this CPU.
+bool OnednnUsesAmx();
 
 // y[M x n] = src[M x k] * W^T for a fixed set of M ("buckets"), each a static-M primitive
 // (oneDNN picks brgemm for static shapes, ~4x faster than its runtime-M gemm in bf16).
