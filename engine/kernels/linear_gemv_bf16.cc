@@ -72,7 +72,7 @@ void ColumnBlock(const uint16_t* wb, int64_t pairs, const uint16_t* x, int64_t x
     kBlockRows[m](wb, 0, pairs, x, xs, acc, true, L2Prefetch());
     return;
   }
-  // Several register tiles of balanced size (16 rows: 6 + 5 + 5, not 6 + 6 + 4): walk k in
+  // Several register tiles of balanced size (16 rows: 5 + 5 + 6, not 6 + 6 + 4): walk k in
   // chunks so that the chunk stays in cache across tiles, the tiles of each chunk prefetching
   // the next one (past the block's last chunk, the next block's first pairs). Without the
   // prefetch a core alternates between streaming weights (first tile) and arithmetic.

@@ -23,9 +23,10 @@ dnnl::stream& DnnlStream() {
 }
 
 bool OnednnUsesAmx() {
-  // oneDNN 2.6's ISAs are ordered; everything from avx512_core_amx up has the tiles.
-  return static_cast<int>(dnnl::get_effective_cpu_isa()) >=
-         static_cast<int>(dnnl::cpu_isa::avx512_core_amx);
+  // oneDNN's ISA values are bit sets, each holding the bits of the ISAs it extends (but
+  // avx2_vnni = 0x407 is above avx512_core_amx = 0x3e7 without being AMX): test the bits.
+  const unsigned amx = static_cast<unsigned>(dnnl::cpu_isa::avx512_core_amx);
+  return (static_cast<unsigned>(dnnl::get_effective_cpu_isa()) & amx) == amx;
 }
 
 absl::StatusOr<std::unique_ptr<OnednnMatmul>> OnednnMatmul::Create(
