@@ -46,8 +46,9 @@ int NextPow2(int v) {
 
 enum class SmallM { kPadded, kGemvBf16, kGemvF32, kQ8, kQBlock };
 
-// The small-m kernels serve m below this, oneDNN the rest (a multiple of kBucketStepRows:
-// the smallest oneDNN bucket that a step may use whole).
+// The small-m kernels serve a step's rows when it has fewer than this many, oneDNN the
+// whole multiples of kBucketStepRows of a larger step (the smaller buckets then serve only
+// the remainder of a step past the largest bucket).
 int SmallBelowRows(SmallM small) {
   // Without AMX, oneDNN's bf16 brgemm at m = 32 runs 640-690 GFLOP/s against the bf16 GEMV's
   // 770-810, and from m = 64 on both run at the AVX512-BF16 peak (quill-linear-bench,
