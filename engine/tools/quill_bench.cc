@@ -68,7 +68,8 @@ ABSL_FLAG(bool, interleave, false,
           "of them alike (their ratios hold on a shared machine); their RSS column is then the "
           "whole process's.");
 ABSL_FLAG(bool, profile, false, "Print a per-phase time breakdown of each test to stderr.");
-ABSL_FLAG(bool, trace_steps, false, "Print every decode step's latency (ms) to stderr (tg tests).");
+ABSL_FLAG(bool, trace_steps, false,
+          "Print every decode step's latency (ms) to stderr (tg and batch-decode tests).");
 
 namespace quill::engine {
 namespace {
@@ -237,6 +238,16 @@ class Bench {
     return model_.Forward({&d, 1}, cache, logits.data());
   }
 
+  // --trace_steps: prints the milliseconds since `last` (one line per repetition) and
+  // returns now.
+  static std::chrono::steady_clock::time_point TraceStep(std::chrono::steady_clock::time_point last,
+                                                         bool last_step) {
+    const auto now = std::chrono::steady_clock::now();
+    std::fprintf(stderr, "%.1f%c", std::chrono::duration<double>(now - last).count() * 1e3,
+                 last_step ? '\n' : ' ');
+    return now;
+  }
+
   // `n` decode steps after a prompt of `prompt_len` tokens (prefilled untimed).
   absl::StatusOr<std::vector<double>> Generation(int n, int prompt_len,
                                                  kernels::KvElement element) {
@@ -251,13 +262,7 @@ class Bench {
           auto last = t0;
           for (int i = 0; i < n; ++i) {
             QUILL_RETURN_IF_ERROR(DecodeStep(*cache, history, logits));
-            if (trace_) {
-              auto now = std::chrono::steady_clock::now();
-              std::fprintf(stderr, "%.1f%c",
-                           std::chrono::duration<double>(now - last).count() * 1e3,
-                           i + 1 == n ? '\n' : ' ');
-              last = now;
-            }
+            if (trace_) last = TraceStep(last, i + 1 == n);
           }
           double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
           return std::make_pair(int64_t{n}, s);
@@ -289,6 +294,7 @@ class Bench {
                                                  logits.data() + static_cast<size_t>(s0) * vocab_));
           }
           auto t0 = std::chrono::steady_clock::now();
+          auto last = t0;
           for (int step = 0; step < steps; ++step) {
             for (int s = 0; s < num_seqs; ++s) {
               hist[s].push_back(Argmax(logits.data() + static_cast<size_t>(s) * vocab_, vocab_));
@@ -296,6 +302,7 @@ class Bench {
                                       static_cast<int32_t>(hist[s].size() - 1), true};
             }
             QUILL_RETURN_IF_ERROR(model_.Forward(entries, *cache, logits.data()));
+            if (trace_) last = TraceStep(last, step + 1 == steps);
           }
           double secs =
               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
