@@ -26,6 +26,7 @@ struct Model::Impl {
   std::unique_ptr<ForwardPass> forward;  // reads config and weights above
   ModelProfile profile;
   bool profiling = false;
+  bool profiling_paused = false;
 
   absl::Status ValidateBatch(absl::Span<const BatchEntry> batch, const KvCache& cache) const;
 };
@@ -102,6 +103,7 @@ void Model::SetProfiling(bool on) {
   impl_->profiling = on;
   impl_->profile.Reset(static_cast<int>(impl_->config.block_count));
 }
+void Model::PauseProfiling(bool paused) { impl_->profiling_paused = paused; }
 const ModelProfile& Model::profile() const { return impl_->profile; }
 
 absl::Status Model::Impl::ValidateBatch(absl::Span<const BatchEntry> batch,
@@ -170,7 +172,8 @@ absl::Status Model::Forward(absl::Span<const BatchEntry> batch, KvCache& cache, 
   if (wants && logits == nullptr) {
     return absl::InvalidArgumentError("logits requested but the output buffer is null");
   }
-  impl_->forward->Run(batch, cache, logits, impl_->profiling, impl_->profile);
+  impl_->forward->Run(batch, cache, logits, impl_->profiling && !impl_->profiling_paused,
+                      impl_->profile);
   return absl::OkStatus();
 }
 

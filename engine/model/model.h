@@ -67,6 +67,9 @@ class Model {
   // Per-phase timing of Forward() (for quill-bench --profile). Off by default; turning it
   // on or off clears the totals. Same threading rule as Forward().
   void SetProfiling(bool on);
+  // While paused, Forward() is not timed and the totals are kept (quill-bench leaves a
+  // test's untimed set-up, its prefill, out of the profile of its timed steps).
+  void PauseProfiling(bool paused);
   const ModelProfile& profile() const;
 
  private:

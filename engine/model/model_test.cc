@@ -417,5 +417,28 @@ TEST_F(ForwardValidationTest, LogitRowsFollowEntryOrder) {
   }
 }
 
+TEST_F(ForwardValidationTest, PausedProfilingKeepsTotalsAndTimesNothing) {
+  const std::vector<TokenId> three = {1, 100, 200}, one = {300};
+  model_->SetProfiling(true);
+  ASSERT_EQ(Run({{1, three, 0, true}}), absl::StatusCode::kOk);
+  EXPECT_EQ(model_->profile().steps, 1);
+  EXPECT_EQ(model_->profile().tokens, 3);
+  const double total = model_->profile().total;
+  EXPECT_GT(total, 0.0);
+
+  model_->PauseProfiling(true);
+  ASSERT_EQ(Run({{1, one, 3, true}}), absl::StatusCode::kOk);
+  EXPECT_EQ(model_->profile().steps, 1);
+  EXPECT_EQ(model_->profile().tokens, 3);
+  EXPECT_EQ(model_->profile().total, total);
+
+  model_->PauseProfiling(false);
+  ASSERT_EQ(Run({{1, one, 4, true}}), absl::StatusCode::kOk);
+  EXPECT_EQ(model_->profile().steps, 2);
+  EXPECT_EQ(model_->profile().tokens, 4);
+  EXPECT_GT(model_->profile().total, total);
+  model_->SetProfiling(false);
+}
+
 }  // namespace
 }  // namespace quill::engine

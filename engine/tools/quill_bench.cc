@@ -22,6 +22,7 @@
 #include <fstream>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -160,6 +161,19 @@ class Bench {
     if (bos >= 0) random_tokens_[0] = bos;
   }
 
+  // Leaves a test's untimed set-up out of --profile, which then describes exactly the
+  // steps its tokens/s figure timed.
+  class UntimedSection {
+   public:
+    explicit UntimedSection(Model& model) : model_(model) { model_.PauseProfiling(true); }
+    ~UntimedSection() { model_.PauseProfiling(false); }
+    UntimedSection(const UntimedSection&) = delete;
+    UntimedSection& operator=(const UntimedSection&) = delete;
+
+   private:
+    Model& model_;
+  };
+
   // tokens/s of each repetition of `body` (one warm-up first). `body` returns the tokens
   // processed and the seconds they took.
   absl::StatusOr<std::vector<double>> Repeat(
@@ -213,9 +227,10 @@ class Bench {
   }
 
   // Resets `history` to a prompt of `prompt_len` tokens and prefills it (in chunks of the
-  // model's max_batch_tokens) into `cache`, which gets room for `n` more tokens.
+  // model's max_batch_tokens, untimed) into `cache`, which gets room for `n` more tokens.
   absl::Status Prefill(int prompt_len, int n, KvCache& cache, std::vector<TokenId>& history,
                        std::vector<float>& logits) {
+    UntimedSection untimed(model_);
     cache.Release(0);
     QUILL_RETURN_IF_ERROR(cache.Reserve(0, prompt_len + n));
     history.clear();
@@ -280,6 +295,7 @@ class Bench {
     return Repeat(
         [&]() -> absl::StatusOr<std::pair<int64_t, double>> {
           // Prefill every sequence (untimed), as many per Forward() as fit.
+          std::optional<UntimedSection> untimed(model_);
           for (int s = 0; s < num_seqs; ++s) {
             cache->Release(s);
             QUILL_RETURN_IF_ERROR(cache->Reserve(s, prompt_len + steps));
@@ -293,6 +309,7 @@ class Bench {
             QUILL_RETURN_IF_ERROR(model_.Forward(absl::MakeConstSpan(entries.data(), n), *cache,
                                                  logits.data() + static_cast<size_t>(s0) * vocab_));
           }
+          untimed.reset();
           auto t0 = std::chrono::steady_clock::now();
           auto last = t0;
           for (int step = 0; step < steps; ++step) {
