@@ -8,56 +8,18 @@
 // errors are INVALID_ARGUMENT; the output is valid UTF-8 when the inputs are; the content
 // ranges are sorted, disjoint and inside the text.
 
-#include <dirent.h>
-
-#include <algorithm>
 #include <cstddef>
 #include <cstdint>
-#include <fstream>
-#include <sstream>
-#include <string>
-#include <vector>
 
-#include "absl/strings/match.h"
 #include "absl/strings/string_view.h"
 #include "engine/base/check.h"
 #include "engine/chat/chat_template.h"
 #include "engine/tokenizer/tokenizer.h"
-#include "fuzz/fuzz_assets.h"
+#include "fuzz/chat_templates.h"
 
 namespace {
 
 namespace chat = quill::engine::chat;
-
-constexpr char kBuiltinTemplate[] =
-    "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] | trim }}\n{% endfor %}"
-    "{% if add_generation_prompt %}<|assistant|>{% endif %}";
-
-const std::vector<chat::ChatTemplate>& Templates() {
-  static const auto* templates = [] {
-    auto* list = new std::vector<chat::ChatTemplate>();
-    const std::string dir = quill::fuzz::AssetPath("QUILL_SHARED_DIR", QUILL_FUZZ_SHARED_DIR,
-                                                   "chat_templates");
-    std::vector<std::string> names;
-    if (DIR* d = opendir(dir.c_str()); d != nullptr) {
-      while (dirent* e = readdir(d)) {
-        if (absl::EndsWith(e->d_name, ".jinja")) names.push_back(e->d_name);
-      }
-      closedir(d);
-    }
-    std::sort(names.begin(), names.end());
-    for (const std::string& name : names) {
-      std::ifstream in(dir + "/" + name);
-      std::stringstream source;
-      source << in.rdbuf();
-      auto parsed = chat::ChatTemplate::Parse(source.str());
-      if (parsed.ok()) list->push_back(*std::move(parsed));
-    }
-    list->push_back(*chat::ChatTemplate::Parse(kBuiltinTemplate));
-    return list;
-  }();
-  return *templates;
-}
 
 chat::ChatRenderOptions Options() {
   chat::ChatRenderOptions options;
@@ -104,7 +66,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     Check(parsed->Render(*conversation, options), quill::engine::IsValidUtf8(source));
     return 0;
   }
-  const auto& templates = Templates();
+  const auto& templates = quill::fuzz::ChatTemplates();
   const chat::ChatTemplate& tmpl = templates[data[1] % templates.size()];
   const absl::string_view json(reinterpret_cast<const char*>(data + 2), size - 2);
   auto messages = chat::ParseMessagesJson(json);

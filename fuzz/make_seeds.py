@@ -13,6 +13,8 @@ The seeds are committed; rerun this only to change them:
   request_fuzzer     serialized quill.v1.GenerateRequest / TokenizeRequest messages.
   chat_template_fuzzer  byte 0 even: a template source; odd: byte 1 picks a template and
                      the rest is a messages JSON array.
+  openai_request_fuzzer  byte 0 even: a /v1/completions body; odd: a /v1/chat/completions
+                     body, the other bits picking the template; the rest is the body.
 """
 
 import os
@@ -256,6 +258,46 @@ def chat_template_seeds():
     return seeds
 
 
+def openai_request_seeds():
+    completions = {
+        "text": '{"model": "kjv-1m", "prompt": "In the beginning", "max_tokens": 8}',
+        "ids": '{"prompt": [1, 300, 261, 345], "max_tokens": 4, "temperature": 0}',
+        "nested_ids": '{"prompt": [[1, 300]], "stop": ["\\n", "Amen"], "logprobs": 2,'
+                      ' "seed": 42, "top_p": 0.9, "top_k": -1, "stream": true,'
+                      ' "stream_options": {"include_usage": true}}',
+        "refused": '{"prompt": "x", "n": 2, "echo": true, "best_of": 3,'
+                   ' "frequency_penalty": 0.5}',
+        "out_of_range": '{"prompt": "x", "max_tokens": 1e999, "temperature": -1e400,'
+                        ' "seed": 18446744073709551615, "stop_token_ids": [99999]}',
+        "long_prompt": '{"prompt": "' + "And God said, Let there be light. " * 60 + '"}',
+        "deep": '{"prompt": ' + "[" * 70 + "]" * 70 + "}",
+        "not_json": '{"prompt": "x",',
+    }
+    chats = {
+        "user": '{"messages": [{"role": "user", "content": "Hello"}], "max_tokens": 16}',
+        "conversation": '{"messages": [{"role": "system", "content": "Be brief."},'
+                        ' {"role": "user", "content": "Hi"}, {"role": "assistant",'
+                        ' "content": "Hello!"}, {"role": "user", "content": "2+2?"}],'
+                        ' "logprobs": true, "top_logprobs": 3, "max_completion_tokens": 5}',
+        "parts": '{"messages": [{"role": "user", "content": [{"type": "text", "text": "a"},'
+                 ' {"type": "text", "text": "b"}]}], "stream": true}',
+        "tool_call": '{"messages": [{"role": "assistant", "content": null, "tool_calls":'
+                     ' [{"type": "function", "function": {"name": "f", "arguments":'
+                     ' "{}"}}]}, {"role": "tool", "content": "1"}]}',
+        "control_tokens": '{"messages": [{"role": "user", "content":'
+                          ' "<|im_start|>system\\n\\u00e9 \\ud83d\\ude00</s>"}]}',
+        "bad_shapes": '{"messages": [{"role": ""}, 3], "max_tokens": 0}',
+        "empty": '{"messages": []}',
+    }
+    seeds = {}
+    for name, body in completions.items():
+        seeds["completions_" + name] = b"\x00" + body.encode("utf-8")
+    for name, body in chats.items():
+        for pick in (1, 3, 15, 255):
+            seeds["chat_%s_t%03d" % (name, pick)] = bytes([pick]) + body.encode("utf-8")
+    return seeds
+
+
 def write(name, seeds):
     directory = os.path.join(CORPUS, name)
     shutil.rmtree(directory, ignore_errors=True)
@@ -271,6 +313,7 @@ def main():
     write("tokenizer_fuzzer", tokenizer_seeds())
     write("request_fuzzer", request_seeds())
     write("chat_template_fuzzer", chat_template_seeds())
+    write("openai_request_fuzzer", openai_request_seeds())
 
 
 if __name__ == "__main__":

@@ -1,0 +1,43 @@
+#pragma once
+
+// What every request a front end accepts must satisfy before it reaches the engine: the
+// one check of the gRPC (request_fuzzer) and the HTTP (openai_request_fuzzer) targets.
+
+#include <cstdint>
+#include <string>
+
+#include "engine/base/check.h"
+#include "engine/runtime/request.h"
+#include "engine/tokenizer/tokenizer.h"
+#include "server/request_codec.h"
+
+namespace quill::fuzz {
+
+// kjv-1m as quill-server configures it by default (context 256, pool of 256 MiB).
+inline server::RequestLimits BuiltinModelLimits(const engine::Tokenizer& tokenizer) {
+  server::RequestLimits limits;
+  limits.vocab_size = tokenizer.vocab_size();
+  limits.context_length = 256;
+  limits.max_tokens = 255;
+  limits.max_prompt_tokens = 255;
+  limits.kv_capacity_tokens = 131072;
+  return limits;
+}
+
+inline void CheckAccepted(const engine::GenerationRequest& r, const server::RequestLimits& limits) {
+  QUILL_CHECK(!r.prompt_ids.empty());
+  QUILL_CHECK(static_cast<int64_t>(r.prompt_ids.size()) <= limits.max_prompt_tokens);
+  for (auto id : r.prompt_ids) QUILL_CHECK(id >= 0 && id < limits.vocab_size);
+  QUILL_CHECK(r.max_tokens >= 1 && r.max_tokens <= limits.max_tokens);
+  QUILL_CHECK(static_cast<int64_t>(r.prompt_ids.size()) + r.max_tokens <= limits.context_length);
+  QUILL_CHECK(static_cast<int>(r.stop.size()) <= limits.max_stop_strings);
+  for (const std::string& s : r.stop) {
+    QUILL_CHECK(!s.empty() && static_cast<int>(s.size()) <= limits.max_stop_bytes);
+    QUILL_CHECK(engine::IsValidUtf8(s));
+  }
+  for (auto id : r.stop_token_ids) QUILL_CHECK(id >= 0 && id < limits.vocab_size);
+  QUILL_CHECK(r.logprobs >= 0 && r.logprobs <= limits.max_logprobs);
+  QUILL_CHECK(static_cast<int>(r.request_id.size()) <= limits.max_request_id_bytes);
+}
+
+}  // namespace quill::fuzz
