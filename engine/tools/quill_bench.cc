@@ -22,7 +22,6 @@
 #include <fstream>
 #include <functional>
 #include <memory>
-#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -294,22 +293,24 @@ class Bench {
     const int max_tokens = model_.options().max_batch_tokens;
     return Repeat(
         [&]() -> absl::StatusOr<std::pair<int64_t, double>> {
-          // Prefill every sequence (untimed), as many per Forward() as fit.
-          std::optional<UntimedSection> untimed(model_);
-          for (int s = 0; s < num_seqs; ++s) {
-            cache->Release(s);
-            QUILL_RETURN_IF_ERROR(cache->Reserve(s, prompt_len + steps));
-            hist[s].assign(random_tokens_.begin() + s, random_tokens_.begin() + s + prompt_len);
-            hist[s].reserve(prompt_len + steps);
+          {
+            // Prefill every sequence (untimed), as many per Forward() as fit.
+            UntimedSection untimed(model_);
+            for (int s = 0; s < num_seqs; ++s) {
+              cache->Release(s);
+              QUILL_RETURN_IF_ERROR(cache->Reserve(s, prompt_len + steps));
+              hist[s].assign(random_tokens_.begin() + s, random_tokens_.begin() + s + prompt_len);
+              hist[s].reserve(prompt_len + steps);
+            }
+            const int per_step = std::max(1, max_tokens / prompt_len);
+            for (int s0 = 0; s0 < num_seqs; s0 += per_step) {
+              const int n = std::min(per_step, num_seqs - s0);
+              for (int i = 0; i < n; ++i) entries[i] = BatchEntry{s0 + i, hist[s0 + i], 0, true};
+              QUILL_RETURN_IF_ERROR(
+                  model_.Forward(absl::MakeConstSpan(entries.data(), n), *cache,
+                                 logits.data() + static_cast<size_t>(s0) * vocab_));
+            }
           }
-          const int per_step = std::max(1, max_tokens / prompt_len);
-          for (int s0 = 0; s0 < num_seqs; s0 += per_step) {
-            const int n = std::min(per_step, num_seqs - s0);
-            for (int i = 0; i < n; ++i) entries[i] = BatchEntry{s0 + i, hist[s0 + i], 0, true};
-            QUILL_RETURN_IF_ERROR(model_.Forward(absl::MakeConstSpan(entries.data(), n), *cache,
-                                                 logits.data() + static_cast<size_t>(s0) * vocab_));
-          }
-          untimed.reset();
           auto t0 = std::chrono::steady_clock::now();
           auto last = t0;
           for (int step = 0; step < steps; ++step) {
