@@ -106,7 +106,7 @@ ABSL_FLAG(int, prefill_chunk_tokens, kEngineDefaults.prefill_chunk_tokens,
 ABSL_FLAG(absl::Duration, itl_target, absl::Milliseconds(100),
           "Inter-token-latency target: while requests are decoding, new prompts get only as "
           "many tokens per step as keep the step (predicted from measured step times) within "
-          "max(this, twice a decode-only step), and at least 32, so that streams keep a steady "
+          "max(this, 1.5x a decode-only step), and at least 32, so that streams keep a steady "
           "pace during bursts of new prompts and prompts still progress. 0 = no limit beyond "
           "--max-batch-tokens (best throughput, ITL spikes).");
 ABSL_FLAG(int, max_running, kEngineDefaults.max_running,

@@ -36,7 +36,7 @@ struct EngineOptions {
   bool prefix_cache = true;
   // Inter-token-latency target: while requests are decoding, each step's prompt tokens are
   // limited so that the step is predicted (from measured step times) to take at most
-  // max(itl_target, twice a decode-only step, drafts included), and at least
+  // max(itl_target, 1.5x a decode-only step, drafts included), and at least
   // kMinPrefillTokensPerStep prompt tokens run so that prompts always progress. Zero = no
   // limit beyond max_batch_tokens. quill-server sets 100 ms (--itl-target).
   absl::Duration itl_target = absl::ZeroDuration();
