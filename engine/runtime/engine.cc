@@ -34,9 +34,9 @@ constexpr int kMaxLogprobs = 20;
 constexpr int kMinPrefillTokensPerStep = 32;
 // When decoding alone takes more than the inter-token-latency target, a step with prompt
 // tokens may take this many times a decode-only step: prompts get a third of such a step.
-// Measured at 64 BF16 streams (scripts/bench_serving.sh, 4 alternated rounds), 1.5 against
-// 2.0: ITL p99 332-348 ms against 383-454, throughput 0.96-1.02x against 0.94-1.04x of no
-// target, TTFT p50 1.8-2.6 s against 0.7-1.2 s (prompts get fewer tokens per step).
+// Measured at 64 BF16 streams (scripts/bench_serving.sh, 7 alternated rounds), 1.5 against
+// 2.0: ITL p99 310-348 ms against 383-454, throughput 0.96-1.14x against 0.94-1.14x of no
+// target, TTFT p50 1.8-2.6 s against 0.7-1.5 s (prompts get fewer tokens per step).
 constexpr double kDecodeStepFactor = 1.5;
 constexpr int kMaxStopStrings = 16;
 constexpr size_t kMaxStopBytes = 256;
