@@ -63,10 +63,11 @@ ABSL_FLAG(std::string, kv, "",
           "KV cache elements for the tg tests, comma-separated: f32, f16 or both (default: the "
           "mode's own, f32 exact and f16 fast).");
 ABSL_FLAG(bool, interleave, false,
-          "Run the tg tests of every model, depth and KV element together after loading all "
-          "models, one decode step of each in turn, so that the host's speed drifting hits all "
-          "of them alike (their ratios hold on a shared machine); their RSS column is then the "
-          "whole process's.");
+          "Run the tests of every model together after loading all models, so that the host's "
+          "speed drifting hits all of them alike (their ratios hold on a shared machine): the "
+          "pp tests one repetition of each in turn, then the tg tests (every depth and KV "
+          "element) one decode step of each in turn. Their RSS column is then the whole "
+          "process's.");
 ABSL_FLAG(bool, profile, false, "Print a per-phase time breakdown of each test to stderr.");
 ABSL_FLAG(bool, trace_steps, false,
           "Print every decode step's latency (ms) to stderr (tg and batch-decode tests).");
@@ -148,6 +149,14 @@ struct TgCase {
   const std::string* path;  // the model file, for error messages
 };
 
+// One pp test: a model's forward pass over an `n`-token prompt; and what its row prints.
+struct PpCase {
+  Bench* bench;
+  int n;
+  std::string row;  // the row's columns before the test's name
+  const std::string* path;
+};
+
 class Bench {
  public:
   Bench(Model& model, int reps, bool profile) : model_(model), reps_(reps), profile_(profile) {
@@ -207,20 +216,44 @@ class Bench {
     return KvCache::Create(o);
   }
 
-  absl::StatusOr<std::vector<double>> PromptProcessing(int n) {
+  // A pp<n> test's prompt and cache, timed one repetition at a time.
+  class PromptTest {
+   public:
+    PromptTest(Model& model, std::unique_ptr<KvCache> cache, std::vector<TokenId> prompt)
+        : model_(model), cache_(std::move(cache)), prompt_(std::move(prompt)) {
+      logits_.resize(model.config().vocab_size);
+    }
+
+    // Seconds of one forward pass over the whole prompt.
+    absl::StatusOr<double> Run() {
+      cache_->Release(0);
+      QUILL_RETURN_IF_ERROR(cache_->Reserve(0, static_cast<int64_t>(prompt_.size())));
+      BatchEntry e{0, prompt_, 0, true};
+      const auto t0 = std::chrono::steady_clock::now();
+      QUILL_RETURN_IF_ERROR(model_.Forward({&e, 1}, *cache_, logits_.data()));
+      return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    }
+
+   private:
+    Model& model_;
+    std::unique_ptr<KvCache> cache_;
+    std::vector<TokenId> prompt_;
+    std::vector<float> logits_;
+  };
+
+  absl::StatusOr<std::unique_ptr<PromptTest>> MakePromptTest(int n) {
     QUILL_ASSIGN_OR_RETURN(std::unique_ptr<KvCache> cache, MakeCache(n));
-    std::vector<float> logits(vocab_);
     std::vector<TokenId> prompt(n);
     for (int i = 0; i < n; ++i) prompt[i] = random_tokens_[i % random_tokens_.size()];
+    return std::make_unique<PromptTest>(model_, std::move(cache), std::move(prompt));
+  }
+
+  absl::StatusOr<std::vector<double>> PromptProcessing(int n) {
+    QUILL_ASSIGN_OR_RETURN(std::unique_ptr<PromptTest> test, MakePromptTest(n));
     return Repeat(
         [&]() -> absl::StatusOr<std::pair<int64_t, double>> {
-          cache->Release(0);
-          QUILL_RETURN_IF_ERROR(cache->Reserve(0, n));
-          BatchEntry e{0, prompt, 0, true};
-          auto t0 = std::chrono::steady_clock::now();
-          QUILL_RETURN_IF_ERROR(model_.Forward({&e, 1}, *cache, logits.data()));
-          double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-          return std::make_pair(int64_t{n}, s);
+          QUILL_ASSIGN_OR_RETURN(const double seconds, test->Run());
+          return std::make_pair(int64_t{n}, seconds);
         },
         absl::StrCat("pp", n));
   }
@@ -400,6 +433,27 @@ absl::StatusOr<InterleavedRates> InterleavedGeneration(const std::vector<TgCase>
   return result;
 }
 
+// The pp tests of every case, one repetition of each in turn (each case leading a round in
+// turn, one warm-up round first), for the same reason as InterleavedGeneration: the
+// tokens/s of every repetition, per case.
+absl::StatusOr<std::vector<std::vector<double>>> InterleavedPromptProcessing(
+    const std::vector<PpCase>& cases, int reps) {
+  std::vector<std::unique_ptr<Bench::PromptTest>> tests;
+  for (const PpCase& pc : cases) {
+    QUILL_ASSIGN_OR_RETURN(std::unique_ptr<Bench::PromptTest> test, pc.bench->MakePromptTest(pc.n));
+    tests.push_back(std::move(test));
+  }
+  std::vector<std::vector<double>> rates(cases.size());
+  for (int r = -1; r < reps; ++r) {
+    for (size_t j = 0; j < cases.size(); ++j) {
+      const size_t c = (r + 1 + j) % cases.size();
+      QUILL_ASSIGN_OR_RETURN(const double seconds, tests[c]->Run());
+      if (r >= 0) rates[c].push_back(cases[c].n / seconds);
+    }
+  }
+  return rates;
+}
+
 std::string Basename(const std::string& path) {
   size_t slash = path.rfind('/');
   return slash == std::string::npos ? path : path.substr(slash + 1);
@@ -498,10 +552,25 @@ int Main(int argc, char** argv) {
   std::fflush(stdout);
   int rc = 0;
   const bool interleave = absl::GetFlag(FLAGS_interleave);
-  // Interleaved tg tests run after every model is loaded, across all of them.
+  // Interleaved pp and tg tests run after every model is loaded, across all of them.
   std::vector<std::unique_ptr<Model>> kept_models;
   std::vector<std::unique_ptr<Bench>> kept_benches;
+  std::vector<PpCase> interleaved_pp;
   std::vector<TgCase> interleaved;
+  // A pp or bd row (no decode reads).
+  auto print_row = [&](const std::string& row, const std::string& test, const std::string& path,
+                       const absl::StatusOr<std::vector<double>>& r, int64_t rss) {
+    if (!r.ok()) {
+      std::fprintf(stderr, "quill-bench: %s %s: %s\n", path.c_str(), test.c_str(),
+                   r.status().ToString().c_str());
+      rc = 1;
+      return;
+    }
+    const Stats s = Summarize(*r);
+    std::printf("%s %s | %.2f ± %.2f | %.0f MiB | - |\n", row.c_str(), test.c_str(), s.mean,
+                s.stddev, MiB(rss));
+    std::fflush(stdout);
+  };
   // `bandwidth_per_rep`: the read bandwidth measured alongside each repetition (interleaved
   // runs); otherwise the one measured first.
   auto print_tg_row = [&](const TgCase& tc, const absl::StatusOr<std::vector<double>>& r,
@@ -534,7 +603,7 @@ int Main(int argc, char** argv) {
     options.precision = exact ? kernels::Precision::kExact : kernels::Precision::kFast;
     options.max_batch_tokens = max_tokens;
     // Memory freed by the previous model goes back to the system, so RSS is this model's
-    // (interleaved tg tests keep every model until the end).
+    // (interleaved tests keep every model until the end).
     if (!interleave) {
       kept_benches.clear();
       kept_models.clear();
@@ -579,16 +648,7 @@ int Main(int argc, char** argv) {
     };
     auto report = [&](const std::string& test, const absl::StatusOr<std::vector<double>>& r,
                       kernels::KvElement element) {
-      if (!r.ok()) {
-        std::fprintf(stderr, "quill-bench: %s %s: %s\n", path.c_str(), test.c_str(),
-                     r.status().ToString().c_str());
-        rc = 1;
-        return;
-      }
-      const Stats s = Summarize(*r);
-      std::printf("%s %s | %.2f ± %.2f | %.0f MiB | - |\n", prefix_for(element).c_str(),
-                  test.c_str(), s.mean, s.stddev, MiB(bench.last_rss()));
-      std::fflush(stdout);
+      print_row(prefix_for(element), test, path, r, bench.last_rss());
     };
     if (!bd.empty()) {
       for (int n : bd) {
@@ -609,7 +669,11 @@ int Main(int argc, char** argv) {
                      static_cast<long>(c.context_length));
         continue;
       }
-      report(absl::StrCat("pp", n), bench.PromptProcessing(n), model.kv_element());
+      if (interleave) {
+        interleaved_pp.push_back(PpCase{&bench, n, prefix_for(model.kv_element()), &path});
+      } else {
+        report(absl::StrCat("pp", n), bench.PromptProcessing(n), model.kv_element());
+      }
     }
     // Every tg length, depth and KV element: run now one after another, or kept for the
     // interleaved run after the last model.
@@ -646,6 +710,17 @@ int Main(int argc, char** argv) {
                  "packed weights %.0f MiB)\n",
                  Basename(path).c_str(), MiB(rss_after_load), MiB(ProcStatusBytes("VmHWM")),
                  MiB(tensor_bytes), MiB(model.weight_bytes()));
+  }
+  if (!interleaved_pp.empty()) {
+    const absl::StatusOr<std::vector<std::vector<double>>> all =
+        InterleavedPromptProcessing(interleaved_pp, reps);
+    // RSS here is the process's, with every model and pp cache resident.
+    const int64_t rss = ProcStatusBytes("VmRSS");
+    for (size_t i = 0; i < interleaved_pp.size(); ++i) {
+      const PpCase& pc = interleaved_pp[i];
+      print_row(pc.row, absl::StrCat("pp", pc.n), *pc.path,
+                all.ok() ? absl::StatusOr<std::vector<double>>((*all)[i]) : all.status(), rss);
+    }
   }
   if (!interleaved.empty()) {
     // The bandwidth is read in 256 MiB slices between the steps (freed before RSS is read).
