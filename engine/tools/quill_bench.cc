@@ -9,12 +9,15 @@
 // tokens/s). Before the models, the machine's read bandwidth is measured with the same
 // thread count; each tg row shows the bytes it moves (weights + the KV it reads) per second
 // and their fraction of that bandwidth (with --interleave, of the bandwidth read between
-// the same repetition's steps).
+// the same repetition's steps). Each bd row shows its step time against the first bd row's
+// and its matmul rate against the CPU's peak rate of the kernels' dot-product instruction:
+// a step that reads the weights once is bandwidth-bound while that share stays low.
 
 #include <malloc.h>
 #include <omp.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -34,11 +37,13 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "engine/base/cpu_features.h"
 #include "engine/base/status_macros.h"
 #include "engine/gguf/gguf_file.h"
 #include "engine/kv_cache/kv_cache.h"
 #include "engine/model/model.h"
 #include "engine/model/model_config.h"
+#include "engine/tools/compute_peak.h"
 #include "engine/tools/read_bandwidth.h"
 #include "engine/tools/tool_flags.h"
 
@@ -74,6 +79,19 @@ ABSL_FLAG(bool, trace_steps, false,
 
 namespace quill::engine {
 namespace {
+
+using tools::DotKind;
+using tools::DotKindName;
+
+// The instruction the model's matmul kernels are built on (compute_peak.h).
+DotKind DotKindOf(const Model& model, bool exact) {
+  const std::string type = model.weight_type_name();
+  if (exact || type == "F32") return DotKind::kF32Fma;
+  if (type == "BF16" || type == "F16") {
+    return HasAvx512Bf16() ? DotKind::kBf16Dot : DotKind::kF32Fma;
+  }
+  return DotKind::kInt8Dot;
+}
 
 constexpr int kUsage = 2;
 constexpr int kLoadError = 3;
@@ -477,7 +495,11 @@ int Main(int argc, char** argv) {
       "repetitions; a tg row's \"decode reads\" are the bytes it moves per second (packed\n"
       "weights + the KV it reads, per token) and their share of the read bandwidth measured\n"
       "first with the same thread count (with --interleave: measured between the steps of\n"
-      "each repetition, so that the host's drift hits both alike). Short aliases: -m --model, -t "
+      "each repetition, so that the host's drift hits both alike). A bd row's column shows\n"
+      "its step time, the ratio to the first bd row's, and the matmul operations per second\n"
+      "(2 x the weights' multiply-adds x rows / step) as a share of the CPU's peak rate of\n"
+      "the kernels' dot instruction (int8 dot, bf16 dot or f32 FMA), measured once with the\n"
+      "same thread count. Short aliases: -m --model, -t "
       "--threads, -r --reps, -h "
       "--help.");
   tools::ShowToolFlagsInHelp();
@@ -546,8 +568,21 @@ int Main(int argc, char** argv) {
     std::printf("read bandwidth: %.1f GB/s (%d threads, best of 5 over %d MiB)\n\n",
                 read_bandwidth / 1e9, threads, bandwidth_mib);
   }
+  // Each dot instruction's peak, measured when a bd test first needs it (stderr, so that
+  // the table stays whole).
+  std::array<double, 3> peaks = {-1, -1, -1};
+  auto compute_peak = [&](DotKind dot) {
+    double& peak = peaks[static_cast<int>(dot)];
+    if (peak < 0) {
+      peak = tools::MeasureComputePeak(dot);
+      std::fprintf(stderr, "quill-bench: %s peak: %.0f GOP/s (%d threads, best of 5)\n",
+                   DotKindName(dot), peak / 1e9, threads);
+    }
+    return peak;
+  };
   std::printf(
-      "| model | type | size | params | mode | threads | test | t/s | RSS | decode reads |\n");
+      "| model | type | size | params | mode | threads | test | t/s | RSS | decode reads / step "
+      "|\n");
   std::printf("| --- | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |\n");
   std::fflush(stdout);
   int rc = 0;
@@ -557,9 +592,10 @@ int Main(int argc, char** argv) {
   std::vector<std::unique_ptr<Bench>> kept_benches;
   std::vector<PpCase> interleaved_pp;
   std::vector<TgCase> interleaved;
-  // A pp or bd row (no decode reads).
+  // A pp row (no decode reads) or a bd row (`last_column`: its step).
   auto print_row = [&](const std::string& row, const std::string& test, const std::string& path,
-                       const absl::StatusOr<std::vector<double>>& r, int64_t rss) {
+                       const absl::StatusOr<std::vector<double>>& r, int64_t rss,
+                       const std::string& last_column = "-") {
     if (!r.ok()) {
       std::fprintf(stderr, "quill-bench: %s %s: %s\n", path.c_str(), test.c_str(),
                    r.status().ToString().c_str());
@@ -567,8 +603,8 @@ int Main(int argc, char** argv) {
       return;
     }
     const Stats s = Summarize(*r);
-    std::printf("%s %s | %.2f ± %.2f | %.0f MiB | - |\n", row.c_str(), test.c_str(), s.mean,
-                s.stddev, MiB(rss));
+    std::printf("%s %s | %.2f ± %.2f | %.0f MiB | %s |\n", row.c_str(), test.c_str(), s.mean,
+                s.stddev, MiB(rss), last_column.c_str());
     std::fflush(stdout);
   };
   // `bandwidth_per_rep`: the read bandwidth measured alongside each repetition (interleaved
@@ -651,6 +687,13 @@ int Main(int argc, char** argv) {
       print_row(prefix_for(element), test, path, r, bench.last_rss());
     };
     if (!bd.empty()) {
+      const DotKind dot = DotKindOf(model, exact);
+      const double peak = compute_peak(dot);
+      // A sequence's operations per step: the matmuls, and attention at the steps' mean depth.
+      const double ops_per_token = static_cast<double>(
+          ComputeAccounting(c, bd_prompt + bd_steps / 2, /*kv_element_bytes=*/2).flops_per_token);
+      double first_step_ms = 0;
+      int first_n = 0;
       for (int n : bd) {
         if (bd_prompt + bd_steps > c.context_length) {
           std::fprintf(stderr, "quill-bench: bd needs %d positions > context %ld\n",
@@ -658,8 +701,25 @@ int Main(int argc, char** argv) {
           rc = kUsage;
           break;
         }
-        report(absl::StrCat("bd", n, " (", bd_steps, " steps)"),
-               bench.BatchDecode(n, bd_prompt, bd_steps), model.kv_element());
+        const std::string test = absl::StrCat("bd", n, " (", bd_steps, " steps)");
+        const absl::StatusOr<std::vector<double>> r = bench.BatchDecode(n, bd_prompt, bd_steps);
+        std::string step = "-";
+        if (r.ok()) {
+          const double tokens_per_second = Summarize(*r).mean;
+          const double step_ms = 1e3 * n / tokens_per_second;
+          if (first_n == 0) {
+            first_step_ms = step_ms;
+            first_n = n;
+          }
+          step = absl::StrFormat("step %.3g ms (%.2fx bd%d)", step_ms, step_ms / first_step_ms,
+                                 first_n);
+          if (peak > 0) {
+            const double rate = ops_per_token * tokens_per_second;
+            absl::StrAppendFormat(&step, ", %.0f GOP/s (%.0f%% of %s peak)", rate / 1e9,
+                                  100 * rate / peak, DotKindName(dot));
+          }
+        }
+        print_row(prefix_for(model.kv_element()), test, path, r, bench.last_rss(), step);
       }
       continue;
     }
