@@ -8,6 +8,8 @@
 namespace quill::engine::tools {
 namespace {
 
+// The test's own statement of which kinds run and how many operations an instruction does,
+// not the library's: a miscount there must show here.
 bool Supported(DotKind kind) {
   const CpuFeatures& cpu = GetCpuFeatures();
   if (!cpu.avx512f || !cpu.avx512bw) return false;
