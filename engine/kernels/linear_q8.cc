@@ -31,6 +31,47 @@ constexpr int kMaxGroupRows = 32;
 // A column block that two row tiles may sweep whole, the second from L2: half of a 1 MiB L2
 // (the smallest of the AVX512-VNNI server cores), k up to 15,392.
 constexpr int64_t kWholeBlockMaxBytes = 512 << 10;
+// Below this many rows (and past whole blocks), row tiles take turns group by group
+// (GroupRows), the weights prefetched this far ahead.
+constexpr int kGroupTurnsBelowRows = 13;
+constexpr int64_t kGroupAheadBytes = 8192;
+
+// s[i][h] = the int32 dot products of rows i of x with group g's columns (half h), the
+// -128 * sum(q_x) correction included.
+template <int MR>
+QUILL_VNNI inline void GroupDots(const uint8_t* wp, int64_t g, const int8_t* xq, int64_t k,
+                                 const int32_t* xneg, int64_t groups, __m512i (&s)[MR][2]) {
+#pragma GCC unroll 8
+  for (int i = 0; i < MR; ++i) s[i][0] = s[i][1] = _mm512_set1_epi32(xneg[i * groups + g]);
+  const uint8_t* qp = wp + 64;
+#pragma GCC unroll 8
+  for (int q = 0; q < 8; ++q) {
+    const __m512i w0 = _mm512_loadu_si512(qp + q * 128);
+    const __m512i w1 = _mm512_loadu_si512(qp + q * 128 + 64);
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; ++i) {
+      int32_t quad;
+      std::memcpy(&quad, xq + i * k + g * 32 + q * 4, sizeof(quad));
+      const __m512i xb = _mm512_set1_epi32(quad);
+      s[i][0] = _mm512_dpbusd_epi32(s[i][0], w0, xb);
+      s[i][1] = _mm512_dpbusd_epi32(s[i][1], w1, xb);
+    }
+  }
+}
+
+// f[i][h] += s[i][h] * d_w[h] * d_x[i]: group g's scales applied to its dot products.
+template <int MR>
+QUILL_VNNI inline void ScaleInto(const uint8_t* wp, int64_t g, const float* xd, int64_t groups,
+                                 const __m512i (&s)[MR][2], __m512 (&f)[MR][2]) {
+  const __m512 d0 = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wp)));
+  const __m512 d1 = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wp + 32)));
+#pragma GCC unroll 8
+  for (int i = 0; i < MR; ++i) {
+    const __m512 dx = _mm512_set1_ps(xd[i * groups + g]);
+    f[i][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[i][0]), _mm512_mul_ps(d0, dx), f[i][0]);
+    f[i][1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[i][1]), _mm512_mul_ps(d1, dx), f[i][1]);
+  }
+}
 
 // acc[MR][32] (+)= rows of x against groups [g0, g1) of one column block, one prefetch
 // step per group: `prefetch` (the tiled rows) fetches the next chunk into L2, `stream` (the
@@ -50,31 +91,8 @@ QUILL_VNNI void BlockRows(const uint8_t* wb, int64_t g0, int64_t g1, const int8_
     prefetch.Step();
     stream.Through(wp + kQ8GroupBytes);
     __m512i s[MR][2];
-#pragma GCC unroll 8
-    for (int i = 0; i < MR; ++i) s[i][0] = s[i][1] = _mm512_set1_epi32(xneg[i * groups + g]);
-    const uint8_t* qp = wp + 64;
-#pragma GCC unroll 8
-    for (int q = 0; q < 8; ++q) {
-      const __m512i w0 = _mm512_loadu_si512(qp + q * 128);
-      const __m512i w1 = _mm512_loadu_si512(qp + q * 128 + 64);
-#pragma GCC unroll 8
-      for (int i = 0; i < MR; ++i) {
-        int32_t quad;
-        std::memcpy(&quad, xq + i * k + g * 32 + q * 4, sizeof(quad));
-        const __m512i xb = _mm512_set1_epi32(quad);
-        s[i][0] = _mm512_dpbusd_epi32(s[i][0], w0, xb);
-        s[i][1] = _mm512_dpbusd_epi32(s[i][1], w1, xb);
-      }
-    }
-    const __m512 d0 = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wp)));
-    const __m512 d1 =
-        _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wp + 32)));
-#pragma GCC unroll 8
-    for (int i = 0; i < MR; ++i) {
-      const __m512 dx = _mm512_set1_ps(xd[i * groups + g]);
-      f[i][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[i][0]), _mm512_mul_ps(d0, dx), f[i][0]);
-      f[i][1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[i][1]), _mm512_mul_ps(d1, dx), f[i][1]);
-    }
+    GroupDots<MR>(wp, g, xq, k, xneg, groups, s);
+    ScaleInto<MR>(wp, g, xd, groups, s, f);
   }
 #pragma GCC unroll 8
   for (int i = 0; i < MR; ++i) {
@@ -82,6 +100,32 @@ QUILL_VNNI void BlockRows(const uint8_t* wb, int64_t g0, int64_t g1, const int8_
     _mm512_storeu_ps(acc + i * kQ8BlockCols + 16, f[i][1]);
   }
 }
+
+// acc[MR][32] += rows of x against group g alone, the float sums kept in acc (L1): the row
+// tiles take turns group by group, so the weights stream at an even pace.
+template <int MR>
+QUILL_VNNI void GroupRows(const uint8_t* wp, int64_t g, const int8_t* xq, int64_t k,
+                          const float* xd, const int32_t* xneg, int64_t groups, float* acc) {
+  __m512i s[MR][2];
+  GroupDots<MR>(wp, g, xq, k, xneg, groups, s);
+  __m512 f[MR][2];
+#pragma GCC unroll 8
+  for (int i = 0; i < MR; ++i) {
+    f[i][0] = _mm512_load_ps(acc + i * kQ8BlockCols);
+    f[i][1] = _mm512_load_ps(acc + i * kQ8BlockCols + 16);
+  }
+  ScaleInto<MR>(wp, g, xd, groups, s, f);
+#pragma GCC unroll 8
+  for (int i = 0; i < MR; ++i) {
+    _mm512_store_ps(acc + i * kQ8BlockCols, f[i][0]);
+    _mm512_store_ps(acc + i * kQ8BlockCols + 16, f[i][1]);
+  }
+}
+
+using GroupRowsFn = void (*)(const uint8_t*, int64_t, const int8_t*, int64_t, const float*,
+                             const int32_t*, int64_t, float*);
+constexpr GroupRowsFn kGroupRows[kMaxRows + 1] = {nullptr, GroupRows<1>, GroupRows<2>, GroupRows<3>,
+                                                  GroupRows<4>};
 
 using BlockRowsFn = void (*)(const uint8_t*, int64_t, int64_t, const int8_t*, int64_t, const float*,
                              const int32_t*, int64_t, float*, bool, L2Prefetch, StreamPrefetch);
@@ -196,7 +240,12 @@ void Q8Gemv::Run(const float* x, int m, float* y, int64_t y_stride) {
       // tile, 32-group chunks did too little work each to hide the memory latency: against
       // them, whole blocks took 0.78-0.95 of the time at 5 rows, 0.80 at 6 (3 runs),
       // 0.88-0.97 at 7; 8 rows ran 0.99-1.02 in process but 0.91-0.95 end to end, and from 10
-      // rows on there was no gain, so those keep the chunks.
+      // rows on there was no gain. 8-12 rows take turns group by group instead: each group's
+      // bytes are read once for every tile, at the even pace of the prefetch ahead, where a
+      // chunk's first tile waited on memory and the other three on nothing. Against chunks
+      // (quill-linear-bench m=8/10/12, alternated 6 rounds, 2 threads, Zen 5): 0.67-0.78x
+      // the time at 8 rows (median 0.70), ~0.86x at 10, ~0.90x at 12, and quill-bench bd8
+      // steps 0.78x; at 16 rows 0.98-1.06x and at 32 1.06-1.11x, so those keep the chunks.
       const bool whole_blocks =
           rows <= kMaxRows ||
           (rows < 2 * kMaxRows && groups * kQ8GroupBytes <= kWholeBlockMaxBytes);
@@ -207,6 +256,23 @@ void Q8Gemv::Run(const float* x, int m, float* y, int64_t y_stride) {
               wb, 0, groups, xq + i * k_, k_, xd + i * groups, xneg + i * groups, groups,
               acc + i * kQ8BlockCols, true, L2Prefetch(),
               stream ? StreamPrefetch(wb) : StreamPrefetch());
+        }
+      } else if (rows < kGroupTurnsBelowRows) {
+        // Every tile's share of a group before the next group, the weights prefetched
+        // kGroupAheadBytes ahead into L1 (not past the end of the buffer).
+        std::memset(acc, 0, sizeof(float) * rows * kQ8BlockCols);
+        const uint8_t* wp = wb;
+        for (int64_t g = 0; g < groups; ++g, wp += kQ8GroupBytes) {
+          const int64_t ahead = std::min<int64_t>(kGroupAheadBytes, w_end - wp);
+          const int64_t ahead_end = std::min<int64_t>(ahead + kQ8GroupBytes, w_end - wp);
+          for (int64_t l = ahead; l < ahead_end; l += 64) {
+            __builtin_prefetch(wp + l, /*rw=*/0, /*locality=*/3);
+          }
+          for (int i = 0; i < rows; i += kMaxRows) {
+            kGroupRows[std::min(kMaxRows, rows - i)](wp, g, xq + i * k_, k_, xd + i * groups,
+                                                     xneg + i * groups, groups,
+                                                     acc + i * kQ8BlockCols);
+          }
         }
       } else {
         // The row tiles of each chunk prefetch the next chunk's bytes (past a column

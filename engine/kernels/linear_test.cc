@@ -408,6 +408,33 @@ TEST(LinearNames, SayWhichPathRuns) {
   }
 }
 
+// The int8 Q8_0 kernel sweeps a step's rows in three ways by their count (whole column
+// blocks below 8 rows, tiles taking turns group by group below 13, 32-group chunks above):
+// each applies every group's scales in the same order, so a row gets the same bits in a
+// step of any size as alone.
+TEST(Q8Kernel, EveryRowCountGivesEachRowItsBitsAlone) {
+  if (!HasAvx512Bf16()) GTEST_SKIP() << "no AVX512-VNNI/BF16: Q8_0 runs the f32 path";
+  constexpr int64_t kK = 2048, kN = 100;  // 4 column blocks, the last one partial
+  constexpr int kMaxRows = 40;
+  const TestWeight w = MakeWeight(WeightType::kQ8_0, kN, kK, 9);
+  auto linear = Linear::Create({w.view}, Precision::kFast, kMaxRows);
+  ASSERT_TRUE(linear.ok()) << linear.status();
+  ASSERT_THAT((*linear)->kernel_name(), HasSubstr("int8-vnni"));
+  const std::vector<float> x = RandomVector(static_cast<size_t>(kMaxRows) * kK, 31);
+  std::vector<float> alone(static_cast<size_t>(kMaxRows) * kN);
+  for (int i = 0; i < kMaxRows; ++i) {
+    (*linear)->Run(x.data() + i * kK, 1, alone.data() + i * kN);
+  }
+  for (int m = 2; m <= kMaxRows; ++m) {
+    std::vector<float> batch(static_cast<size_t>(m) * kN, std::nanf(""));
+    (*linear)->Run(x.data(), m, batch.data());
+    for (int64_t i = 0; i < m * kN; ++i) {
+      ASSERT_EQ(Bits(batch[i]), Bits(alone[i]))
+          << "m=" << m << " row " << i / kN << " col " << i % kN;
+    }
+  }
+}
+
 // One packed copy serves oneDNN's matmuls and the bf16 GEMV, for any k (oneDNN's brgemm
 // sees k rounded up to 32; an odd k would otherwise push it to a slow gemm and a 2nd copy).
 TEST(LinearFastBf16, KeepsOnePackedCopy) {
