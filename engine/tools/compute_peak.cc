@@ -57,33 +57,19 @@ QUILL_PEAK_TARGET float RunChains() {
   return sum;
 }
 
-// Operations of one zmm instruction: 16 f32 FMAs; 16 lanes x 2 bf16 products; 16 lanes x 4
-// u8 x s8 products; a multiply-add counts 2.
-double OpsPerInstruction(DotKind kind) {
-  switch (kind) {
-    case DotKind::kF32Fma:
-      return 32;
-    case DotKind::kBf16Dot:
-      return 64;
-    case DotKind::kInt8Dot:
-      return 128;
-  }
-  return 0;
-}
+// Per kind, in DotKind's order: its name, and the operations of one zmm instruction (16 f32
+// FMAs; 16 lanes x 2 bf16 products; 16 lanes x 4 u8 x s8 products; a multiply-add counts 2).
+struct DotKindInfo {
+  const char* name;
+  double ops_per_instruction;
+};
+constexpr DotKindInfo kDotKinds[] = {{"f32 FMA", 32}, {"bf16 dot", 64}, {"int8 dot", 128}};
+
+const DotKindInfo& InfoOf(DotKind kind) { return kDotKinds[static_cast<int>(kind)]; }
 
 }  // namespace
 
-const char* DotKindName(DotKind kind) {
-  switch (kind) {
-    case DotKind::kF32Fma:
-      return "f32 FMA";
-    case DotKind::kBf16Dot:
-      return "bf16 dot";
-    case DotKind::kInt8Dot:
-      return "int8 dot";
-  }
-  return "?";
-}
+const char* DotKindName(DotKind kind) { return InfoOf(kind).name; }
 
 double MeasureComputePeak(DotKind kind, int reps, int millis) {
   const CpuFeatures& cpu = GetCpuFeatures();
@@ -111,7 +97,7 @@ double MeasureComputePeak(DotKind kind, int reps, int millis) {
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     g_peak_sink = sink;
-    best = std::max(best, instructions * OpsPerInstruction(kind) / seconds);
+    best = std::max(best, instructions * InfoOf(kind).ops_per_instruction / seconds);
   }
   return best;
 }
