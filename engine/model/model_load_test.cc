@@ -32,6 +32,7 @@
 #include "engine/quant/quantize.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/test_env.h"
 
 // Counts heap allocations so a test can prove Forward() makes none. (GCC 12 cannot see that
 // the replaced new and delete pair up, and warns.)
@@ -205,7 +206,7 @@ std::string Write(const Fixture& f, const std::string& name) {
     std::memcpy(bytes.data(), v.data(), bytes.size());
     w.AddTensor(tname, GgmlType::kF32, dims, std::move(bytes));
   }
-  const std::string path = ::testing::TempDir() + "/model_load_test_" + name + ".gguf";
+  const std::string path = quill::testing::ScratchPath("model_load_test_" + name + ".gguf");
   const absl::Status written = w.WriteFile(path);
   EXPECT_TRUE(written.ok()) << written;
   return written.ok() ? path : "";

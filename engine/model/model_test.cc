@@ -14,6 +14,7 @@
 #include "engine/kv_cache/kv_cache.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/test_env.h"
 
 namespace quill::engine {
 namespace {
@@ -167,7 +168,8 @@ TinySpec OutputCopiesEmbedding() {
   return s;
 }
 
-std::string TempPath(const std::string& name) { return ::testing::TempDir() + "/" + name; }
+// Unique to this process and removed when it exits.
+std::string TempPath(const std::string& name) { return quill::testing::ScratchPath(name); }
 
 TEST(ModelLoadTest, MissingFileIsNotFound) {
   auto m = LoadPath("/nonexistent/dir/model.gguf");

@@ -152,7 +152,7 @@ TEST(QuantizedModels, NonFiniteScalesAreRefused) {
     ASSERT_GE(field, 0);
     std::vector<uint8_t> bytes = ReadAll(path);
     quant::StoreU16(bytes.data() + t->file_offset + c.block * quant::BlockBytes(q) + field, c.bits);
-    const std::string bad = ::testing::TempDir() + "/nan-scale.gguf";
+    const std::string bad = quill::testing::ScratchPath("nan-scale.gguf");
     std::ofstream(bad, std::ios::binary)
         .write(reinterpret_cast<const char*>(bytes.data()), bytes.size());
     for (Precision p : {Precision::kExact, Precision::kFast}) {
@@ -183,7 +183,7 @@ TEST(QuantizedModels, TruncatedBlockDataIsRefused) {
     data_end = std::max(data_end, t.file_offset + t.size_bytes);
   }
   const uint64_t span = data_end - data_start;
-  const std::string cut = ::testing::TempDir() + "/truncated.gguf";
+  const std::string cut = quill::testing::ScratchPath("truncated.gguf");
   // Cuts inside the tensor data (past data_end only the padding would go).
   for (uint64_t n : {data_start + 1, data_start + span / 3, data_start + span / 2, data_end - 100,
                      data_end - 1}) {

@@ -24,6 +24,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/testing/test_env.h"
 
 namespace quill::engine {
 namespace {
@@ -534,7 +535,7 @@ TEST_F(FromGgufTest, FileWithAnUnknownPreTokenizer) {
   const size_t value = at + key.size() + 4 + 8;
   ASSERT_EQ(bytes.substr(value, 5), "qwen2");
   bytes.replace(value, 5, "qwen9");
-  const std::string path = absl::StrCat(::testing::TempDir(), "/qwen9-tiny.gguf");
+  const std::string path = quill::testing::ScratchPath("qwen9-tiny.gguf");
   {
     std::ofstream out(path, std::ios::binary);
     out << bytes;

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/test_env.h"
 
 namespace quill::server {
 namespace {
@@ -13,7 +14,7 @@ namespace {
 using ::testing::HasSubstr;
 
 std::string WriteKeys(const std::string& name, const std::string& text) {
-  const std::string path = absl::StrCat(::testing::TempDir(), "/", name);
+  const std::string path = quill::testing::ScratchPath(name);
   std::ofstream(path, std::ios::binary) << text;
   return path;
 }

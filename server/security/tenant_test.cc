@@ -7,6 +7,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/security/api_keys.h"
+#include "tests/testing/test_env.h"
 
 namespace quill::server {
 namespace {
@@ -35,7 +36,7 @@ TEST(TenantTest, MalformedHeaderIsInvalidArgument) {
 
 // With keys the key decides; a header naming another tenant changes nothing.
 TEST(TenantTest, WithKeysTheHeaderIsIgnored) {
-  const std::string path = ::testing::TempDir() + "/tenant-keys";
+  const std::string path = quill::testing::ScratchPath("tenant-keys");
   std::ofstream(path) << "key-a name=alice\nkey-b name=bob weight=2\n";
   auto keys = ApiKeys::Load(path);
   ASSERT_TRUE(keys.ok()) << keys.status();

@@ -58,7 +58,7 @@ std::unique_ptr<server::Server> StartServer(const server::ServerOptions& options
 }
 
 std::string WriteFile(const std::string& name, const std::string& text) {
-  const std::string path = absl::StrCat(::testing::TempDir(), "/", name);
+  const std::string path = quill::testing::ScratchPath(name);
   std::ofstream(path, std::ios::binary) << text;
   return path;
 }

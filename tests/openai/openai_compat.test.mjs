@@ -13,7 +13,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import OpenAI from 'openai';
@@ -214,11 +214,16 @@ const MESSAGES = [
 ];
 
 function renderedPrompt(messages) {
-  const file = join(mkdtempSync(join(tmpdir(), 'quill-chat-')), 'messages.json');
-  writeFileSync(file, JSON.stringify(messages));
-  return execFileSync(env.QUILL_RUN, ['--render-chat', file, '-m', env.QUILL_MODEL,
-                                      '--chat-template', env.QUILL_CHAT_TEMPLATE],
-                      { encoding: 'utf8' });
+  const dir = mkdtempSync(join(tmpdir(), 'quill-chat-'));
+  try {
+    const file = join(dir, 'messages.json');
+    writeFileSync(file, JSON.stringify(messages));
+    return execFileSync(env.QUILL_RUN, ['--render-chat', file, '-m', env.QUILL_MODEL,
+                                        '--chat-template', env.QUILL_CHAT_TEMPLATE],
+                        { encoding: 'utf8' });
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
 }
 
 test('chat.completions.create answers like Generate on the rendered prompt', async () => {
