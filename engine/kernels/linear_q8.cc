@@ -26,6 +26,9 @@ namespace {
 #define QUILL_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni")))
 
 constexpr int kMaxRows = 4;           // x rows per register tile (6 measured no faster)
+// x rows per tile when the rows take turns group by group: the float sums live in L1, so
+// 8 rows' dot products (16 zmm) fit in registers.
+constexpr int kGroupTurnRows = 8;
 constexpr int64_t kChunkGroups = 32;  // 32-k groups per pass when rows need several passes
 constexpr int kMaxGroupRows = 32;
 // A column block that two row tiles may sweep whole, the second from L2: half of a 1 MiB L2
@@ -33,7 +36,7 @@ constexpr int kMaxGroupRows = 32;
 constexpr int64_t kWholeBlockMaxBytes = 512 << 10;
 // Below this many rows (and past whole blocks), row tiles take turns group by group
 // (GroupRows), the weights prefetched this far ahead.
-constexpr int kGroupTurnsBelowRows = 13;
+constexpr int kGroupTurnsBelowRows = 17;
 constexpr int64_t kGroupAheadBytes = 8192;
 
 // s[i][h] = the int32 dot products of rows i of x with group g's columns (half h), the
@@ -59,18 +62,31 @@ QUILL_VNNI inline void GroupDots(const uint8_t* wp, int64_t g, const int8_t* xq,
   }
 }
 
+// The weight scales of a group's two column halves.
+struct GroupScales {
+  __m512 d0, d1;
+};
+QUILL_VNNI inline GroupScales LoadScales(const uint8_t* wp) {
+  return {_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wp))),
+          _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wp + 32)))};
+}
+
+// f[h] += s[h] * d_w[h] * d_x: one row's dot products of a group, scaled (the one order
+// every sweep uses, so a row's bits do not depend on the step's size).
+QUILL_VNNI inline void ScaleRow(const GroupScales& d, float dx_scalar, const __m512i (&s)[2],
+                                __m512& f0, __m512& f1) {
+  const __m512 dx = _mm512_set1_ps(dx_scalar);
+  f0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[0]), _mm512_mul_ps(d.d0, dx), f0);
+  f1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[1]), _mm512_mul_ps(d.d1, dx), f1);
+}
+
 // f[i][h] += s[i][h] * d_w[h] * d_x[i]: group g's scales applied to its dot products.
 template <int MR>
 QUILL_VNNI inline void ScaleInto(const uint8_t* wp, int64_t g, const float* xd, int64_t groups,
                                  const __m512i (&s)[MR][2], __m512 (&f)[MR][2]) {
-  const __m512 d0 = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wp)));
-  const __m512 d1 = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wp + 32)));
+  const GroupScales d = LoadScales(wp);
 #pragma GCC unroll 8
-  for (int i = 0; i < MR; ++i) {
-    const __m512 dx = _mm512_set1_ps(xd[i * groups + g]);
-    f[i][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[i][0]), _mm512_mul_ps(d0, dx), f[i][0]);
-    f[i][1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[i][1]), _mm512_mul_ps(d1, dx), f[i][1]);
-  }
+  for (int i = 0; i < MR; ++i) ScaleRow(d, xd[i * groups + g], s[i], f[i][0], f[i][1]);
 }
 
 // acc[MR][32] (+)= rows of x against groups [g0, g1) of one column block, one prefetch
@@ -101,31 +117,30 @@ QUILL_VNNI void BlockRows(const uint8_t* wb, int64_t g0, int64_t g1, const int8_
   }
 }
 
-// acc[MR][32] += rows of x against group g alone, the float sums kept in acc (L1): the row
-// tiles take turns group by group, so the weights stream at an even pace.
+// acc[MR][32] += rows of x against group g alone, the float sums kept in acc (L1) and
+// scaled into one row at a time: the row tiles take turns group by group, so the weights
+// stream at an even pace.
 template <int MR>
 QUILL_VNNI void GroupRows(const uint8_t* wp, int64_t g, const int8_t* xq, int64_t k,
                           const float* xd, const int32_t* xneg, int64_t groups, float* acc) {
   __m512i s[MR][2];
   GroupDots<MR>(wp, g, xq, k, xneg, groups, s);
-  __m512 f[MR][2];
+  const GroupScales d = LoadScales(wp);
 #pragma GCC unroll 8
   for (int i = 0; i < MR; ++i) {
-    f[i][0] = _mm512_load_ps(acc + i * kQ8BlockCols);
-    f[i][1] = _mm512_load_ps(acc + i * kQ8BlockCols + 16);
-  }
-  ScaleInto<MR>(wp, g, xd, groups, s, f);
-#pragma GCC unroll 8
-  for (int i = 0; i < MR; ++i) {
-    _mm512_store_ps(acc + i * kQ8BlockCols, f[i][0]);
-    _mm512_store_ps(acc + i * kQ8BlockCols + 16, f[i][1]);
+    float* a = acc + i * kQ8BlockCols;
+    __m512 f0 = _mm512_load_ps(a), f1 = _mm512_load_ps(a + 16);
+    ScaleRow(d, xd[i * groups + g], s[i], f0, f1);
+    _mm512_store_ps(a, f0);
+    _mm512_store_ps(a + 16, f1);
   }
 }
 
 using GroupRowsFn = void (*)(const uint8_t*, int64_t, const int8_t*, int64_t, const float*,
                              const int32_t*, int64_t, float*);
-constexpr GroupRowsFn kGroupRows[kMaxRows + 1] = {nullptr, GroupRows<1>, GroupRows<2>, GroupRows<3>,
-                                                  GroupRows<4>};
+constexpr GroupRowsFn kGroupRows[kGroupTurnRows + 1] = {nullptr,      GroupRows<1>, GroupRows<2>,
+                                                        GroupRows<3>, GroupRows<4>, GroupRows<5>,
+                                                        GroupRows<6>, GroupRows<7>, GroupRows<8>};
 
 using BlockRowsFn = void (*)(const uint8_t*, int64_t, int64_t, const int8_t*, int64_t, const float*,
                              const int32_t*, int64_t, float*, bool, L2Prefetch, StreamPrefetch);
@@ -245,7 +260,12 @@ void Q8Gemv::Run(const float* x, int m, float* y, int64_t y_stride) {
       // chunk's first tile waited on memory and the other three on nothing. Against chunks
       // (quill-linear-bench m=8/10/12, alternated 6 rounds, 2 threads, Zen 5): 0.67-0.78x
       // the time at 8 rows (median 0.70), ~0.86x at 10, ~0.90x at 12, and quill-bench bd8
-      // steps 0.78x; at 16 rows 0.98-1.06x and at 32 1.06-1.11x, so those keep the chunks.
+      // steps 0.78x; at 16 rows 0.98-1.06x and at 32 1.06-1.11x. With tiles of 8 rows
+      // (kGroupTurnRows; the float sums scaled into one row at a time) group turns serve
+      // 8-16 rows: against 4-row group turns and chunks (quill-linear-bench m=8/12/16,
+      // alternated 6 rounds) 0.93-1.08x at 8 rows, 0.91-1.04x at 12 and 0.78-0.92x at 16
+      // (median 0.87; quill-bench bd16 steps 0.84-0.92x, 3 rounds). They measured 0.95-1.09x
+      // at 20-24 rows, 1.01x at 32 and 1.11-1.14x at 64, so 17 rows and up keep the chunks.
       const bool whole_blocks =
           rows <= kMaxRows ||
           (rows < 2 * kMaxRows && groups * kQ8GroupBytes <= kWholeBlockMaxBytes);
@@ -268,10 +288,10 @@ void Q8Gemv::Run(const float* x, int m, float* y, int64_t y_stride) {
           for (int64_t l = ahead; l < ahead_end; l += 64) {
             __builtin_prefetch(wp + l, /*rw=*/0, /*locality=*/3);
           }
-          for (int i = 0; i < rows; i += kMaxRows) {
-            kGroupRows[std::min(kMaxRows, rows - i)](wp, g, xq + i * k_, k_, xd + i * groups,
-                                                     xneg + i * groups, groups,
-                                                     acc + i * kQ8BlockCols);
+          for (int i = 0; i < rows; i += kGroupTurnRows) {
+            kGroupRows[std::min(kGroupTurnRows, rows - i)](wp, g, xq + i * k_, k_, xd + i * groups,
+                                                           xneg + i * groups, groups,
+                                                           acc + i * kQ8BlockCols);
           }
         }
       } else {
