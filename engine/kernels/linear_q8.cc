@@ -247,25 +247,17 @@ void Q8Gemv::Run(const float* x, int m, float* y, int64_t y_stride) {
       const int8_t* xq = xq_all + i0 * k_;
       const float* xd = xd_all + i0 * groups;
       const int32_t* xneg = xneg_all + i0 * groups;
-      // Up to 4 rows, one row tile sweeps whole column blocks; 5-7 rows, two tiles do, the
-      // second re-reading the block from L2 (when it fits: k <= 15,392). A single tile of 2-4
-      // rows prefetches the weights ahead; one row streams on the hardware prefetchers alone
-      // (with the prefetch, TinyLlama's m = 1 matmuls ran 5-11% slower; decode steps
-      // alternated in one process, AMD EPYC Zen 5, 2 threads). With a full and a partial
-      // tile, 32-group chunks did too little work each to hide the memory latency: against
-      // them, whole blocks took 0.78-0.95 of the time at 5 rows, 0.80 at 6 (3 runs),
-      // 0.88-0.97 at 7; 8 rows ran 0.99-1.02 in process but 0.91-0.95 end to end, and from 10
-      // rows on there was no gain. 8-12 rows take turns group by group instead: each group's
-      // bytes are read once for every tile, at the even pace of the prefetch ahead, where a
-      // chunk's first tile waited on memory and the other three on nothing. Against chunks
-      // (quill-linear-bench m=8/10/12, alternated 6 rounds, 2 threads, Zen 5): 0.67-0.78x
-      // the time at 8 rows (median 0.70), ~0.86x at 10, ~0.90x at 12, and quill-bench bd8
-      // steps 0.78x; at 16 rows 0.98-1.06x and at 32 1.06-1.11x. With tiles of 8 rows
-      // (kGroupTurnRows; the float sums scaled into one row at a time) group turns serve
-      // 8-16 rows: against 4-row group turns and chunks (quill-linear-bench m=8/12/16,
-      // alternated 6 rounds) 0.93-1.08x at 8 rows, 0.91-1.04x at 12 and 0.78-0.92x at 16
-      // (median 0.87; quill-bench bd16 steps 0.84-0.92x, 3 rounds). They measured 0.95-1.09x
-      // at 20-24 rows, 1.01x at 32 and 1.11-1.14x at 64, so 17 rows and up keep the chunks.
+      // Three sweeps by row count (quill-linear-bench and quill-bench --batch-decode, 2
+      // threads, AMD EPYC Zen 5, builds alternated; the commit messages hold each round):
+      // - up to 7 rows: whole column blocks, one 4-row tile (2-4 rows prefetch ahead; one row
+      //   runs on the hardware prefetchers, 5-11% faster) or two, the second re-reading the
+      //   block from L2 (k <= 15,392). Against 32-group chunks: 0.78-0.97x at 5-7 rows.
+      // - 8-16 rows: 8-row tiles take turns group by group, so each group's weights stream at
+      //   the even pace of the prefetch ahead instead of one tile waiting on memory while the
+      //   others wait on nothing. Against chunks 0.67-0.78x at 8 rows; against 4-row turns
+      //   and chunks 0.91-1.04x at 12 rows and 0.78-0.92x at 16 (bd16 steps 0.84-0.92x).
+      // - 17 rows and up: 32-group chunks, each tile's share prefetching the next chunk; group
+      //   turns measured 0.95-1.09x at 20-24 rows, 1.01x at 32 and 1.11-1.14x at 64.
       const bool whole_blocks =
           rows <= kMaxRows ||
           (rows < 2 * kMaxRows && groups * kQ8GroupBytes <= kWholeBlockMaxBytes);
