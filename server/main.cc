@@ -106,10 +106,12 @@ ABSL_FLAG(int, prefill_chunk_tokens, kEngineDefaults.prefill_chunk_tokens,
 ABSL_FLAG(absl::Duration, itl_target, absl::Milliseconds(100),
           "Inter-token-latency target: while requests are decoding, new prompts get only as "
           "many tokens per step as keep the step (predicted from measured step times) within "
-          "max(this, 1.5x a decode-only step), and at least 32, so that streams keep a steady "
-          "pace during bursts of new prompts and prompts still progress (the last prompts of "
-          "a burst wait longer for their first token). 0 = no limit beyond "
-          "--max-batch-tokens (a burst of prompts fills whole steps while streams wait).");
+          "max(this, 1.5x a decode-only step), and at least 32 or 1.5x the prompt tokens that "
+          "finished requests had per step, whichever is more, so that streams keep a steady "
+          "pace during bursts of new prompts while prompts still progress and a steady load "
+          "never queues (the last prompts of a burst wait longer for their first token). "
+          "0 = no limit beyond --max-batch-tokens (a burst of prompts fills whole steps while "
+          "streams wait).");
 ABSL_FLAG(int, max_running, kEngineDefaults.max_running,
           "Most requests generating at once (the continuous batch).");
 ABSL_FLAG(int, max_queue, kEngineDefaults.max_queue,

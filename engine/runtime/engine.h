@@ -36,9 +36,11 @@ struct EngineOptions {
   bool prefix_cache = true;
   // Inter-token-latency target: while requests are decoding, each step's prompt tokens are
   // limited so that the step is predicted (from measured step times) to take at most
-  // max(itl_target, 1.5x a decode-only step, drafts included), and at least
-  // kMinPrefillTokensPerStep prompt tokens run so that prompts always progress. Zero = no
-  // limit beyond max_batch_tokens. quill-server sets 100 ms (--itl-target).
+  // max(itl_target, 1.5x a decode-only step, drafts included). At least
+  // kMinPrefillTokensPerStep prompt tokens run so that prompts always progress, and at least
+  // 1.5x the prompt tokens of the requests that finished per step (a 1 s average), so that
+  // a steady load does not queue behind that guard. Zero = no limit beyond
+  // max_batch_tokens. quill-server sets 100 ms (--itl-target).
   absl::Duration itl_target = absl::ZeroDuration();
   // OpenMP threads the engine thread computes with; 0 = OpenMP's default (OMP_NUM_THREADS
   // or every core). Set on the engine thread itself: omp_set_num_threads() only affects

@@ -1124,6 +1124,61 @@ TEST_F(ItlTargetTest, TheBudgetLeavesRoomForTheDecodersDrafts) {
   EXPECT_LE(outcome.longest_decode_step, absl::Milliseconds(68));
 }
 
+TEST_F(ItlTargetTest, PromptsKeepPaceWithTheRequestsThatFinish) {
+  // 10 run slots, taken by 10 streams that finish one per step; behind them wait 40 prompts
+  // of 48 tokens (10 tokens each), so a slot frees, and a 48-token prompt can start, every
+  // step. With a 10 ms target a step may take 1.5x a decode-only step (45 ms: 15 prompt
+  // tokens), and the guard alone gives 32: two prompts every three steps, fewer than finish,
+  // and the rest would queue for ever in a closed loop. Once the finished requests' rate is
+  // measured (a 1 s average), the guard covers 1.5x the prompt tokens they had per step,
+  // and whole prompts start next to the decoders.
+  ManualClock clock;
+  shared_->after_forward = [&clock](int tokens) {
+    clock.Advance(absl::Milliseconds(20) + tokens * absl::Milliseconds(1));
+  };
+  EngineOptions options = SmallOptions();
+  options.kv_cache_bytes = 32 * 16 * 512;  // 512 blocks of 16 tokens
+  options.max_running = 10;
+  options.itl_target = absl::Milliseconds(10);
+  options.prefix_cache = false;
+  Start(options, &clock);
+  SetPaused(true);
+  // An opener holds the engine in its step while the rest arrive: the next step then finds
+  // no one decoding, and takes the first 10 prompts whole.
+  auto opener = std::make_shared<RecordingSink>();
+  ASSERT_TRUE(engine_->Submit(Request("opener", {kBos, 5}, 1), opener).ok());
+  WaitForwardsEntered(1);
+  const auto prompt = [](int i) {
+    std::vector<TokenId> ids = {kBos};
+    for (int k = 1; k < 48; ++k) ids.push_back(3 + (i * 7 + k) % 50);
+    return ids;
+  };
+  std::vector<std::shared_ptr<RecordingSink>> sinks;
+  for (int i = 0; i < 50; ++i) {
+    sinks.push_back(std::make_shared<RecordingSink>());
+    // The first 10 prompts fill one step together (no one decodes yet) and finish one per
+    // step after it; the 40 behind them each generate 10 tokens.
+    GenerationRequest r = Request(absl::StrCat("r", i), prompt(i), i < 10 ? 4 + i : 10);
+    r.ignore_eos = true;
+    ASSERT_TRUE(engine_->Submit(r, sinks.back()).ok());
+  }
+  SetPaused(false);
+  EXPECT_TRUE(opener->Wait());
+  for (auto& sink : sinks) EXPECT_TRUE(sink->Wait());
+  engine_->Shutdown(absl::ZeroDuration());  // before `clock` goes away
+  engine_.reset();
+
+  int most_prompt_tokens = 0;
+  for (const StepStats& step : observer_.steps()) {
+    if (step.decode_tokens == 0) continue;
+    most_prompt_tokens = std::max(most_prompt_tokens, step.prefill_tokens);
+  }
+  EXPECT_GE(most_prompt_tokens, 48);  // a whole prompt beside the decoders
+  // Fewer than two prompts: the guard follows what finishes (a prompt a step), not what
+  // waits (up to 3 free slots' worth, 144 tokens, and 40 prompts behind them).
+  EXPECT_LT(most_prompt_tokens, 96);
+}
+
 EngineOptions SpecOptions(int spec_tokens) {
   EngineOptions options;
   options.kv_cache_bytes = 32 * 16 * 64;
