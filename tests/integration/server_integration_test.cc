@@ -557,7 +557,12 @@ TEST(ServerAdmissionTest, DeadlineThatCannotCoverTheQueueWaitIsRefusedAtOnce) {
   if (ModelPath().empty()) GTEST_SKIP() << "shared assets not found (QUILL_SHARED_DIR)";
   server::ServerOptions options = TestOptions();
   options.engine.max_running = 1;
-  options.engine.max_queue = 10;
+  // And KV for one long request (16 blocks of 16 f32 tokens, 2 KiB each): a running request
+  // whose client reads slowly is paused and gives up its run slot, but keeps its KV, so
+  // the queue stays. Without it kjv-1m (~10k tokens/s) outran its clients on a fast host,
+  // every request was admitted and paused in turn, and none queued.
+  options.engine.kv_cache_bytes = 24 * 16 * 2048;
+  options.engine.max_queue = 64;
   absl::StatusOr<std::unique_ptr<server::Server>> server = server::Server::Create(options);
   ASSERT_TRUE(server.ok()) << server.status();
   std::unique_ptr<client::QuillClient> client = client::QuillClient::Connect((*server)->address());
@@ -573,9 +578,16 @@ TEST(ServerAdmissionTest, DeadlineThatCannotCoverTheQueueWaitIsRefusedAtOnce) {
     ASSERT_TRUE(Collect(*client, long_request).status.ok());
     solo = absl::Now() - start;
   }
-  // One running and six queued: a newcomer expects to wait about 7 solo runs.
-  constexpr int kQueued = 6;
-  std::vector<client::GenerateCall> calls(1 + kQueued);
+  // Two solo runs of deadline (at least 300 ms, so the answer can come back in time).
+  const absl::Duration deadline = std::max(2 * solo, absl::Milliseconds(300));
+  // A newcomer expects to wait about a solo run for each request ahead of it, or less: the
+  // engine's rate leaves out time stalled on slow clients. Queue enough for 3x the deadline:
+  // on a fast machine (a 37 ms solo run) the 300 ms floor takes 25, where six used to do,
+  // and a newcomer behind six was served in time.
+  const double deadline_runs = absl::FDivDuration(deadline, solo);
+  const int to_queue = std::min(60, std::max(6, static_cast<int>(std::ceil(3 * deadline_runs))));
+  const int enough = std::max(3, static_cast<int>(std::ceil(2 * deadline_runs)));
+  std::vector<client::GenerateCall> calls(1 + to_queue);
   absl::Notification first_token;
   std::vector<std::thread> threads;
   threads.emplace_back([&] {
@@ -584,37 +596,35 @@ TEST(ServerAdmissionTest, DeadlineThatCannotCoverTheQueueWaitIsRefusedAtOnce) {
     });
   });
   first_token.WaitForNotification();
-  for (int i = 1; i <= kQueued; ++i) {
+  for (int i = 1; i <= to_queue; ++i) {
     threads.emplace_back([&, i] { Collect(*client, long_request, absl::Seconds(60), &calls[i]); });
   }
   // On a loaded machine the running request can finish (or pause, its client reading
-  // slowly, and give up its slot) before all six are queued; three queued still put more
-  // than the deadline's two solo runs between a newcomer and a slot. So the wait ends at
-  // six, or at three or more once the queue has stopped growing for 20 ms: waiting longer
-  // for six would let it drain.
+  // slowly, and give up its slot) before all are queued; `enough` still puts 2x the
+  // deadline between a newcomer and a slot. So the wait ends at all of them, or at `enough`
+  // once the queue has stopped growing for 20 ms: waiting longer would let it drain.
   const absl::Time wait_until = absl::Now() + absl::Seconds(10);
   int queued = 0;
   int longest = 0;
   absl::Time grew = absl::Now();
-  while ((queued = (*server)->engine().gauges().requests_waiting) < kQueued &&
+  while ((queued = (*server)->engine().gauges().requests_waiting) < to_queue &&
          absl::Now() < wait_until) {
     if (queued > longest) {
       longest = queued;
       grew = absl::Now();
     }
-    if (queued >= 3 && absl::Now() - grew > absl::Milliseconds(20)) break;
+    if (queued >= enough && absl::Now() - grew > absl::Milliseconds(20)) break;
     absl::SleepFor(absl::Milliseconds(1));
   }
-  if (queued < 3) {
-    ADD_FAILURE() << "only " << queued << " requests queued";
+  if (queued < enough) {
+    ADD_FAILURE() << "only " << queued << " of " << to_queue << " requests queued (solo run "
+                  << solo << ")";
     for (client::GenerateCall& call : calls) call.Cancel();
     for (std::thread& t : threads) t.join();
     return;
   }
   const PromText before = *ScrapeMetrics((*server)->metrics_port());
 
-  // Two solo runs of deadline (at least 300 ms, so the answer can come back in time).
-  const absl::Duration deadline = std::max(2 * solo, absl::Milliseconds(300));
   const absl::Time start = absl::Now();
   const Stream late = Collect(*client, TextRequest("Hear, O Israel", 4), deadline);
   const absl::Duration answered = absl::Now() - start;
