@@ -223,6 +223,7 @@ class Engine::Impl {
   // Moves the planned head of the queue into the running set with its KV reserved.
   void Admit(absl::Time now);
   bool has_waiting() const { return !promised_.empty() || !queued_.empty(); }
+  size_t num_waiting() const { return promised_.size() + queued_.size(); }
   // Picks the draft tokens each decoding sequence verifies this step (running_views_).
   void ProposeDrafts();
   // Samples `rows` logits rows in turn and emits each token; row j + 1 is valid (its input
@@ -639,8 +640,7 @@ bool Engine::Impl::Step() {
           "engine step: decode={} drafts={} prefill={} running={} paused={} waiting={} "
           "predicted_ms={:.1f} ms={:.1f}",
           plan_.decode_tokens, plan_.draft_tokens, plan_.prefill_tokens, running_.size(),
-          num_paused_, promised_.size() + queued_.size(),
-          absl::ToDoubleMilliseconds(step_cost_.Predict(step_tokens)),
+          num_paused_, num_waiting(), absl::ToDoubleMilliseconds(step_cost_.Predict(step_tokens)),
           absl::ToDoubleMilliseconds(after - start));
     }
     // Drafts cost what any token costs: leaving them out would make the model predict
@@ -952,8 +952,7 @@ void Engine::Impl::FinishSequence(Sequence& seq, absl::Time now) {
 
 EngineGauges Engine::Impl::PublishGauges() {
   gauge_running_.store(static_cast<int>(running_.size()), std::memory_order_relaxed);
-  gauge_waiting_.store(static_cast<int>(promised_.size() + queued_.size()),
-                       std::memory_order_relaxed);
+  gauge_waiting_.store(static_cast<int>(num_waiting()), std::memory_order_relaxed);
   gauge_paused_.store(num_paused_, std::memory_order_relaxed);
   gauge_kv_blocks_used_.store(kv_->num_used_blocks(), std::memory_order_relaxed);
   gauge_kv_blocks_cached_.store(kv_->num_cached_blocks(), std::memory_order_relaxed);
