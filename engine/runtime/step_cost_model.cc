@@ -14,6 +14,7 @@ void StepCostModel::Add(int tokens, absl::Duration elapsed) {
   sum_seconds_ = sum_seconds_ * decay_ + t;
   sum_tokens_squared_ = sum_tokens_squared_ * decay_ + n * n;
   sum_tokens_seconds_ = sum_tokens_seconds_ * decay_ + n * t;
+  recent_largest_tokens_ = std::max(n, recent_largest_tokens_ * decay_);
 }
 
 StepCostModel::Line StepCostModel::Fit() const {
@@ -47,7 +48,8 @@ int StepCostModel::TokensWithin(absl::Duration budget) const {
   const double tokens =
       (absl::ToDoubleSeconds(budget) - line.fixed_seconds) / line.seconds_per_token;
   if (tokens <= 0) return 0;
-  return tokens >= kUnbounded ? kUnbounded : static_cast<int>(std::floor(tokens));
+  const double trusted = kTrustedGrowth * recent_largest_tokens_;
+  return static_cast<int>(std::floor(std::min(tokens, trusted)));
 }
 
 }  // namespace quill::engine

@@ -23,8 +23,12 @@ class StepCostModel {
   absl::Duration Predict(int tokens) const;
 
   // The most tokens a step can hold and be predicted to take at most `budget`: 0 when even
-  // an empty step would not fit, and `kUnbounded` when tokens cost no measurable time.
+  // an empty step would not fit, and `kUnbounded` before any step was seen. Never more than
+  // kTrustedGrowth x the largest recent step: a line fitted on steps of one narrow range of
+  // sizes may say nearly anything about steps ten times larger, but a step of at most
+  // twice the tokens of one seen takes at most about twice as long.
   static constexpr int kUnbounded = 1 << 30;
+  static constexpr double kTrustedGrowth = 2.0;
   int TokensWithin(absl::Duration budget) const;
 
  private:
@@ -44,6 +48,8 @@ class StepCostModel {
   double sum_seconds_ = 0;
   double sum_tokens_squared_ = 0;
   double sum_tokens_seconds_ = 0;
+  // The largest step seen, fading by `decay` per step like the fit's weights.
+  double recent_largest_tokens_ = 0;
 };
 
 }  // namespace quill::engine
