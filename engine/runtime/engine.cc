@@ -42,6 +42,10 @@ constexpr int kMinPrefillTokensPerStep = 32;
 // is not in the rate, and is still metered by the target. With 1.5, 6 alternated runs:
 // TTFT p99 1.16-2.16x p50 (was 1.22-7.95x), ITL p99 0.82-1.34x as long (median 1.18x),
 // throughput unchanged; 2.0 raised ITL p99 to 456-524 ms (mixed steps of two prompts).
+// Not enough when many requests start in one step (a burst's first step has no budget):
+// they finish together, their successors arrive together, and the guard follows that wave
+// with steps of 0.5-1 s every round (11 later runs: TTFT p99 <= 2x p50 in 4 of 5 whose
+// first step started at most 5 prompts, in 0 of 6 where it started 7-16).
 constexpr double kFinishedPromptHeadroom = 1.5;
 // When decoding alone takes more than the inter-token-latency target, a step with prompt
 // tokens may take this many times a decode-only step: prompts get a third of such a step.
@@ -720,8 +724,8 @@ int Engine::Impl::PrefillTokenLimit(int decode_tokens, int draft_tokens) const {
   // as long as decoding alone (drafts included: they cost what any token costs).
   const absl::Duration step_budget = std::max(
       options_.itl_target, kDecodeStepFactor * step_cost_.Predict(decode_tokens + draft_tokens));
+  // Once a step was timed, never kUnbounded: at most twice the largest recent step.
   const int tokens = step_cost_.TokensWithin(step_budget);
-  if (tokens == StepCostModel::kUnbounded) return tokens;
   // A whole multiple of the model's step multiple: a step of 96 tokens runs as one oneDNN
   // bucket and takes less time than one of 90 (a 64-row bucket and a 26-row pass over the
   // weights). The budget rounds down, the prompts' guaranteed tokens round up.
