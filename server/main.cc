@@ -110,7 +110,10 @@ ABSL_FLAG(absl::Duration, itl_target, absl::Milliseconds(100),
           "finished requests had per step, whichever is more, so that streams keep a steady "
           "pace during bursts of new prompts while prompts still progress and a steady load "
           "never queues (the last prompts of a burst wait longer for their first token). "
-          "0 = no limit beyond --max-batch-tokens (a burst of prompts fills whole steps while "
+          "While nothing decodes, one prompt that will decode starts per step, plus what fits "
+          "in this target (prompts started together finish together, and a closed loop sends "
+          "them back together). 0 = no limit beyond --max-batch-tokens (a burst of prompts fills "
+          "whole steps while "
           "streams wait).");
 ABSL_FLAG(int, max_running, kEngineDefaults.max_running,
           "Most requests generating at once (the continuous batch).");

@@ -24,6 +24,20 @@ int AddPrefillChunk(int sequence, int first, int remaining, int budget,
 
 }  // namespace
 
+int PromptTokensThroughFirstDecoder(const PlanInput& input, const PlannerOptions& options) {
+  int tokens = 0;
+  for (const RunningView& seq : input.running) {
+    if (seq.state != SequenceState::kPrefill || seq.paused) continue;
+    tokens += std::min(seq.prompt_tokens - seq.prefilled_tokens, options.prefill_chunk_tokens);
+    if (!seq.ends_at_prefill) return tokens;
+  }
+  for (const WaitingView& seq : input.waiting) {
+    tokens += std::min(seq.prompt_tokens - seq.cached_tokens, options.prefill_chunk_tokens);
+    if (!seq.ends_at_prefill) return tokens;
+  }
+  return tokens;
+}
+
 void PlanStep(const PlanInput& input, const PlannerOptions& options, StepPlan* plan) {
   plan->Clear();
   const int num_running = static_cast<int>(input.running.size());

@@ -21,6 +21,7 @@ struct RunningView {
   int prefilled_tokens = 0;  // prompt tokens already in the KV cache
   bool paused = false;       // its consumer is behind: it keeps its KV, is not stepped
   int draft_tokens = 0;      // kDecode: draft tokens proposed for verification this step
+  bool ends_at_prefill = false;  // one token to make: it never decodes
 };
 
 // A waiting request, in the engine's admission order (fair across tenants).
@@ -28,6 +29,7 @@ struct WaitingView {
   int prompt_tokens = 0;
   int kv_blocks_needed = 0;  // reserved in full at admission (prompt + max_tokens)
   int cached_tokens = 0;     // leading prompt tokens already in the KV cache (< prompt)
+  bool ends_at_prefill = false;  // one token to make: it never decodes
 };
 
 struct PlanInput {
@@ -64,6 +66,13 @@ struct StepPlan {
     prefill_tokens = 0;
   }
 };
+
+// The prompt tokens of the chunks PlanStep would plan first, if nothing limited prompts,
+// up to and including the first chunk of a prompt that will decode: sequences still
+// prefilling (unpaused), then the waiting ones (whether or not they could be admitted).
+// Prompts that end at their prefill never decode and never stop the count. 0 when no
+// prompt waits.
+int PromptTokensThroughFirstDecoder(const PlanInput& input, const PlannerOptions& options);
 
 // Plans one engine step; a pure function of its inputs (no clock, no model, no cache).
 //  0. Paused sequences get nothing, and do not count against max_running (they keep

@@ -29,6 +29,13 @@ struct Planner {
   }
 };
 
+int ThroughFirstDecoder(const Planner& p) {
+  PlanInput input;
+  input.running = p.running;
+  input.waiting = p.waiting;
+  return PromptTokensThroughFirstDecoder(input, p.options);
+}
+
 TEST(BatchPlannerTest, DraftsJoinTheirDecodeEntryWithinBothBudgets) {
   Planner p;
   p.options.max_batch_tokens = 12;
@@ -264,6 +271,32 @@ TEST(BatchPlannerTest, AdmittedRequestWithACachedPrefixPrefillsOnlyTheRest) {
   EXPECT_EQ(plan.entries[1].first_token, 0);
   EXPECT_EQ(plan.entries[1].num_tokens, 40);
   EXPECT_EQ(plan.prefill_tokens, 44);
+}
+
+TEST(BatchPlannerTest, PromptTokensThroughFirstDecoderCountChunksInPlanningOrder) {
+  Planner p;
+  p.options.prefill_chunk_tokens = 64;
+  EXPECT_EQ(ThroughFirstDecoder(p), 0);  // nothing to prefill
+  p.running = {Decoding()};
+  p.waiting = {{100, 7, 96}, {40, 3, 0}};
+  EXPECT_EQ(ThroughFirstDecoder(p), 4);  // the head's uncached rest
+  p.waiting = {{200, 13, 0}, {40, 3, 0}};
+  EXPECT_EQ(ThroughFirstDecoder(p), 64);  // at most one chunk of it
+  // Prompts that end at their prefill never decode: they and the next one count.
+  p.waiting = {{30, 2, 0, true}, {200, 13, 0, true}, {40, 3, 0}, {20, 2, 0}};
+  EXPECT_EQ(ThroughFirstDecoder(p), 30 + 64 + 40);
+  p.waiting = {{30, 2, 0, true}};
+  EXPECT_EQ(ThroughFirstDecoder(p), 30);
+  // A running sequence still prefilling goes first, unless it is paused.
+  RunningView paused = Prefilling(30, 0);
+  paused.paused = true;
+  p.running = {Decoding(), paused, Prefilling(100, 90)};
+  p.waiting = {{40, 3, 0}};
+  EXPECT_EQ(ThroughFirstDecoder(p), 10);
+  // And the planner plans that chunk first.
+  ASSERT_EQ(p.Plan().entries.size(), 3u);
+  EXPECT_EQ(p.plan.entries[1].sequence, 2);
+  EXPECT_EQ(p.plan.entries[1].num_tokens, 10);
 }
 
 }  // namespace

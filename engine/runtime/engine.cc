@@ -42,10 +42,11 @@ constexpr int kMinPrefillTokensPerStep = 32;
 // is not in the rate, and is still metered by the target. With 1.5, 6 alternated runs:
 // TTFT p99 1.16-2.16x p50 (was 1.22-7.95x), ITL p99 0.82-1.34x as long (median 1.18x),
 // throughput unchanged; 2.0 raised ITL p99 to 456-524 ms (mixed steps of two prompts).
-// Not enough when many requests start in one step (a burst's first step has no budget):
-// they finish together, their successors arrive together, and the guard follows that wave
-// with steps of 0.5-1 s every round (11 later runs: TTFT p99 <= 2x p50 in 4 of 5 whose
-// first step started at most 5 prompts, in 0 of 6 where it started 7-16).
+// Not enough when many requests start in one step: they finish together, their
+// successors arrive together, and the guard follows that wave with steps of 0.5-1 s every
+// round (11 runs: TTFT p99 <= 2x p50 in 4 of 5 whose first step started at most 5
+// prompts, in 0 of 6 where it started 7-16). So a step with nobody decoding, which once
+// took every prompt that fit, starts one that will decode (PrefillTokenLimit).
 constexpr double kFinishedPromptHeadroom = 1.5;
 // When decoding alone takes more than the inter-token-latency target, a step with prompt
 // tokens may take this many times a decode-only step: prompts get a third of such a step.
@@ -221,7 +222,7 @@ class Engine::Impl {
   void BuildWaitingViews();
   // How many prompt tokens the next step may take next to `decode_tokens` decoders and
   // the `draft_tokens` drafts they verify.
-  int PrefillTokenLimit(int decode_tokens, int draft_tokens) const;
+  int PrefillTokenLimit(const PlanInput& input, int decode_tokens, int draft_tokens) const;
   // The fewest prompt tokens a step takes while decoders run.
   int GuaranteedPrefillTokens() const;
   // Moves the planned head of the queue into the running set with its KV reserved.
@@ -582,8 +583,8 @@ bool Engine::Impl::Step() {
   running_views_.clear();
   int decoders = 0;
   for (const auto& seq : running_) {
-    running_views_.push_back(
-        {seq->state(), seq->prompt_tokens(), seq->prefilled_tokens(), seq->paused()});
+    running_views_.push_back({seq->state(), seq->prompt_tokens(), seq->prefilled_tokens(),
+                              seq->paused(), /*draft_tokens=*/0, seq->request().max_tokens == 1});
     if (seq->state() == SequenceState::kDecode && !seq->paused()) ++decoders;
   }
   ProposeDrafts();
@@ -595,7 +596,7 @@ bool Engine::Impl::Step() {
   input.running = running_views_;
   input.waiting = waiting_views_;
   input.free_kv_blocks = kv_->num_free_blocks();
-  input.max_prefill_tokens = PrefillTokenLimit(decoders, drafts);
+  input.max_prefill_tokens = PrefillTokenLimit(input, decoders, drafts);
   PlanStep(input, planner_options_, &plan_);
   Admit(start);
   if (plan_.entries.empty()) {
@@ -714,12 +715,23 @@ bool Engine::Impl::Step() {
   return true;
 }
 
-int Engine::Impl::PrefillTokenLimit(int decode_tokens, int draft_tokens) const {
-  // Nobody is waiting for a next token, or no target: prompts take what max_batch_tokens
-  // leaves.
-  if (decode_tokens == 0 || options_.itl_target == absl::ZeroDuration() || !step_cost_.ready()) {
-    return PlanInput().max_prefill_tokens;
+int Engine::Impl::PrefillTokenLimit(const PlanInput& input, int decode_tokens,
+                                    int draft_tokens) const {
+  // No target: prompts take what max_batch_tokens leaves.
+  if (options_.itl_target == absl::ZeroDuration()) return PlanInput().max_prefill_tokens;
+  if (decode_tokens == 0) {
+    // Nobody waits for a next token, but prompts that start together decode together and
+    // finish together: in a closed loop their successors come back as one wave, round
+    // after round, and each wave stretches the steps it lands in. So one prompt that will
+    // decode starts whole (with those that end at their prefill, which never decode), and
+    // more only within the target; the steps after are metered beside its decoding.
+    const int through_first_decoder = PromptTokensThroughFirstDecoder(input, planner_options_);
+    if (!step_cost_.ready()) return through_first_decoder;
+    const int multiple = std::max(1, step_model_->step_token_multiple());
+    return std::max(through_first_decoder,
+                    step_cost_.TokensWithin(options_.itl_target) / multiple * multiple);
   }
+  if (!step_cost_.ready()) return PlanInput().max_prefill_tokens;
   // When decoding alone takes more than the target, the step may take kDecodeStepFactor x
   // as long as decoding alone (drafts included: they cost what any token costs).
   const absl::Duration step_budget = std::max(
@@ -762,6 +774,7 @@ void Engine::Impl::BuildWaitingViews() {
     const Sequence& seq = *waiting_head_[i];
     WaitingView view;
     view.prompt_tokens = seq.prompt_tokens();
+    view.ends_at_prefill = seq.request().max_tokens == 1;
     view.kv_blocks_needed = kv_->BlocksForTokens(seq.kv_tokens_reserved());
     if (options_.prefix_cache) {
       const KvCache::PrefixMatch match = kv_->MatchPrefix(seq.prompt_lookup_hashes(), seq.tokens());

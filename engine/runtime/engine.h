@@ -39,8 +39,11 @@ struct EngineOptions {
   // max(itl_target, 1.5x a decode-only step, drafts included). At least
   // kMinPrefillTokensPerStep prompt tokens run so that prompts always progress, and at least
   // 1.5x the prompt tokens of the requests that finished per step (a 1 s average), so that
-  // a steady load does not queue behind that guard. Zero = no limit beyond
-  // max_batch_tokens. quill-server sets 100 ms (--itl-target).
+  // a steady load does not queue behind that guard. While nobody decodes, a step takes the
+  // prompts that end at their prefill (one token to make) and one that will decode, a chunk
+  // each, plus whatever else fits in itl_target: prompts started together would finish together
+  // and, in a closed loop, come back together. Zero = no limit beyond max_batch_tokens.
+  // quill-server sets 100 ms (--itl-target).
   absl::Duration itl_target = absl::ZeroDuration();
   // OpenMP threads the engine thread computes with; 0 = OpenMP's default (OMP_NUM_THREADS
   // or every core). Set on the engine thread itself: omp_set_num_threads() only affects

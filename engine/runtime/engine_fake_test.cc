@@ -1125,13 +1125,12 @@ TEST_F(ItlTargetTest, TheBudgetLeavesRoomForTheDecodersDrafts) {
 }
 
 TEST_F(ItlTargetTest, PromptsKeepPaceWithTheRequestsThatFinish) {
-  // 10 run slots, taken by 10 streams that finish one per step; behind them wait 40 prompts
-  // of 48 tokens (10 tokens each), so a slot frees, and a 48-token prompt can start, every
-  // step. With a 10 ms target a step may take 1.5x a decode-only step (45 ms: 15 prompt
-  // tokens), and the guard alone gives 32: two prompts every three steps, fewer than finish,
-  // and the rest would queue for ever in a closed loop. Once the finished requests' rate is
-  // measured (a 1 s average), the guard covers 1.5x the prompt tokens they had per step,
-  // and whole prompts start next to the decoders.
+  // 50 prompts of 48 tokens (10 tokens each) and 10 run slots. With a 10 ms target a step
+  // may take 1.5x a decode-only step (at most 45 ms: 15 prompt tokens), and the guard alone
+  // gives 32: two prompts every three steps. In a closed loop new requests arrive as fast as
+  // these finish, so such a guard never drains a queue that formed. Once the finished
+  // requests' rate is measured (a 1 s average), the guard covers 1.5x the prompt tokens
+  // they had per step, and whole prompts start next to the decoders.
   ManualClock clock;
   shared_->after_forward = [&clock](int tokens) {
     clock.Advance(absl::Milliseconds(20) + tokens * absl::Milliseconds(1));
@@ -1143,11 +1142,6 @@ TEST_F(ItlTargetTest, PromptsKeepPaceWithTheRequestsThatFinish) {
   options.prefix_cache = false;
   Start(options, &clock);
   SetPaused(true);
-  // An opener holds the engine in its step while the rest arrive: the next step then finds
-  // no one decoding, and takes the first 10 prompts whole.
-  auto opener = std::make_shared<RecordingSink>();
-  ASSERT_TRUE(engine_->Submit(Request("opener", {kBos, 5}, 1), opener).ok());
-  WaitForwardsEntered(1);
   const auto prompt = [](int i) {
     std::vector<TokenId> ids = {kBos};
     for (int k = 1; k < 48; ++k) ids.push_back(3 + (i * 7 + k) % 50);
@@ -1156,14 +1150,11 @@ TEST_F(ItlTargetTest, PromptsKeepPaceWithTheRequestsThatFinish) {
   std::vector<std::shared_ptr<RecordingSink>> sinks;
   for (int i = 0; i < 50; ++i) {
     sinks.push_back(std::make_shared<RecordingSink>());
-    // The first 10 prompts fill one step together (no one decodes yet) and finish one per
-    // step after it; the 40 behind them each generate 10 tokens.
-    GenerationRequest r = Request(absl::StrCat("r", i), prompt(i), i < 10 ? 4 + i : 10);
+    GenerationRequest r = Request(absl::StrCat("r", i), prompt(i), 10);
     r.ignore_eos = true;
     ASSERT_TRUE(engine_->Submit(r, sinks.back()).ok());
   }
   SetPaused(false);
-  EXPECT_TRUE(opener->Wait());
   for (auto& sink : sinks) EXPECT_TRUE(sink->Wait());
   engine_->Shutdown(absl::ZeroDuration());  // before `clock` goes away
   engine_.reset();
@@ -1174,9 +1165,99 @@ TEST_F(ItlTargetTest, PromptsKeepPaceWithTheRequestsThatFinish) {
     most_prompt_tokens = std::max(most_prompt_tokens, step.prefill_tokens);
   }
   EXPECT_GE(most_prompt_tokens, 48);  // a whole prompt beside the decoders
-  // Fewer than two prompts: the guard follows what finishes (a prompt a step), not what
-  // waits (up to 3 free slots' worth, 144 tokens, and 40 prompts behind them).
+  // Fewer than two prompts: the guard follows what finishes (at most a prompt a step), not
+  // what waits (the free slots' worth, and the prompts behind them).
   EXPECT_LT(most_prompt_tokens, 96);
+}
+
+// Prompts that arrive together while nobody decodes, on a clock that charges each step
+// 20 ms plus 1 ms per token: an opener of one token (it never decodes) holds the engine in
+// its first step while they arrive, so the next step sees them all and times one step.
+class IdleArrivalsTest : public EngineFakeTest {
+ protected:
+  // The steps after the opener's: each the token counts of its entries.
+  std::vector<std::vector<int>> Run(absl::Duration itl_target, int prompts, int prompt_tokens,
+                                    int max_tokens, int chunk_tokens = 256) {
+    ManualClock clock;
+    shared_->after_forward = [&clock](int tokens) {
+      clock.Advance(absl::Milliseconds(20) + tokens * absl::Milliseconds(1));
+    };
+    EngineOptions options = SmallOptions();
+    options.kv_cache_bytes = 32 * 16 * 512;  // 512 blocks of 16 tokens
+    options.itl_target = itl_target;
+    options.prefill_chunk_tokens = chunk_tokens;
+    options.spec_tokens = 0;
+    options.prefix_cache = false;
+    Start(options, &clock);
+    SetPaused(true);
+    auto opener = std::make_shared<RecordingSink>();
+    EXPECT_TRUE(engine_->Submit(Request("opener", {kBos, 5}, 1), opener).ok());
+    WaitForwardsEntered(1);
+    std::vector<std::shared_ptr<RecordingSink>> sinks;
+    for (int i = 0; i < prompts; ++i) {
+      std::vector<TokenId> ids = {kBos};
+      for (int k = 1; k < prompt_tokens; ++k) ids.push_back(3 + (i * 7 + k) % 50);
+      sinks.push_back(std::make_shared<RecordingSink>());
+      GenerationRequest r = Request(absl::StrCat("p", i), ids, max_tokens);
+      r.ignore_eos = true;
+      EXPECT_TRUE(engine_->Submit(r, sinks.back()).ok());
+    }
+    SetPaused(false);
+    EXPECT_TRUE(opener->Wait());
+    for (auto& sink : sinks) {
+      EXPECT_TRUE(sink->Wait());
+      EXPECT_EQ(sink->ids().size(), static_cast<size_t>(max_tokens));
+    }
+    engine_->Shutdown(absl::ZeroDuration());  // before `clock` goes away
+    engine_.reset();
+    std::vector<std::vector<int>> steps = Steps();
+    steps.erase(steps.begin());
+    return steps;
+  }
+};
+
+// Prompt chunks in a step (decode entries hold one token here).
+int PromptChunks(const std::vector<int>& step) {
+  return static_cast<int>(std::count_if(step.begin(), step.end(), [](int n) { return n > 1; }));
+}
+
+TEST_F(IdleArrivalsTest, WithATargetPromptsThatArriveTogetherStartOneAtATime) {
+  // 16 prompts of 32 tokens: a step holding them all would leave each to decode beside
+  // the other 15 and end in the same step, and in a closed loop their successors would
+  // arrive together again, round after round. The step with nobody decoding takes one
+  // whole prompt (a 30 ms target covers less), and the steps beside its decoders take what
+  // the target and the guard allow: 32 tokens, one prompt.
+  const std::vector<std::vector<int>> steps = Run(absl::Milliseconds(30), 16, 32, 8);
+  ASSERT_FALSE(steps.empty());
+  EXPECT_EQ(steps[0], std::vector<int>{32});
+  int started = 0;
+  for (const std::vector<int>& step : steps) {
+    EXPECT_LE(PromptChunks(step), 1) << absl::StrJoin(step, " ");
+    started += PromptChunks(step);
+  }
+  EXPECT_EQ(started, 16);
+}
+
+TEST_F(IdleArrivalsTest, WithoutATargetOneStepTakesEveryPrompt) {
+  const std::vector<std::vector<int>> steps = Run(absl::ZeroDuration(), 16, 32, 8);
+  ASSERT_FALSE(steps.empty());
+  EXPECT_EQ(steps[0], std::vector<int>(16, 32));
+}
+
+TEST_F(IdleArrivalsTest, PromptsThatEndAtTheirPrefillStillStartTogether) {
+  // One token each: they never decode, so they form no wave, and one step takes them all.
+  const std::vector<std::vector<int>> steps = Run(absl::Milliseconds(30), 16, 32, 1);
+  ASSERT_FALSE(steps.empty());
+  EXPECT_EQ(steps[0], std::vector<int>(16, 32));
+}
+
+TEST_F(IdleArrivalsTest, ALonePromptTakesWholeChunksWhateverTheTarget) {
+  // A 10 ms target covers no token, but nobody waits for this prompt's steps: it runs in
+  // chunks of 50 as it would without a target, then decodes.
+  const std::vector<std::vector<int>> steps =
+      Run(absl::Milliseconds(10), 1, 120, 2, /*chunk_tokens=*/50);
+  const std::vector<std::vector<int>> expected = {{50}, {50}, {20}, {1}};
+  EXPECT_EQ(steps, expected);
 }
 
 EngineOptions SpecOptions(int spec_tokens) {
