@@ -243,8 +243,8 @@ class Engine::Impl {
   // Publishes the gauges and tells the observer: for changes no forward step reports
   // (OnStep carries the gauges of the steps that run).
   void ReportGauges();
-  // Adds `busy` engine time to the rate window and publishes the rates once it is long
-  // enough to mean something.
+  // Adds `busy` time (engine work, or a queue waiting on paused requests) to the rate
+  // window and publishes the rates once it is long enough to mean something.
   void MeasureRates(absl::Duration busy);
 
   // Immutable after construction.
@@ -298,11 +298,12 @@ class Engine::Impl {
   std::vector<absl::Duration> inter_token_latencies_;
   int step_prefix_query_tokens_ = 0;  // over this step's admissions
   int step_prefix_hit_tokens_ = 0;
-  // Requests finished per second of busy engine time (idle time is left out).
+  // Requests finished per second of busy time: engine work, and time a queue waited while
+  // every running request was paused (idle time is left out).
   EwmaRate finished_rate_{absl::Seconds(5)};
   // Batch tokens per second of forward time in steps that prefill.
   EwmaRate prefill_rate_{absl::Seconds(5)};
-  // Prompt tokens that finished requests prefilled, per second of engine work: under a
+  // Prompt tokens that finished requests prefilled, per second of busy time: under a
   // steady load, the rate at which new prompt tokens arrive (a burst of arrivals is not in
   // it). 1 s: a standing queue has to drain within a few steps of forming.
   EwmaRate finished_prompt_token_rate_{absl::Seconds(1)};
@@ -425,6 +426,9 @@ void Engine::Impl::Run() {
   Inbox::Drained drained;
   while (true) {
     const bool idle = running_.empty() && !has_waiting();
+    // Stalled while requests wait (paused ones hold the KV blocks they need): nothing
+    // finishes, and a deadline's queue-wait estimate must see that.
+    const bool queue_stalled = stalled && has_waiting();
     commands_.clear();
     // An idle engine sleeps here until a command or shutdown arrives; one whose requests
     // are all paused, until a command or its next timer. Neither polls.
@@ -437,8 +441,8 @@ void Engine::Impl::Run() {
     drained = inbox_.WaitAndDrain(timeout, &commands_);
     ApplyCommands();
     const absl::Time now = clock_->Now();
-    // Time spent asleep (idle, or stalled on paused requests) is not engine work.
-    const absl::Time busy_from = idle || stalled ? now : last_iteration_end;
+    // Time asleep is not engine work when idle, or when stalled with no one waiting on it.
+    const absl::Time busy_from = idle || (stalled && !queue_stalled) ? now : last_iteration_end;
     MarkExpired(now);
     if (drained.closed && now >= drained.drain_deadline) {
       MarkAll(FinishReason::kShutdown, absl::UnavailableError("server shutting down"));
@@ -453,7 +457,7 @@ void Engine::Impl::Run() {
     }
     stalled = !Step();
     last_iteration_end = clock_->Now();
-    if (!stalled) MeasureRates(last_iteration_end - busy_from);
+    if (!stalled || queue_stalled) MeasureRates(last_iteration_end - busy_from);
   }
 }
 

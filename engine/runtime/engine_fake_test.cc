@@ -867,6 +867,59 @@ TEST_F(EngineFakeTest, DeadlinesThatCannotBeMetAreRefusedAndQueuedOnesExpireUnru
   engine_->Shutdown(absl::ZeroDuration());  // before `clock` goes away
 }
 
+TEST_F(EngineFakeTest, AQueueStalledBehindPausedRequestsSlowsTheDeadlineEstimate) {
+  ManualClock clock;
+  shared_->after_forward = [&clock](int) { clock.Advance(absl::Milliseconds(10)); };
+  EngineOptions options = SmallOptions();  // 64 KV blocks of 16 tokens
+  options.max_queue = 10;
+  Start(options, &clock);
+  for (int i = 0; i < 5; ++i) {  // ~10 requests a second
+    auto warm = std::make_shared<RecordingSink>();
+    ASSERT_TRUE(engine_->Submit(Request(absl::StrCat("w", i), {kBos, 5}, 10), warm).ok());
+    ASSERT_TRUE(warm->Wait());
+  }
+  // Eight readers that stop reading hold every block (128 tokens each), and one request
+  // queues behind them: nothing can run, and nothing finishes, until one of them reads.
+  std::vector<std::shared_ptr<SlowReaderSink>> slow;
+  for (int i = 0; i < 8; ++i) {
+    slow.push_back(std::make_shared<SlowReaderSink>(/*bound=*/2));
+    GenerationRequest r = Request(absl::StrCat("slow", i), {kBos, Letter('a')}, 126);
+    r.ignore_eos = true;
+    ASSERT_TRUE(engine_->Submit(r, slow.back()).ok());
+  }
+  ASSERT_TRUE(WaitForPaused(*engine_, 8));
+  auto queued = std::make_shared<RecordingSink>();
+  ASSERT_TRUE(engine_->Submit(Request("queued", {kBos, 5}, 10), queued).ok());
+  const auto poke = [&] {  // the engine sleeps in real time; any command wakes it
+    engine_->Cancel("poke");
+    absl::SleepFor(absl::Milliseconds(50));
+  };
+  poke();  // the engine has seen the queue, and stalls with it
+
+  // Before the stall counts, 2 s covers a wait behind one request finishing at ~10 a second.
+  GenerationRequest r = Request("before", {kBos, 5}, 10);
+  r.deadline = clock.Now() + absl::Seconds(2);
+  auto before = std::make_shared<RecordingSink>();
+  ASSERT_TRUE(engine_->Submit(r, before).ok());
+  // 20 s of a stalled queue with nothing finished: the 5 s average of finished requests
+  // falls to ~0.2 a second, and 2 s no longer covers two of them.
+  clock.Advance(absl::Seconds(20));
+  poke();
+  r.request_id = "after";
+  r.deadline = clock.Now() + absl::Seconds(2);
+  auto after = std::make_shared<RecordingSink>();
+  const absl::Status refused = engine_->Submit(r, after);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kDeadlineExceeded) << refused;
+  EXPECT_THAT(std::string(refused.message()),
+              ::testing::HasSubstr("cannot cover the expected queue wait"));
+
+  for (int i = 0; i < 8; ++i) engine_->Cancel(absl::StrCat("slow", i));
+  ASSERT_TRUE(queued->Wait());
+  EXPECT_EQ(queued->info().reason, FinishReason::kLength);
+  ASSERT_TRUE(before->Wait());
+  engine_->Shutdown(absl::ZeroDuration());  // before `clock` goes away
+}
+
 TEST_F(EngineFakeTest, ForwardFailureEndsTheBatchAndServingContinues) {
   Start();
   {
