@@ -588,7 +588,7 @@ bool Engine::Impl::Step() {
   int decoders = 0;
   for (const auto& seq : running_) {
     running_views_.push_back({seq->state(), seq->prompt_tokens(), seq->prefilled_tokens(),
-                              seq->paused(), /*draft_tokens=*/0, seq->request().max_tokens == 1});
+                              seq->paused(), /*draft_tokens=*/0, seq->ends_at_prefill()});
     if (seq->state() == SequenceState::kDecode && !seq->paused()) ++decoders;
   }
   ProposeDrafts();
@@ -778,7 +778,7 @@ void Engine::Impl::BuildWaitingViews() {
     const Sequence& seq = *waiting_head_[i];
     WaitingView view;
     view.prompt_tokens = seq.prompt_tokens();
-    view.ends_at_prefill = seq.request().max_tokens == 1;
+    view.ends_at_prefill = seq.ends_at_prefill();
     view.kv_blocks_needed = kv_->BlocksForTokens(seq.kv_tokens_reserved());
     if (options_.prefix_cache) {
       const KvCache::PrefixMatch match = kv_->MatchPrefix(seq.prompt_lookup_hashes(), seq.tokens());

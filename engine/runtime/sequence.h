@@ -64,6 +64,8 @@ class Sequence {
   absl::Span<const TokenId> tokens() const { return tokens_; }
   // KV positions the request can ever need, reserved at admission.
   int64_t kv_tokens_reserved() const { return prompt_tokens_ + request_.max_tokens; }
+  // One token to make, sampled from the prompt's last logits: it never decodes.
+  bool ends_at_prefill() const { return request_.max_tokens == 1; }
 
   // Speculative decoding. Proposes up to `max_tokens` (<= max_draft_tokens) draft tokens
   // by n-gram lookup over tokens(); returns how many.
