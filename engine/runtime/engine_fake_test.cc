@@ -239,6 +239,16 @@ class EngineFakeTest : public ::testing::Test {
     ASSERT_TRUE(engine.ok()) << engine.status();
     engine_ = std::move(engine).value();
   }
+  // The step clock of the inter-token-latency tests: every forward step takes 20 ms plus
+  // 1 ms per token on `clock`, and 512 KV blocks of 16 tokens hold any of their loads.
+  void StartOnStepClock(EngineOptions options, ManualClock* clock) {
+    shared_->after_forward = [clock](int tokens) {
+      clock->Advance(absl::Milliseconds(20) + tokens * absl::Milliseconds(1));
+    };
+    options.kv_cache_bytes = 32 * 16 * 512;
+    options.prefix_cache = false;  // the fake model does not model prefix-cache hits
+    Start(options, clock);
+  }
   void SetPaused(bool paused) {
     absl::MutexLock lock(&shared_->mu);
     shared_->paused = paused;
@@ -1029,15 +1039,10 @@ class ItlTargetTest : public EngineFakeTest {
   Outcome Run(absl::Duration itl_target) { return Run(itl_target, Load()); }
   Outcome Run(absl::Duration itl_target, const Load& load) {
     ManualClock clock;
-    shared_->after_forward = [&clock](int tokens) {
-      clock.Advance(absl::Milliseconds(20) + tokens * absl::Milliseconds(1));
-    };
-    EngineOptions options = SmallOptions();
-    options.kv_cache_bytes = 32 * 16 * 512;  // 512 blocks of 16 tokens
+    EngineOptions options;
     options.itl_target = itl_target;
     options.spec_tokens = load.spec_tokens;
-    options.prefix_cache = false;  // the fake model does not model prefix-cache hits
-    Start(options, &clock);
+    StartOnStepClock(options, &clock);
     SetPaused(true);
     std::vector<TokenId> decoder_prompt = {kBos, 5};
     if (load.spec_tokens > 0) {
@@ -1185,15 +1190,10 @@ TEST_F(ItlTargetTest, PromptsKeepPaceWithTheRequestsThatFinish) {
   // requests' rate is measured (a 1 s average), the guard covers 1.5x the prompt tokens
   // they had per step, and whole prompts start next to the decoders.
   ManualClock clock;
-  shared_->after_forward = [&clock](int tokens) {
-    clock.Advance(absl::Milliseconds(20) + tokens * absl::Milliseconds(1));
-  };
-  EngineOptions options = SmallOptions();
-  options.kv_cache_bytes = 32 * 16 * 512;  // 512 blocks of 16 tokens
+  EngineOptions options;
   options.max_running = 10;
   options.itl_target = absl::Milliseconds(10);
-  options.prefix_cache = false;
-  Start(options, &clock);
+  StartOnStepClock(options, &clock);
   SetPaused(true);
   const auto prompt = [](int i) {
     std::vector<TokenId> ids = {kBos};
@@ -1232,16 +1232,11 @@ class IdleArrivalsTest : public EngineFakeTest {
   std::vector<std::vector<int>> Run(absl::Duration itl_target, int prompts, int prompt_tokens,
                                     int max_tokens, int chunk_tokens = 256) {
     ManualClock clock;
-    shared_->after_forward = [&clock](int tokens) {
-      clock.Advance(absl::Milliseconds(20) + tokens * absl::Milliseconds(1));
-    };
-    EngineOptions options = SmallOptions();
-    options.kv_cache_bytes = 32 * 16 * 512;  // 512 blocks of 16 tokens
+    EngineOptions options;
     options.itl_target = itl_target;
     options.prefill_chunk_tokens = chunk_tokens;
     options.spec_tokens = 0;
-    options.prefix_cache = false;
-    Start(options, &clock);
+    StartOnStepClock(options, &clock);
     SetPaused(true);
     auto opener = std::make_shared<RecordingSink>();
     EXPECT_TRUE(engine_->Submit(Request("opener", {kBos, 5}, 1), opener).ok());
