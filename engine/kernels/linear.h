@@ -95,6 +95,9 @@ class Linear {
   // blocks (oneDNN's static-M buckets), with no remainder rows taking another pass over the
   // weights. 1 when every m is alike.
   virtual int row_multiple() const { return 1; }
+  // The fewest rows that run in such blocks. Fewer run in a small-m kernel whose cost grows
+  // row by row, where a multiple of row_multiple() is no cheaper per row.
+  virtual int blocked_from_rows() const { return 1; }
 };
 
 // Widens one row of `cols` elements of `w` (row `row`) to f32, exactly (block types as

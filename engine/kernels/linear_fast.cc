@@ -93,6 +93,8 @@ class FastLinear final : public Linear {
   }
 
   int row_multiple() const override { return matmul_ ? kBucketStepRows : 1; }
+  // A padded bucket costs its whole size, so rounding up to it is free at every m.
+  int blocked_from_rows() const override { return small_ == SmallM::kPadded ? 1 : small_below_; }
 
   void Run(const float* x, int m, float* y) override {
     QUILL_DCHECK(m >= 1 && m <= max_tokens_);

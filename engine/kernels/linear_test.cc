@@ -16,6 +16,7 @@
 
 #include "engine/base/cpu_features.h"
 #include "engine/kernels/linear_internal.h"
+#include "engine/kernels/linear_onednn.h"
 #include "engine/kernels/linear_qblock.h"
 #include "engine/kernels/reference/reference_kernels.h"
 #include "engine/quant/block_layout.h"
@@ -247,6 +248,18 @@ TEST(LinearRowMultiple, IsTheOnednnBucketStep) {
   ASSERT_TRUE(fast.ok() && exact.ok());
   EXPECT_EQ((*fast)->row_multiple(), 32) << (*fast)->kernel_name();
   EXPECT_EQ((*exact)->row_multiple(), 1) << (*exact)->kernel_name();
+  // Fewer rows run in a GEMV, whose cost grows row by row (or in one padded bucket, whose
+  // cost is its whole size: rounding up to it is free).
+  EXPECT_EQ((*fast)->blocked_from_rows(), GetCpuFeatures().avx512f ? 32 : 1);
+  if (HasAvx512Bf16()) {
+    // Without AMX the bf16 GEMV runs every m below 64 (linear_fast.cc, SmallBelowRows).
+    const TestWeight b = MakeWeight(WeightType::kBF16, 64, 64, 7);
+    auto bf16 = Linear::Create({b.view}, Precision::kFast, 128);
+    ASSERT_TRUE(bf16.ok());
+    EXPECT_EQ((*bf16)->row_multiple(), 32) << (*bf16)->kernel_name();
+    EXPECT_EQ((*bf16)->blocked_from_rows(), linear_internal::OnednnUsesAmx() ? 32 : 64)
+        << (*bf16)->kernel_name();
+  }
   if (linear_internal::QBlockKernelAvailable()) {
     const TestWeight q = MakeWeight(WeightType::kQ4_0, 64, 64, 6);
     auto int8 = Linear::Create({q.view}, Precision::kFast, 128);

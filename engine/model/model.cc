@@ -81,7 +81,10 @@ int64_t Model::mapped_weight_bytes() const { return impl_->weights.mapped_bytes;
 int64_t Model::scratch_bytes() const { return impl_->weights.linear_scratch->bytes(); }
 std::string Model::weight_type_name() const { return impl_->weights.type_name; }
 std::string Model::kernel_summary() const { return impl_->weights.kernel_summary; }
-int Model::step_token_multiple() const { return impl_->weights.row_multiple; }
+int Model::step_token_multiple(int tokens) const {
+  const ModelWeights& w = impl_->weights;
+  return tokens >= w.blocked_from_rows ? w.row_multiple : 1;
+}
 
 kernels::KvElement Model::kv_element() const {
   return impl_->options.precision == kernels::Precision::kExact ? kernels::KvElement::kF32

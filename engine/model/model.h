@@ -47,9 +47,10 @@ class Model {
   int64_t scratch_bytes() const;         // run-time scratch the matmuls share
   std::string weight_type_name() const;  // e.g. "BF16", "Q8_0", "F32" (of the matmul weights)
   std::string kernel_summary() const;    // which matmul kernels were chosen
-  // A Forward() whose batch holds a multiple of this many tokens runs its matmuls in whole
-  // kernel blocks (Linear::row_multiple()): a step of 96 tokens costs less than one of 90.
-  int step_token_multiple() const;
+  // A Forward() of about `tokens` tokens that holds a multiple of this many runs its matmuls
+  // in whole kernel blocks (Linear::row_multiple()): a step of 96 tokens costs less than one
+  // of 90. 1 below Linear::blocked_from_rows(), where every token costs alike.
+  int step_token_multiple(int tokens) const;
 
   // How the KV cache stores K/V for this precision: f32 in exact mode (bit-exact logits),
   // f16 in fast mode (half the memory, and half the bytes a long context's decode reads).

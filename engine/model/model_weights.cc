@@ -368,6 +368,7 @@ absl::StatusOr<ModelWeights> LoadWeights(const GgufFile& file, const ModelConfig
     for (const kernels::Linear* lin :
          {layer.qkv.get(), layer.o.get(), layer.up.get(), layer.down.get()}) {
       w.row_multiple = std::max(w.row_multiple, lin->row_multiple());
+      w.blocked_from_rows = std::max(w.blocked_from_rows, lin->blocked_from_rows());
     }
     w.layers.push_back(std::move(layer));
   }

@@ -49,6 +49,7 @@ struct ModelWeights {
   std::string type_name;       // matmul weight types of the blocks, e.g. "BF16" or "F16+Q8_0"
   std::string kernel_summary;  // which matmul kernels were chosen
   int row_multiple = 1;        // the largest Linear::row_multiple() of the layers' matmuls
+  int blocked_from_rows = 1;   // the largest Linear::blocked_from_rows() of those
 };
 
 // The loader: checks every tensor of `file` against `config` (its sizes and decoder

@@ -95,6 +95,7 @@ class FakeStepModel final : public StepModel {
     // Read once when the model is made, before the engine thread exists.
     TokenId end_of_turn = -1;
     int step_token_multiple = 1;
+    int blocked_from_tokens = 1;  // smaller steps are not rounded to the multiple
     // Set before the engine starts; run at the end of every forward with the step's token
     // count (e.g. to make a manual clock tick, so the engine measures exact rates).
     std::function<void(int tokens)> after_forward;
@@ -103,13 +104,16 @@ class FakeStepModel final : public StepModel {
   explicit FakeStepModel(std::shared_ptr<Shared> shared)
       : tokenizer_(shared->end_of_turn),
         step_token_multiple_(shared->step_token_multiple),
+        blocked_from_tokens_(shared->blocked_from_tokens),
         shared_(std::move(shared)) {}
 
   const Tokenizer& tokenizer() const override { return tokenizer_; }
   int vocab_size() const override { return kVocab; }
   int context_length() const override { return kContext; }
   int max_batch_tokens() const override { return 512; }
-  int step_token_multiple() const override { return step_token_multiple_; }
+  int step_token_multiple(int tokens) const override {
+    return tokens >= blocked_from_tokens_ ? step_token_multiple_ : 1;
+  }
   KvCacheOptions MakeKvCacheOptions(int64_t budget_bytes, int block_size) const override {
     KvCacheOptions o;
     o.num_layers = 1;
@@ -163,6 +167,7 @@ class FakeStepModel final : public StepModel {
  private:
   FakeTokenizer tokenizer_;
   const int step_token_multiple_;
+  const int blocked_from_tokens_;
   std::shared_ptr<Shared> shared_;
   absl::flat_hash_map<KvCache::SeqId, int64_t> next_pos_;
 };
@@ -1127,6 +1132,21 @@ TEST_F(ItlTargetTest, TheGuardRoundsUpToTheStepMultiple) {
   const Outcome outcome = Run(absl::Milliseconds(10));
   ExpectMixedStepsOnMultiple(outcome, 16);
   EXPECT_LE(outcome.longest_decode_step, absl::Milliseconds(68));
+}
+
+TEST_F(ItlTargetTest, StepsBelowTheKernelBlocksAreNotRounded) {
+  // The same load as above, but kernels that run whole blocks only from 64 rows on (as the
+  // bf16 GEMV serves smaller steps without AMX): rounding 40 to 48 tokens would only add a
+  // prompt token's time for each. So the guard's 32 prompt tokens stay 32, next to 8 to 12
+  // decode tokens: every step at most 64 ms.
+  shared_->step_token_multiple = 16;
+  shared_->blocked_from_tokens = 64;
+  const Outcome outcome = Run(absl::Milliseconds(10));
+  ASSERT_GE(outcome.mixed_steps.size(), 4u);
+  for (const StepStats& step : outcome.mixed_steps) {
+    EXPECT_LE(step.prefill_tokens, 32) << step.decode_tokens << " decode tokens";
+  }
+  EXPECT_LE(outcome.longest_decode_step, absl::Milliseconds(64));
 }
 
 TEST_F(ItlTargetTest, WithoutATargetOneStepTakesEveryPrompt) {

@@ -24,7 +24,7 @@ class ModelStepModel final : public StepModel {
                        float* logits) override {
     return model_->Forward(batch, cache, logits);
   }
-  int step_token_multiple() const override { return model_->step_token_multiple(); }
+  int step_token_multiple(int tokens) const override { return model_->step_token_multiple(tokens); }
   const Model* model() const override { return model_.get(); }
 
  private:

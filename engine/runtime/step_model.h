@@ -26,9 +26,9 @@ class StepModel {
   // Same contract as Model::Forward.
   virtual absl::Status Forward(absl::Span<const BatchEntry> batch, KvCache& cache,
                                float* logits) = 0;
-  // Steps of a multiple of this many tokens are the cheapest per token
+  // Steps of about `tokens` tokens are the cheapest per token at a multiple of this
   // (Model::step_token_multiple()).
-  virtual int step_token_multiple() const { return 1; }
+  virtual int step_token_multiple(int /*tokens*/) const { return 1; }
   // The wrapped Model, or null for a fake.
   virtual const Model* model() const { return nullptr; }
 };
