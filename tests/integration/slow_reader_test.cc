@@ -52,8 +52,13 @@ TEST(SlowReaderTest, NeverReadingStreamsArePausedThenEndStalledAndOthersAreServe
   const Stream solo = Collect(*client, normal);
   ASSERT_TRUE(solo.status.ok()) << solo.status;
   ASSERT_EQ(solo.ids.size(), 60u);
-  const PromText before = ScrapeUntil(metrics_port, [](const PromText&) { return true; }).value();
-  const double idle_blocks = Metric(before, "quill_kv_cache_blocks_used");
+  // The client has the last message a moment before the engine frees the request's KV
+  // blocks and publishes its gauges: the idle state is waited for, not assumed.
+  absl::StatusOr<PromText> idle = ScrapeUntil(metrics_port, [](const PromText& t) {
+    return t.Value("quill_requests_running") == 0 && t.Value("quill_kv_cache_blocks_used") == 0;
+  });
+  ASSERT_TRUE(idle.ok()) << idle.status();
+  const PromText before = *idle;
   const Labels stalled = {{"api", "grpc"}, {"outcome", "stalled"}};
 
   // Streams that are never read (NeverRead asks for logprobs, so every message is a few
@@ -75,7 +80,7 @@ TEST(SlowReaderTest, NeverReadingStreamsArePausedThenEndStalledAndOthersAreServe
   });
   ASSERT_TRUE(paused.ok()) << paused.status();
   EXPECT_EQ(Metric(*paused, "quill_requests_running"), kSlowStreams);
-  EXPECT_GT(Metric(*paused, "quill_kv_cache_blocks_used"), idle_blocks);  // their KV stays
+  EXPECT_GT(Metric(*paused, "quill_kv_cache_blocks_used"), 0);  // their KV stays
   const double generated = Metric(*paused, "quill_generated_tokens_total");
   EXPECT_LT(generated - Metric(before, "quill_generated_tokens_total"),
             kSlowStreams * kSlowTokens / 2.0);
@@ -98,10 +103,16 @@ TEST(SlowReaderTest, NeverReadingStreamsArePausedThenEndStalledAndOthersAreServe
         return t.Value("quill_requests_total", stalled).value_or(0) -
                        Metric(before, "quill_requests_total", stalled) ==
                    kSlowStreams &&
-               t.Value("quill_kv_cache_blocks_used") == idle_blocks;
+               t.Value("quill_kv_cache_blocks_used") == 0;
       },
       kStallTimeout + absl::Seconds(20));
-  ASSERT_TRUE(after.ok()) << after.status();
+  if (!after.ok()) {
+    const PromText last = ScrapeUntil(metrics_port, [](const PromText&) { return true; }).value();
+    FAIL() << after.status() << ": stalled=" << Metric(last, "quill_requests_total", stalled)
+           << " paused=" << Metric(last, "quill_requests_paused")
+           << " running=" << Metric(last, "quill_requests_running")
+           << " kv_blocks_used=" << Metric(last, "quill_kv_cache_blocks_used");
+  }
   EXPECT_EQ(Metric(*after, "quill_requests_paused"), 0);
   EXPECT_EQ(Metric(*after, "quill_requests_running"), 0);
 
