@@ -93,8 +93,11 @@ class FastLinear final : public Linear {
   }
 
   int row_multiple() const override { return matmul_ ? kBucketStepRows : 1; }
-  // A padded bucket costs its whole size, so rounding up to it is free at every m.
-  int blocked_from_rows() const override { return small_ == SmallM::kPadded ? 1 : small_below_; }
+  // A padded bucket costs its whole size, so rounding up to it is free at every m; the int8
+  // kernels have no blocks at all.
+  int blocked_from_rows() const override {
+    return matmul_ && small_ != SmallM::kPadded ? small_below_ : 1;
+  }
 
   void Run(const float* x, int m, float* y) override {
     QUILL_DCHECK(m >= 1 && m <= max_tokens_);

@@ -265,6 +265,7 @@ TEST(LinearRowMultiple, IsTheOnednnBucketStep) {
     auto int8 = Linear::Create({q.view}, Precision::kFast, 128);
     ASSERT_TRUE(int8.ok());
     EXPECT_EQ((*int8)->row_multiple(), 1) << (*int8)->kernel_name();
+    EXPECT_EQ((*int8)->blocked_from_rows(), 1) << (*int8)->kernel_name();
   }
 }
 
