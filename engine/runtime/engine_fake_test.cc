@@ -184,6 +184,21 @@ class RecordingObserver final : public EngineObserver {
     absl::MutexLock lock(&mu_);
     ++finished_;
   }
+  void OnGauges(const EngineGauges& gauges) override {
+    absl::MutexLock lock(&mu_);
+    ++gauge_reports_;
+  }
+  int gauge_reports() {
+    absl::MutexLock lock(&mu_);
+    return gauge_reports_;
+  }
+  // Waits (up to 10 s) for a gauge report after the `seen`th; false if none came.
+  bool WaitForGaugeReportAfter(int seen) {
+    absl::MutexLock lock(&mu_);
+    const auto later = [this, seen]()
+                           ABSL_SHARED_LOCKS_REQUIRED(mu_) { return gauge_reports_ > seen; };
+    return mu_.AwaitWithTimeout(absl::Condition(&later), absl::Seconds(10));
+  }
   std::vector<StepStats> steps() {
     absl::MutexLock lock(&mu_);
     return steps_;
@@ -201,6 +216,7 @@ class RecordingObserver final : public EngineObserver {
   absl::Mutex mu_;
   std::vector<StepStats> steps_ ABSL_GUARDED_BY(mu_);
   int finished_ ABSL_GUARDED_BY(mu_) = 0;
+  int gauge_reports_ ABSL_GUARDED_BY(mu_) = 0;
   size_t itl_count_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
@@ -253,6 +269,19 @@ class EngineFakeTest : public ::testing::Test {
     options.kv_cache_bytes = 32 * 16 * 512;
     options.prefix_cache = false;  // the fake model does not model prefix-cache hits
     Start(options, clock);
+  }
+  // For an engine whose requests are all paused, asleep in real time until a command or
+  // its next timer: wakes it, and returns once it has run a whole iteration that began
+  // after this call (expiries and rate measurements included), however late the scheduler
+  // runs the engine thread. Such an engine reports its gauges once per iteration (its step
+  // plans nothing), twice in one where a request ends, so the fifth report after this call
+  // comes from the iteration after a whole one that began after it.
+  void Poke() {
+    for (int i = 0; i < 5; ++i) {
+      const int seen = observer_.gauge_reports();
+      engine_->Cancel("poke");  // an unknown id: it only wakes the engine
+      ASSERT_TRUE(observer_.WaitForGaugeReportAfter(seen)) << "the engine did not wake";
+    }
   }
   void SetPaused(bool paused) {
     absl::MutexLock lock(&shared_->mu);
@@ -717,12 +746,8 @@ TEST_F(EngineFakeTest, RequestPausedLongerThanTheStallTimeoutEndsStalledWithItsK
   auto slow = std::make_shared<SlowReaderSink>(/*bound=*/2);
   ASSERT_TRUE(engine_->Submit(Request("slow", {kBos, Letter('a')}, 20), slow).ok());
   ASSERT_TRUE(WaitForPaused(*engine_, 1));
-  const auto poke = [&] {  // the engine sleeps in real time; any command wakes it
-    engine_->Cancel("poke");
-    absl::SleepFor(absl::Milliseconds(50));
-  };
   clock.Advance(absl::Seconds(20));
-  poke();
+  Poke();
   // A read restarts the stall clock: it runs 2 more chunks and pauses again.
   slow->Read(*engine_, "slow");
   for (int i = 0; i < 400 && slow->recorded->ids().size() < 4; ++i) {
@@ -731,11 +756,11 @@ TEST_F(EngineFakeTest, RequestPausedLongerThanTheStallTimeoutEndsStalledWithItsK
   ASSERT_TRUE(WaitForPaused(*engine_, 1));
   EXPECT_EQ(slow->recorded->ids().size(), 4u);
   clock.Advance(absl::Seconds(29));  // 49 s since the first pause, 29 s since the second
-  poke();
+  Poke();
   EXPECT_EQ(slow->recorded->finishes(), 0);
   EXPECT_GT(engine_->gauges().kv_blocks_used, 0);
   clock.Advance(absl::Seconds(1));
-  poke();
+  Poke();
   ASSERT_TRUE(slow->recorded->Wait());
   const FinishInfo info = slow->recorded->info();
   EXPECT_EQ(info.reason, FinishReason::kStalled);
@@ -905,11 +930,7 @@ TEST_F(EngineFakeTest, AQueueStalledBehindPausedRequestsSlowsTheDeadlineEstimate
   ASSERT_TRUE(WaitForPaused(*engine_, 8));
   auto queued = std::make_shared<RecordingSink>();
   ASSERT_TRUE(engine_->Submit(Request("queued", {kBos, 5}, 10), queued).ok());
-  const auto poke = [&] {  // the engine sleeps in real time; any command wakes it
-    engine_->Cancel("poke");
-    absl::SleepFor(absl::Milliseconds(50));
-  };
-  poke();  // the engine has seen the queue, and stalls with it
+  Poke();  // the engine has seen the queue, and stalls with it
 
   // Before the stall counts, 2 s covers a wait behind one request finishing at ~10 a second.
   GenerationRequest r = Request("before", {kBos, 5}, 10);
@@ -919,7 +940,7 @@ TEST_F(EngineFakeTest, AQueueStalledBehindPausedRequestsSlowsTheDeadlineEstimate
   // 20 s of a stalled queue with nothing finished: the 5 s average of finished requests
   // falls to ~0.2 a second, and 2 s no longer covers two of them.
   clock.Advance(absl::Seconds(20));
-  poke();
+  Poke();
   r.request_id = "after";
   r.deadline = clock.Now() + absl::Seconds(2);
   auto after = std::make_shared<RecordingSink>();

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -840,32 +841,31 @@ TEST_F(HttpChatTest, InvalidChatIs400NamingTheField) {
 TEST(HttpQueueTest, FullQueueIs429WithRetryAfter) {
   if (ModelPath().empty()) GTEST_SKIP() << "shared assets not found (QUILL_SHARED_DIR)";
   server::ServerOptions options = TestOptions();
-  options.engine.kv_cache_bytes = 512 << 10;  // 16 blocks = 256 tokens
+  options.engine.kv_cache_bytes = kOneLongRequestOfKv;
   options.engine.max_queue = 2;
   absl::StatusOr<std::unique_ptr<server::Server>> server = server::Server::Create(options);
   ASSERT_TRUE(server.ok()) << server.status();
   const int port = (*server)->http_port();
+  // One request holds every KV block until the end (an unread HTTP stream would not: its
+  // answer fits the socket buffers, and it finishes in milliseconds)...
+  v1::GenerateRequest long_request = TextRequest("In the beginning", 240);
+  long_request.set_ignore_eos(true);
+  std::optional<KvHog> hog(std::in_place, (*server)->address(), long_request);
+  ASSERT_TRUE(GaugeReaches((*server)->metrics_port(), "quill_requests_paused", 1));
+  // ...and two HTTP requests wait for its blocks: the queue is full.
   const std::string long_body = json({{"prompt", "In the beginning"},
                                       {"max_tokens", 240},
                                       {"ignore_eos", true},
                                       {"stream", true}})
                                     .dump();
-  // One running, two waiting for its KV blocks: the queue is full.
   std::vector<std::unique_ptr<HttpClient>> clients;
-  for (int i = 0; i < 3; ++i) {
+  for (int i = 0; i < 2; ++i) {
     absl::StatusOr<std::unique_ptr<HttpClient>> c = HttpClient::Connect("127.0.0.1", port);
     ASSERT_TRUE(c.ok()) << c.status();
     ASSERT_TRUE((*c)->Send("POST", "/v1/completions", long_body).ok());
     clients.push_back(*std::move(c));
-    if (i == 0) {
-      ASSERT_TRUE(clients[0]->ReadHead().ok());  // running
-    }
   }
-  const absl::Time deadline = absl::Now() + absl::Seconds(10);
-  while ((*server)->engine().gauges().requests_waiting < 2 && absl::Now() < deadline) {
-    absl::SleepFor(absl::Milliseconds(1));
-  }
-  ASSERT_EQ((*server)->engine().gauges().requests_waiting, 2);
+  ASSERT_TRUE(GaugeReaches((*server)->metrics_port(), "quill_requests_waiting", 2));
   absl::StatusOr<HttpReply> refused =
       HttpRequest("127.0.0.1", port, "POST", "/v1/completions", json({{"prompt", "Hear"}}).dump());
   ASSERT_TRUE(refused.ok()) << refused.status();
@@ -878,6 +878,7 @@ TEST(HttpQueueTest, FullQueueIs429WithRetryAfter) {
   EXPECT_EQ(error["type"], "rate_limit_error");
   // Everyone hangs up; every block comes back.
   for (auto& c : clients) c->Close();
+  hog.reset();
   absl::StatusOr<PromText> text = ScrapeUntil((*server)->metrics_port(), [](const PromText& t) {
     return t.Value("quill_kv_cache_blocks_used") == 0.0 && t.Value("quill_requests_waiting") == 0.0;
   });
@@ -900,6 +901,12 @@ TEST(HttpDrainTest, HealthTurns503AndRunningStreamsFinish) {
   absl::StatusOr<HttpReply> head = (*client)->ReadHead();
   ASSERT_TRUE(head.ok()) << head.status();
   ASSERT_EQ(head->status, 200);
+  // A stream that runs until cancelled keeps the server draining while this test looks
+  // (the HTTP stream above may well finish first: its answer fits the socket buffers).
+  v1::GenerateRequest long_request = TextRequest("In the beginning", 240);
+  long_request.set_ignore_eos(true);
+  std::optional<KvHog> hog(std::in_place, (*server)->address(), long_request);
+  ASSERT_TRUE(GaugeReaches((*server)->metrics_port(), "quill_requests_paused", 1));
   std::thread shutdown([&] { (*server)->Shutdown(absl::Seconds(20)); });
   // While draining, the listener still answers.
   absl::StatusOr<HttpReply> health;
@@ -914,8 +921,7 @@ TEST(HttpDrainTest, HealthTurns503AndRunningStreamsFinish) {
       HttpRequest("127.0.0.1", port, "POST", "/v1/completions", json({{"prompt", "x"}}).dump());
   ASSERT_TRUE(refused.ok()) << refused.status();
   EXPECT_EQ(refused->status, 503);
-  // Whole seconds from the engine's pushback (no request has finished yet here, so its
-  // first guess: 1 s).
+  // A draining engine gives no pushback: the default second.
   EXPECT_EQ(refused->Header("retry-after"), "1");
   // The running stream ends normally.
   std::string rest;
@@ -927,6 +933,7 @@ TEST(HttpDrainTest, HealthTurns503AndRunningStreamsFinish) {
   }
   EXPECT_TRUE(absl::EndsWith(rest, "data: [DONE]\n\n"));
   EXPECT_THAT(rest, HasSubstr("\"finish_reason\":\"length\""));
+  hog.reset();  // the last running request: the drain ends
   shutdown.join();
 }
 

@@ -366,38 +366,6 @@ TEST_F(ServerTest, DeadlineExceeded) {
   EXPECT_EQ(Metric(*after, "quill_kv_cache_blocks_used"), 0.0);
 }
 
-// Holds the whole KV cache of a server made with kOneLongRequestOfKv: a long request whose
-// client never reads, so the server pauses it after a few tokens and it keeps its blocks
-// until cancelled. Whatever comes next must wait for KV blocks, however fast the machine is.
-// kjv-1m: 2 * 4 layers * 2 kv heads * 32 dims * 4 bytes = 2 KiB per token, 32 KiB per
-// 16-token block: 512 KiB is 16 blocks = 256 tokens, one long request at a time.
-constexpr size_t kOneLongRequestOfKv = 512 << 10;
-class KvHog {
- public:
-  KvHog(const server::Server& server, const v1::GenerateRequest& long_request)
-      : channel_(TinyWindowChannel(server.address())),
-        stub_(v1::Generator::NewStub(channel_)) {
-    call_.Start(*stub_, long_request);
-  }
-  ~KvHog() {
-    call_.context.TryCancel();
-    int tokens = 0;
-    call_.Drain(&tokens);
-  }
-
- private:
-  std::shared_ptr<grpc::Channel> channel_;
-  std::unique_ptr<v1::Generator::Stub> stub_;
-  NeverRead call_;
-};
-
-// True once /metrics shows `value` for the gauge `name` (false after 10 s).
-bool GaugeReaches(const server::Server& server, const std::string& name, double value) {
-  absl::StatusOr<PromText> text = ScrapeUntil(
-      server.metrics_port(), [&](const PromText& t) { return t.Value(name) == value; });
-  return text.ok() && text->Value(name) == value;
-}
-
 // --draft-model: the served model drafting for itself (same file, same precision), so
 // every greedy draft should be accepted; the streams must still be the independent golden
 // references, and /metrics must show the drafts.
@@ -435,14 +403,14 @@ TEST(ServerQueueTest, FullQueueIsResourceExhaustedAtOnce) {
   std::vector<client::GenerateCall> calls(2);
   std::vector<std::thread> threads;
   {
-    const KvHog hog(**server, long_request);
-    EXPECT_TRUE(GaugeReaches(**server, "quill_requests_paused", 1));
+    const KvHog hog((*server)->address(), long_request);
+    EXPECT_TRUE(GaugeReaches((*server)->metrics_port(), "quill_requests_paused", 1));
     for (int i = 0; i < 2; ++i) {
       threads.emplace_back([&, i] { Collect(*client, long_request, absl::Seconds(60), &calls[i]); });
     }
     // Both wait for KV blocks (the queue is now full), and /metrics says so although the
     // engine has nothing to run...
-    EXPECT_TRUE(GaugeReaches(**server, "quill_requests_waiting", 2));
+    EXPECT_TRUE(GaugeReaches((*server)->metrics_port(), "quill_requests_waiting", 2));
     // ...so one more is refused immediately.
     const absl::Time start = absl::Now();
     const Stream refused = Collect(*client, TextRequest("Hear, O Israel", 4));
@@ -519,10 +487,10 @@ TEST(ServerAdmissionTest, FullQueueRefusalCarriesRetryPushback) {
   client::GenerateCall queued_call;
   std::thread queued;
   {
-    const KvHog hog(**server, long_request);
-    EXPECT_TRUE(GaugeReaches(**server, "quill_requests_paused", 1));
+    const KvHog hog((*server)->address(), long_request);
+    EXPECT_TRUE(GaugeReaches((*server)->metrics_port(), "quill_requests_paused", 1));
     queued = std::thread([&] { Collect(*client, long_request, absl::Seconds(60), &queued_call); });
-    EXPECT_TRUE(GaugeReaches(**server, "quill_requests_waiting", 1));
+    EXPECT_TRUE(GaugeReaches((*server)->metrics_port(), "quill_requests_waiting", 1));
 
     // The KV cache held, one request queued: the next is refused, with a pushback trailer.
     std::unique_ptr<v1::Generator::Stub> stub = v1::Generator::NewStub(client->channel());

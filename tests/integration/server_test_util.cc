@@ -85,6 +85,17 @@ grpc::Status NeverRead::Drain(int* tokens) {
   return reader->Finish();
 }
 
+KvHog::KvHog(const std::string& address, const quill::v1::GenerateRequest& long_request)
+    : channel_(TinyWindowChannel(address)), stub_(quill::v1::Generator::NewStub(channel_)) {
+  call_.Start(*stub_, long_request);
+}
+
+KvHog::~KvHog() {
+  call_.context.TryCancel();
+  int tokens = 0;
+  call_.Drain(&tokens);
+}
+
 quill::v1::ChatRequest ChatRequestOf(
     const std::vector<std::pair<std::string, std::string>>& messages, int max_tokens) {
   quill::v1::ChatRequest r;
@@ -184,6 +195,12 @@ absl::StatusOr<PromText> ScrapeUntil(int port, const std::function<bool(const Pr
     }
     absl::SleepFor(absl::Milliseconds(20));
   }
+}
+
+bool GaugeReaches(int metrics_port, const std::string& name, double value) {
+  absl::StatusOr<PromText> text =
+      ScrapeUntil(metrics_port, [&](const PromText& t) { return t.Value(name) == value; });
+  return text.ok() && text->Value(name) == value;
 }
 
 double Metric(const PromText& text, const std::string& name, const Labels& labels) {

@@ -3,6 +3,7 @@
 // Helpers shared by the server integration tests: building requests, collecting streams,
 // running quill-run, polling /metrics.
 
+#include <cstddef>
 #include <functional>
 #include <memory>
 #include <string>
@@ -59,6 +60,26 @@ struct NeverRead {
   grpc::Status Drain(int* tokens);
 };
 
+// Holds a server's KV blocks with a long request whose client never reads: the server
+// pauses it after a few tokens and it keeps its blocks (prompt + max_tokens) until this is
+// destroyed (which cancels it). Whatever comes next must wait for KV blocks, or a draining
+// server for it, however fast the machine is. Wait for quill_requests_paused before relying
+// on it.
+class KvHog {
+ public:
+  KvHog(const std::string& address, const quill::v1::GenerateRequest& long_request);
+  ~KvHog();
+
+ private:
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<quill::v1::Generator::Stub> stub_;
+  NeverRead call_;
+};
+// kjv-1m: 2 * 4 layers * 2 kv heads * 32 dims * 4 bytes = 2 KiB per token, 32 KiB per
+// 16-token block: 512 KiB is 16 blocks = 256 tokens, one long request (and its KvHog) at a
+// time.
+inline constexpr size_t kOneLongRequestOfKv = 512 << 10;
+
 // A Chat request of (role, content) pairs.
 quill::v1::ChatRequest ChatRequestOf(
     const std::vector<std::pair<std::string, std::string>>& messages, int max_tokens);
@@ -83,6 +104,10 @@ absl::StatusOr<std::string> RenderChat(
 // DEADLINE_EXCEEDED if it never held within `timeout`.
 absl::StatusOr<PromText> ScrapeUntil(int port, const std::function<bool(const PromText&)>& done,
                                      absl::Duration timeout = absl::Seconds(10));
+
+// True once 127.0.0.1:<metrics_port>/metrics shows `value` for the gauge `name` (false
+// after 10 s).
+bool GaugeReaches(int metrics_port, const std::string& name, double value);
 
 // A value that must exist (0 if absent, with a test failure).
 double Metric(const PromText& text, const std::string& name, const Labels& labels = {});
