@@ -85,8 +85,10 @@ grpc::Status NeverRead::Drain(int* tokens) {
   return reader->Finish();
 }
 
-KvHog::KvHog(const std::string& address, const quill::v1::GenerateRequest& long_request)
+KvHog::KvHog(const std::string& address, const quill::v1::GenerateRequest& long_request,
+             const client::ClientContextHook& hook)
     : channel_(TinyWindowChannel(address)), stub_(quill::v1::Generator::NewStub(channel_)) {
+  if (hook) hook(&call_.context);
   call_.Start(*stub_, long_request);
 }
 

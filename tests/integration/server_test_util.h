@@ -67,7 +67,9 @@ struct NeverRead {
 // on it.
 class KvHog {
  public:
-  KvHog(const std::string& address, const quill::v1::GenerateRequest& long_request);
+  // `hook` adds metadata to the call (an API key, a tenant).
+  KvHog(const std::string& address, const quill::v1::GenerateRequest& long_request,
+        const client::ClientContextHook& hook = nullptr);
   ~KvHog();
 
  private:

@@ -5,10 +5,10 @@
 // (and the header ignored) with them; and the per-tenant metrics.
 
 #include <algorithm>
-#include <atomic>
 #include <cstdio>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -28,6 +28,7 @@
 namespace quill::testing {
 namespace {
 
+namespace v1 = ::quill::v1;
 using ::testing::HasSubstr;
 
 std::string ModelPath() { return SharedModelPath("kjv-1m.gguf"); }
@@ -43,7 +44,7 @@ server::ServerOptions FairnessOptions() {
   options.metrics_port = 0;
   options.http_port = 0;
   options.drain_timeout = absl::Seconds(5);
-  options.engine.kv_cache_bytes = 8 << 20;
+  options.engine.kv_cache_bytes = kOneLongRequestOfKv;  // RunBurst's hold takes it all
   // One request at a time: every other one waits, so the queue's order is the order in
   // which first tokens come out.
   options.engine.max_running = 1;
@@ -67,61 +68,79 @@ client::ClientContextHook TenantHeader(const std::string& tenant) {
   return [tenant](grpc::ClientContext* context) { context->AddMetadata("x-quill-tenant", tenant); };
 }
 
+// Requests of `family` (quill_requests_total or quill_tenant_requests_total) with
+// `labels` that finished normally.
+double Finished(const PromText& t, const std::string& family, const Labels& labels) {
+  double n = 0;
+  for (const char* outcome : {"length", "stop", "eos"}) {
+    Labels with_outcome = labels;
+    with_outcome["outcome"] = outcome;
+    n += t.Value(family, with_outcome).value_or(0);
+  }
+  return n;
+}
+
 struct BurstResult {
   int waiting_when_b_sent = 0;  // requests queued in the engine just before B's
   int a_after_b = 0;            // of A's requests, how many got their first token after B's
   int a_total = 0;
-  absl::Duration b_time_to_first_token;
-  absl::Duration a_last_time_to_first_token;
+  absl::Duration b_first_token;       // after the queue's hold ended
+  absl::Duration a_last_first_token;  // after the queue's hold ended
 };
 
-// Tenant A (`a`, `a_hook`) sends kBurst streams at once; when the engine has taken all of
-// them and at least kBurst / 2 still wait, tenant B (`b`, `b_hook`) sends one. So in FIFO
-// order B would come after every waiting request of A's. Every stream must succeed.
+// Tenant A (`a`, `a_hook`) sends kBurst streams at once while a paused stream (a KvHog,
+// with `hold_hook`) holds every KV block, so that all of them wait; then tenant B (`b`,
+// `b_hook`) sends one, and once it waits too the hold ends. In FIFO order B would come
+// after every request of A's. Held, the queue's order does not depend on how many of A's
+// requests the machine serves while B's is on its way. Every stream must succeed.
 BurstResult RunBurst(server::Server& server, client::QuillClient& a,
                      const client::ClientContextHook& a_hook, client::QuillClient& b,
-                     const client::ClientContextHook& b_hook) {
-  // Connected first: B's request must not spend the burst setting up its channel.
-  EXPECT_TRUE(a.WaitForConnected(absl::Seconds(10)).ok());
-  EXPECT_TRUE(b.WaitForConnected(absl::Seconds(10)).ok());
+                     const client::ClientContextHook& b_hook,
+                     const client::ClientContextHook& hold_hook) {
+  BurstResult result;
+  v1::GenerateRequest long_request = TextRequest("In the beginning", 240);
+  long_request.set_ignore_eos(true);
+  std::optional<KvHog> hold(std::in_place, server.address(), long_request, hold_hook);
+  EXPECT_TRUE(GaugeReaches(server.metrics_port(), "quill_requests_paused", 1)) << "no hold";
   absl::Mutex mu;
   std::vector<std::string> first_tokens;  // labels, in order of first token
-  absl::Duration b_ttft, a_last_ttft;
-  std::atomic<int> a_done{0};
-  const absl::Time start = absl::Now();
+  absl::Time released = absl::InfiniteFuture();
+  absl::Duration b_first, a_last_first;
   auto run = [&](client::QuillClient& client, const client::ClientContextHook& hook,
                  const std::string& label) {
-    const absl::Time sent = absl::Now();
+    // Long enough (tens of ms) that the order in which the client's threads see first
+    // tokens is the engine's, not the scheduler's.
+    v1::GenerateRequest request = TextRequest("In the beginning God created", 96);
+    request.set_ignore_eos(true);
     bool first = true;
     const absl::Status s = client.Generate(
-        TextRequest("In the beginning God created", 24),
+        request,
         [&](const quill::v1::GenerateResponse&) {
           if (!first) return;
           first = false;
           absl::MutexLock lock(&mu);
           first_tokens.push_back(label);
-          const absl::Duration ttft = absl::Now() - sent;
-          if (label == "b") b_ttft = ttft;
-          if (label != "b") a_last_ttft = std::max(a_last_ttft, absl::Now() - start);
+          const absl::Duration after_release = absl::Now() - released;
+          if (label == "b") b_first = after_release;
+          if (label != "b") a_last_first = std::max(a_last_first, after_release);
         },
         absl::Seconds(120), hook);
     EXPECT_TRUE(s.ok()) << label << ": " << s;
-    if (label != "b") a_done.fetch_add(1);
   };
   std::vector<std::thread> threads;
   for (int i = 0; i < kBurst; ++i) {
     threads.emplace_back([&, i] { run(a, a_hook, absl::StrCat("a", i)); });
   }
-  BurstResult result;
-  const absl::Time give_up = absl::Now() + absl::Seconds(60);
-  while (absl::Now() < give_up) {
-    const engine::EngineGauges g = server.engine().gauges();
-    result.waiting_when_b_sent = g.requests_waiting;
-    if (g.requests_waiting + g.requests_running + a_done.load() >= kBurst) break;
-    absl::SleepFor(absl::Microseconds(200));
-  }
-  EXPECT_GE(result.waiting_when_b_sent, kBurst / 2) << "the burst never queued up";
+  EXPECT_TRUE(GaugeReaches(server.metrics_port(), "quill_requests_waiting", kBurst))
+      << "the burst never queued up";
+  result.waiting_when_b_sent = server.engine().gauges().requests_waiting;
   threads.emplace_back([&] { run(b, b_hook, "b"); });
+  EXPECT_TRUE(GaugeReaches(server.metrics_port(), "quill_requests_waiting", kBurst + 1));
+  {
+    absl::MutexLock lock(&mu);
+    released = absl::Now();
+  }
+  hold.reset();
   for (std::thread& t : threads) t.join();
 
   absl::MutexLock lock(&mu);
@@ -129,8 +148,8 @@ BurstResult RunBurst(server::Server& server, client::QuillClient& a,
   EXPECT_NE(b_at, first_tokens.end());
   result.a_after_b = static_cast<int>(first_tokens.end() - b_at) - 1;
   result.a_total = static_cast<int>(first_tokens.size()) - 1;
-  result.b_time_to_first_token = b_ttft;
-  result.a_last_time_to_first_token = a_last_ttft;
+  result.b_first_token = b_first;
+  result.a_last_first_token = a_last_first;
   return result;
 }
 
@@ -146,18 +165,19 @@ TEST_F(TenantFairnessTest, HeaderTenantsShareTheQueueFairly) {
   std::unique_ptr<server::Server> server = StartServer(FairnessOptions());
   ASSERT_NE(server, nullptr);
   std::unique_ptr<client::QuillClient> client = client::QuillClient::Connect(server->address());
-  const BurstResult r =
-      RunBurst(*server, *client, TenantHeader("tenant-a"), *client, TenantHeader("tenant-b"));
+  const BurstResult r = RunBurst(*server, *client, TenantHeader("tenant-a"), *client,
+                                 TenantHeader("tenant-b"), TenantHeader("tenant-hold"));
   EXPECT_EQ(r.a_total, kBurst);
-  // B overtakes everything of A's that was queued when it arrived but a step or two; FIFO
-  // would have put it behind all of it (a_after_b = 0).
+  // B overtakes everything of A's that was queued when it arrived but the one whose tag ties
+  // with its own (and a little delivery jitter); FIFO would have put it behind all of it
+  // (a_after_b = 0).
   EXPECT_GE(r.a_after_b, r.waiting_when_b_sent - 3)
       << "waiting " << r.waiting_when_b_sent << " when B was sent";
   std::printf(
-      "[ tenants ] header: waiting %d when B sent; A after B: %d; B TTFT %s; last A "
-      "first token %s after the burst began\n",
-      r.waiting_when_b_sent, r.a_after_b, absl::FormatDuration(r.b_time_to_first_token).c_str(),
-      absl::FormatDuration(r.a_last_time_to_first_token).c_str());
+      "[ tenants ] header: waiting %d when B sent; A after B: %d; first tokens after the hold "
+      "ended: B's %s, A's last %s\n",
+      r.waiting_when_b_sent, r.a_after_b, absl::FormatDuration(r.b_first_token).c_str(),
+      absl::FormatDuration(r.a_last_first_token).c_str());
 }
 
 // With API keys the key is the tenant, and x-quill-tenant cannot borrow another's: B
@@ -165,7 +185,8 @@ TEST_F(TenantFairnessTest, HeaderTenantsShareTheQueueFairly) {
 // show which tenant each request was counted under.
 TEST_F(TenantFairnessTest, ApiKeyTenantsShareFairlyAndTheHeaderIsIgnored) {
   server::ServerOptions options = FairnessOptions();
-  options.api_keys_file = WriteFile("tenant-keys", "key-a name=alice\nkey-b name=bob\n");
+  options.api_keys_file =
+      WriteFile("tenant-keys", "key-a name=alice\nkey-b name=bob\nkey-h name=holder\n");
   options.metrics_per_tenant = true;
   std::unique_ptr<server::Server> server = StartServer(options);
   ASSERT_NE(server, nullptr);
@@ -175,21 +196,21 @@ TEST_F(TenantFairnessTest, ApiKeyTenantsShareFairlyAndTheHeaderIsIgnored) {
   auto a = client::QuillClient::Connect(server->address(), alice);
   auto b = client::QuillClient::Connect(server->address(), bob);
   ASSERT_TRUE(a.ok() && b.ok());
-  const BurstResult r = RunBurst(*server, **a, nullptr, **b, TenantHeader("alice"));
+  const BurstResult r = RunBurst(
+      *server, **a, nullptr, **b, TenantHeader("alice"),
+      [](grpc::ClientContext* context) { context->AddMetadata("authorization", "Bearer key-h"); });
   EXPECT_EQ(r.a_total, kBurst);
   EXPECT_GE(r.a_after_b, r.waiting_when_b_sent - 3)
       << "waiting " << r.waiting_when_b_sent << " when B was sent";
 
   auto finished = [](const PromText& t, const std::string& tenant) {
-    double n = 0;
-    for (const char* outcome : {"length", "stop", "eos"}) {
-      n += t.Value("quill_tenant_requests_total", {{"tenant", tenant}, {"outcome", outcome}})
-               .value_or(0);
-    }
-    return n;
+    return Finished(t, "quill_tenant_requests_total", {{"tenant", tenant}});
   };
+  // The histograms are observed just after the outcome counter: waited for too.
   absl::StatusOr<PromText> text = ScrapeUntil(server->metrics_port(), [&](const PromText& t) {
-    return finished(t, "alice") == kBurst && finished(t, "bob") == 1;
+    return finished(t, "alice") == kBurst && finished(t, "bob") == 1 &&
+           t.HistogramCount("quill_tenant_time_to_first_token_seconds", {{"tenant", "bob"}}) == 1 &&
+           t.HistogramCount("quill_tenant_queue_wait_seconds", {{"tenant", "alice"}}) == kBurst;
   });
   ASSERT_TRUE(text.ok()) << text.status();
   EXPECT_EQ(finished(*text, "alice"), kBurst);
@@ -258,18 +279,22 @@ TEST_F(TenantFairnessTest, PerTenantMetricsOnlyWithTheFlag) {
                     R"({"model":"m","prompt":"In the beginning","max_tokens":2})");
     ASSERT_TRUE(reply.ok()) << reply.status();
     EXPECT_EQ(reply->status, 200);
-    auto done = [](const PromText& t) {
-      double n = 0;
-      for (const char* outcome : {"length", "stop", "eos"}) {
-        for (const char* api : {"grpc", "http"}) {
-          n += t.Value("quill_requests_total", {{"api", api}, {"outcome", outcome}}).value_or(0);
-        }
-      }
-      return n == 3;
+    auto all_finished = [&](const PromText& t) {
+      return Finished(t, "quill_requests_total", {{"api", "grpc"}}) +
+                 Finished(t, "quill_requests_total", {{"api", "http"}}) ==
+             3;
     };
-    absl::StatusOr<PromText> text = ScrapeUntil(server->metrics_port(), done);
+    // Every value asserted below: a request's histograms and per-tenant series are
+    // recorded just after its outcome counter.
+    absl::StatusOr<PromText> text = ScrapeUntil(server->metrics_port(), [&](const PromText& t) {
+      return all_finished(t) && t.HistogramCount("quill_queue_wait_seconds") == 3 &&
+             (!per_tenant ||
+              (Finished(t, "quill_tenant_requests_total", {{"tenant", "team-x"}}) == 1 &&
+               Finished(t, "quill_tenant_requests_total", {{"tenant", "_default"}}) == 2 &&
+               t.HistogramCount("quill_tenant_queue_wait_seconds", {{"tenant", "_default"}}) == 2));
+    });
     ASSERT_TRUE(text.ok()) << text.status();
-    ASSERT_TRUE(done(*text));
+    ASSERT_TRUE(all_finished(*text));
     if (!per_tenant) {
       for (const auto& [name, family] : text->families()) {
         EXPECT_THAT(name, ::testing::Not(HasSubstr("tenant")));
@@ -278,17 +303,12 @@ TEST_F(TenantFairnessTest, PerTenantMetricsOnlyWithTheFlag) {
       }
       continue;
     }
-    double team_x = 0, fallback = 0;
-    for (const char* outcome : {"length", "stop", "eos"}) {
-      team_x +=
-          text->Value("quill_tenant_requests_total", {{"tenant", "team-x"}, {"outcome", outcome}})
-              .value_or(0);
-      fallback +=
-          text->Value("quill_tenant_requests_total", {{"tenant", "_default"}, {"outcome", outcome}})
-              .value_or(0);
-    }
+    const double team_x = Finished(*text, "quill_tenant_requests_total", {{"tenant", "team-x"}});
+    // One gRPC, one HTTP, neither named a tenant.
+    const double fallback =
+        Finished(*text, "quill_tenant_requests_total", {{"tenant", "_default"}});
     EXPECT_EQ(team_x, 1);
-    EXPECT_EQ(fallback, 2);  // one gRPC, one HTTP, neither named a tenant
+    EXPECT_EQ(fallback, 2);
     EXPECT_EQ(text->HistogramCount("quill_tenant_queue_wait_seconds", {{"tenant", "_default"}}), 2);
     // The unlabelled families stay as they were.
     EXPECT_EQ(text->HistogramCount("quill_queue_wait_seconds"), 3);
