@@ -644,6 +644,15 @@ bool WaitForGauges(const Engine& engine, const std::function<bool(const EngineGa
   }
   return false;
 }
+// Waits (up to 30 s) until `sink` has at least `n` tokens.
+bool WaitForTokens(RecordingSink& sink, size_t n) {
+  const absl::Time give_up = absl::Now() + absl::Seconds(30);
+  while (sink.ids().size() < n) {
+    if (absl::Now() > give_up) return false;
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  return true;
+}
 bool WaitForPaused(const Engine& engine, int want) {
   return WaitForGauges(engine, [want](const EngineGauges& g) { return g.requests_paused == want; });
 }
@@ -680,9 +689,12 @@ TEST_F(EngineFakeTest, PausedRequestKeepsItsKvLeavesTheBatchAndResumesWhereItSto
   EXPECT_EQ(engine_->gauges().requests_paused, 1);
 
   // Each read lets it run until it is 3 chunks behind again, and it ends as its solo run.
-  for (int reads = 0; reads < 10 && slow->recorded->finishes() == 0; ++reads) {
-    slow->Read(*engine_, "slow");
-    absl::SleepFor(absl::Milliseconds(20));
+  // (A read whenever it is full: a fixed number of reads at fixed intervals ran out on a
+  // slow engine thread.)
+  const absl::Time give_up = absl::Now() + absl::Seconds(30);
+  while (slow->recorded->finishes() == 0 && absl::Now() < give_up) {
+    if (slow->full()) slow->Read(*engine_, "slow");
+    absl::SleepFor(absl::Milliseconds(1));
   }
   ASSERT_TRUE(slow->recorded->Wait());
   EXPECT_EQ(slow->recorded->ids(), ByTheRule(Letter('a'), 10));
@@ -709,9 +721,7 @@ TEST_F(EngineFakeTest, PausedRequestsGiveUpTheirRunSlotAndRejoinWhenOneIsFree) {
   ASSERT_TRUE(fast->Wait());
   EXPECT_EQ(fast->ids(), ByTheRule(Letter('C'), 6));
   // Then it runs on until it is 2 chunks behind again.
-  for (int i = 0; i < 400 && slow->recorded->ids().size() < 4; ++i) {
-    absl::SleepFor(absl::Milliseconds(5));
-  }
+  ASSERT_TRUE(WaitForTokens(*slow->recorded, 4));
   ASSERT_TRUE(WaitForPaused(*engine_, 1));
   EXPECT_EQ(slow->recorded->ids(), ByTheRule(Letter('a'), 4));
   for (const std::vector<int>& step : Steps()) EXPECT_EQ(step.size(), 1u);  // never two at once
@@ -750,9 +760,7 @@ TEST_F(EngineFakeTest, RequestPausedLongerThanTheStallTimeoutEndsStalledWithItsK
   Poke();
   // A read restarts the stall clock: it runs 2 more chunks and pauses again.
   slow->Read(*engine_, "slow");
-  for (int i = 0; i < 400 && slow->recorded->ids().size() < 4; ++i) {
-    absl::SleepFor(absl::Milliseconds(5));
-  }
+  ASSERT_TRUE(WaitForTokens(*slow->recorded, 4));
   ASSERT_TRUE(WaitForPaused(*engine_, 1));
   EXPECT_EQ(slow->recorded->ids().size(), 4u);
   clock.Advance(absl::Seconds(29));  // 49 s since the first pause, 29 s since the second
