@@ -848,9 +848,7 @@ TEST(HttpQueueTest, FullQueueIs429WithRetryAfter) {
   const int port = (*server)->http_port();
   // One request holds every KV block until the end (an unread HTTP stream would not: its
   // answer fits the socket buffers, and it finishes in milliseconds)...
-  v1::GenerateRequest long_request = TextRequest("In the beginning", 240);
-  long_request.set_ignore_eos(true);
-  std::optional<KvHog> hog(std::in_place, (*server)->address(), long_request);
+  std::optional<KvHog> hog(std::in_place, (*server)->address());
   ASSERT_TRUE(GaugeReaches((*server)->metrics_port(), "quill_requests_paused", 1));
   // ...and two HTTP requests wait for its blocks: the queue is full.
   const std::string long_body = json({{"prompt", "In the beginning"},
@@ -903,9 +901,7 @@ TEST(HttpDrainTest, HealthTurns503AndRunningStreamsFinish) {
   ASSERT_EQ(head->status, 200);
   // A stream that runs until cancelled keeps the server draining while this test looks
   // (the HTTP stream above may well finish first: its answer fits the socket buffers).
-  v1::GenerateRequest long_request = TextRequest("In the beginning", 240);
-  long_request.set_ignore_eos(true);
-  std::optional<KvHog> hog(std::in_place, (*server)->address(), long_request);
+  std::optional<KvHog> hog(std::in_place, (*server)->address());
   ASSERT_TRUE(GaugeReaches((*server)->metrics_port(), "quill_requests_paused", 1));
   std::thread shutdown([&] { (*server)->Shutdown(absl::Seconds(20)); });
   // While draining, the listener still answers.

@@ -381,6 +381,9 @@ TEST(ServerDraftModelTest, GreedyStreamsEqualTheGoldenReferenceAndDraftsAreCount
     ASSERT_TRUE(s.status.ok()) << s.status;
     EXPECT_EQ(s.ids, c.greedy_ids) << c.prompt;
   }
+  // The engine counts a step's drafts after the step's tokens are sent: a later one-token
+  // request (it ends at its prefill, drafting nothing) shows that every earlier step is.
+  ASSERT_TRUE(Collect(*client, TextRequest("Amen", 1)).status.ok());
   absl::StatusOr<PromText> text = ScrapeMetrics((*server)->metrics_port());
   ASSERT_TRUE(text.ok()) << text.status();
   const double drafted = Metric(*text, "quill_spec_draft_tokens_total");
@@ -398,12 +401,11 @@ TEST(ServerQueueTest, FullQueueIsResourceExhaustedAtOnce) {
   ASSERT_TRUE(server.ok()) << server.status();
   std::unique_ptr<client::QuillClient> client = client::QuillClient::Connect((*server)->address());
 
-  v1::GenerateRequest long_request = TextRequest("In the beginning", 240);
-  long_request.set_ignore_eos(true);
+  v1::GenerateRequest long_request = LongRequest();
   std::vector<client::GenerateCall> calls(2);
   std::vector<std::thread> threads;
   {
-    const KvHog hog((*server)->address(), long_request);
+    const KvHog hog((*server)->address());
     EXPECT_TRUE(GaugeReaches((*server)->metrics_port(), "quill_requests_paused", 1));
     for (int i = 0; i < 2; ++i) {
       threads.emplace_back([&, i] { Collect(*client, long_request, absl::Seconds(60), &calls[i]); });
@@ -482,12 +484,11 @@ TEST(ServerAdmissionTest, FullQueueRefusalCarriesRetryPushback) {
   warm.set_ignore_eos(true);
   for (int i = 0; i < 4; ++i) ASSERT_TRUE(Collect(*client, warm).status.ok());
 
-  v1::GenerateRequest long_request = TextRequest("In the beginning", 240);
-  long_request.set_ignore_eos(true);
+  v1::GenerateRequest long_request = LongRequest();
   client::GenerateCall queued_call;
   std::thread queued;
   {
-    const KvHog hog((*server)->address(), long_request);
+    const KvHog hog((*server)->address());
     EXPECT_TRUE(GaugeReaches((*server)->metrics_port(), "quill_requests_paused", 1));
     queued = std::thread([&] { Collect(*client, long_request, absl::Seconds(60), &queued_call); });
     EXPECT_TRUE(GaugeReaches((*server)->metrics_port(), "quill_requests_waiting", 1));
@@ -534,8 +535,7 @@ TEST(ServerAdmissionTest, DeadlineThatCannotCoverTheQueueWaitIsRefusedAtOnce) {
   absl::StatusOr<std::unique_ptr<server::Server>> server = server::Server::Create(options);
   ASSERT_TRUE(server.ok()) << server.status();
   std::unique_ptr<client::QuillClient> client = client::QuillClient::Connect((*server)->address());
-  v1::GenerateRequest long_request = TextRequest("In the beginning", 240);
-  long_request.set_ignore_eos(true);
+  v1::GenerateRequest long_request = LongRequest();
   // Speculation would run these 240 tokens in a few tens of ms, too fast for a queue to
   // last while the test looks at it.
   long_request.set_disable_speculation(true);
@@ -783,11 +783,14 @@ TEST_F(ServerTest, MetricsAgreeWithTheTrafficSent) {
   }
   EXPECT_EQ(streamed, completion_tokens);
 
+  // The last request's outcome is counted after its last message is sent, and its last
+  // step's histograms after that, the inter-token gaps last of all: both are waited for.
   absl::StatusOr<PromText> after = ScrapeUntil(server_->metrics_port(), [&](const PromText& t) {
     return t.Value("quill_requests_total", {{"api", "grpc"}, {"outcome", "stop"}}).value_or(0) >=
-           before.Value("quill_requests_total", {{"api", "grpc"}, {"outcome", "stop"}})
-                   .value_or(0) +
-               1;
+               before.Value("quill_requests_total", {{"api", "grpc"}, {"outcome", "stop"}})
+                       .value_or(0) +
+                   1 &&
+           hist_delta(t, "quill_inter_token_latency_seconds") >= gaps;
   });
   ASSERT_TRUE(after.ok()) << after.status();
   EXPECT_EQ(delta(*after, "quill_requests_total", {{"api", "grpc"}, {"outcome", "length"}}), 3);

@@ -85,11 +85,16 @@ grpc::Status NeverRead::Drain(int* tokens) {
   return reader->Finish();
 }
 
-KvHog::KvHog(const std::string& address, const quill::v1::GenerateRequest& long_request,
-             const client::ClientContextHook& hook)
+quill::v1::GenerateRequest LongRequest() {
+  quill::v1::GenerateRequest r = TextRequest("In the beginning", 240);
+  r.set_ignore_eos(true);
+  return r;
+}
+
+KvHog::KvHog(const std::string& address, const client::ClientContextHook& hook)
     : channel_(TinyWindowChannel(address)), stub_(quill::v1::Generator::NewStub(channel_)) {
   if (hook) hook(&call_.context);
-  call_.Start(*stub_, long_request);
+  call_.Start(*stub_, LongRequest());
 }
 
 KvHog::~KvHog() {

@@ -60,16 +60,20 @@ struct NeverRead {
   grpc::Status Drain(int* tokens);
 };
 
-// Holds a server's KV blocks with a long request whose client never reads: the server
-// pauses it after a few tokens and it keeps its blocks (prompt + max_tokens) until this is
-// destroyed (which cancels it). Whatever comes next must wait for KV blocks, or a draining
-// server for it, however fast the machine is. Wait for quill_requests_paused before relying
-// on it.
+// kjv-1m: 2 * 4 layers * 2 kv heads * 32 dims * 4 bytes = 2 KiB per token, 32 KiB per
+// 16-token block: 512 KiB is 16 blocks = 256 tokens, one LongRequest() at a time.
+inline constexpr size_t kOneLongRequestOfKv = 512 << 10;
+// "In the beginning" and 240 tokens with EOS ignored: with its prompt, 16 KV blocks.
+quill::v1::GenerateRequest LongRequest();
+
+// Holds a server's KV blocks with a LongRequest() whose client never reads: the server
+// pauses it after a few tokens and it keeps its blocks until this is destroyed (which
+// cancels it). Whatever comes next must wait for KV blocks, or a draining server for it,
+// however fast the machine is. Wait for quill_requests_paused before relying on it.
 class KvHog {
  public:
   // `hook` adds metadata to the call (an API key, a tenant).
-  KvHog(const std::string& address, const quill::v1::GenerateRequest& long_request,
-        const client::ClientContextHook& hook = nullptr);
+  explicit KvHog(const std::string& address, const client::ClientContextHook& hook = nullptr);
   ~KvHog();
 
  private:
@@ -77,10 +81,6 @@ class KvHog {
   std::unique_ptr<quill::v1::Generator::Stub> stub_;
   NeverRead call_;
 };
-// kjv-1m: 2 * 4 layers * 2 kv heads * 32 dims * 4 bytes = 2 KiB per token, 32 KiB per
-// 16-token block: 512 KiB is 16 blocks = 256 tokens, one long request (and its KvHog) at a
-// time.
-inline constexpr size_t kOneLongRequestOfKv = 512 << 10;
 
 // A Chat request of (role, content) pairs.
 quill::v1::ChatRequest ChatRequestOf(

@@ -98,9 +98,7 @@ BurstResult RunBurst(server::Server& server, client::QuillClient& a,
                      const client::ClientContextHook& b_hook,
                      const client::ClientContextHook& hold_hook) {
   BurstResult result;
-  v1::GenerateRequest long_request = TextRequest("In the beginning", 240);
-  long_request.set_ignore_eos(true);
-  std::optional<KvHog> hold(std::in_place, server.address(), long_request, hold_hook);
+  std::optional<KvHog> hold(std::in_place, server.address(), hold_hook);
   EXPECT_TRUE(GaugeReaches(server.metrics_port(), "quill_requests_paused", 1)) << "no hold";
   absl::Mutex mu;
   std::vector<std::string> first_tokens;  // labels, in order of first token
