@@ -104,6 +104,13 @@ absl::StatusOr<std::string> RenderChat(
 
 // Scrapes 127.0.0.1:<port>/metrics until `done(text)` holds and returns that scrape;
 // DEADLINE_EXCEEDED if it never held within `timeout`.
+//
+// What a client has before /metrics shows it: the engine sends a request's last message,
+// then counts its outcome (quill_requests_total, then its latency histograms, then the
+// per-tenant series), then publishes the gauges (running, waiting, paused, KV blocks), and
+// last records the step (step and batch histograms, draft and prefix counters, the
+// inter-token gaps last of all). A test that asserts any of these once a call has returned
+// waits for them here: one scrape may still see the state before.
 absl::StatusOr<PromText> ScrapeUntil(int port, const std::function<bool(const PromText&)>& done,
                                      absl::Duration timeout = absl::Seconds(10));
 
