@@ -636,22 +636,22 @@ std::vector<TokenId> ByTheRule(TokenId last, int n) {
   return ids;
 }
 
-// Polls the engine's gauges (published after the sinks hear of a step) until `done`.
-bool WaitForGauges(const Engine& engine, const std::function<bool(const EngineGauges&)>& done) {
-  for (int i = 0; i < 2000; ++i) {
-    if (done(engine.gauges())) return true;
-    absl::SleepFor(absl::Milliseconds(5));
-  }
-  return false;
-}
-// Waits (up to 30 s) until `sink` has at least `n` tokens.
-bool WaitForTokens(RecordingSink& sink, size_t n) {
-  const absl::Time give_up = absl::Now() + absl::Seconds(30);
-  while (sink.ids().size() < n) {
+// Polls `done` every millisecond until it holds (true) or `timeout` passes (false).
+bool PollUntil(const std::function<bool()>& done, absl::Duration timeout = absl::Seconds(30)) {
+  const absl::Time give_up = absl::Now() + timeout;
+  while (!done()) {
     if (absl::Now() > give_up) return false;
     absl::SleepFor(absl::Milliseconds(1));
   }
   return true;
+}
+// Polls the engine's gauges (published after the sinks hear of a step) until `done`.
+bool WaitForGauges(const Engine& engine, const std::function<bool(const EngineGauges&)>& done) {
+  return PollUntil([&] { return done(engine.gauges()); });
+}
+// Until `sink` has at least `n` tokens.
+bool WaitForTokens(RecordingSink& sink, size_t n) {
+  return PollUntil([&] { return sink.ids().size() >= n; });
 }
 bool WaitForPaused(const Engine& engine, int want) {
   return WaitForGauges(engine, [want](const EngineGauges& g) { return g.requests_paused == want; });
@@ -691,11 +691,10 @@ TEST_F(EngineFakeTest, PausedRequestKeepsItsKvLeavesTheBatchAndResumesWhereItSto
   // Each read lets it run until it is 3 chunks behind again, and it ends as its solo run.
   // (A read whenever it is full: a fixed number of reads at fixed intervals ran out on a
   // slow engine thread.)
-  const absl::Time give_up = absl::Now() + absl::Seconds(30);
-  while (slow->recorded->finishes() == 0 && absl::Now() < give_up) {
+  ASSERT_TRUE(PollUntil([&] {
     if (slow->full()) slow->Read(*engine_, "slow");
-    absl::SleepFor(absl::Milliseconds(1));
-  }
+    return slow->recorded->finishes() > 0;
+  }));
   ASSERT_TRUE(slow->recorded->Wait());
   EXPECT_EQ(slow->recorded->ids(), ByTheRule(Letter('a'), 10));
   EXPECT_EQ(slow->recorded->info().reason, FinishReason::kLength);
