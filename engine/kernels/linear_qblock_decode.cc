@@ -23,15 +23,21 @@ namespace {
 using quant::QuantType;
 
 constexpr int kDecodeMR = 4;  // rows per register tile
-// The weight stream is prefetched by StreamPrefetch: every line of it, headers included (the
-// Q4_K header is 8 of a super-block's 72 lines per column block, Q4_0's 1 of 9), 4 KiB
-// ahead, non-temporally.
+// With 3 rows or more the weight stream is prefetched by StreamPrefetch: every line of it,
+// headers included (the Q4_K header is 8 of a super-block's 72 lines per column block,
+// Q4_0's 1 of 9), 4 KiB ahead, non-temporally. With 1 or 2 rows the hardware prefetchers
+// alone keep up with the arithmetic and the software prefetches only compete with them,
+// as in Q8Gemv's one-row sweep.
 // Intel Xeon (stop 15, T0, group lines only): hardware prefetcher alone ~19 GB/s per core,
 // ~28 with this (1024: ~23; 8192 and 16384 no better; T1 worse). AMD EPYC Zen 5: covering
 // the header lines made the matmuls 5-16% faster (quill-linear-qblock-bench, 2 threads),
 // quill-bench tg64 Q4_K_M median 64.5 -> 74.6 t/s (alternated 8 times); T0 and NTA within
 // 5% of each other, NTA ahead end to end; T1 (16-32 KiB ahead) 15-20% slower; 3072, 5120,
-// 6144 and 8192 bytes no better.
+// 6144 and 8192 bytes no better. Zen 5 again (2026-12-05, with 53-64 GB/s of read
+// bandwidth where it had been 30-37): against no software prefetch, 4 KiB ahead was
+// 0.83-0.98x as fast at 1 and 2 rows (Q4_K, Q6_K; Q4_0 0.92-1.08x) and 1.02-1.11x at 4 to
+// 16 (16 and 32 KiB ahead slower still), rounds alternated in one process.
+constexpr int kStreamPrefetchFromRows = 3;
 
 // Nibble register R of a group (k-quads 2R and 2R + 1) for both column halves: even quads
 // into lo, odd quads into hi (4-bit types: 16x the value).
@@ -64,7 +70,7 @@ QUILL_VNNI inline void DecodeStep(const uint8_t* gp, const __m512i* plane, const
 // MR rows of x against one column block, all super-blocks; writes `cols` outputs per row.
 template <QuantType T, int MR>
 QUILL_VNNI void DecodeTile(const uint8_t* cb, int64_t sbs, const QBlockXView& x, float* y,
-                           int64_t y_stride, int cols) {
+                           int64_t y_stride, int cols, bool prefetch) {
   constexpr QBlockFormat f = QBlockFormatOf(T);
   constexpr int kVecs = f.has_min ? 2 : 1;
   constexpr int kRegs = f.nibble_regs();
@@ -72,7 +78,7 @@ QUILL_VNNI void DecodeTile(const uint8_t* cb, int64_t sbs, const QBlockXView& x,
   __m512 acc[MR][2];
 #pragma GCC unroll 4
   for (int i = 0; i < MR; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
-  StreamPrefetch stream(cb);
+  StreamPrefetch stream = prefetch ? StreamPrefetch(cb) : StreamPrefetch();
   for (int64_t sb = 0; sb < sbs; ++sb) {
     DecodeScales<T>(cb, sb, sb + 1, scales);
     const uint8_t* groups = cb + sb * f.sb_bytes() + f.header;
@@ -134,21 +140,22 @@ QUILL_VNNI void DecodeTile(const uint8_t* cb, int64_t sbs, const QBlockXView& x,
 template <QuantType T>
 QUILL_VNNI void DecodeColumn(const uint8_t* cb, int64_t sbs, const QBlockXView& x, int rows,
                              float* y, int64_t y_stride, int cols, int64_t /*next_bytes*/) {
+  const bool prefetch = rows >= kStreamPrefetchFromRows;
   for (int i = 0; i < rows; i += kDecodeMR) {
     const QBlockXView xi = x.AtRow(i);
     float* yi = y + i * y_stride;
     switch (std::min(kDecodeMR, rows - i)) {
       case 1:
-        DecodeTile<T, 1>(cb, sbs, xi, yi, y_stride, cols);
+        DecodeTile<T, 1>(cb, sbs, xi, yi, y_stride, cols, prefetch);
         break;
       case 2:
-        DecodeTile<T, 2>(cb, sbs, xi, yi, y_stride, cols);
+        DecodeTile<T, 2>(cb, sbs, xi, yi, y_stride, cols, prefetch);
         break;
       case 3:
-        DecodeTile<T, 3>(cb, sbs, xi, yi, y_stride, cols);
+        DecodeTile<T, 3>(cb, sbs, xi, yi, y_stride, cols, prefetch);
         break;
       default:
-        DecodeTile<T, 4>(cb, sbs, xi, yi, y_stride, cols);
+        DecodeTile<T, 4>(cb, sbs, xi, yi, y_stride, cols, prefetch);
         break;
     }
   }
