@@ -103,19 +103,6 @@ class ServerTest : public ::testing::Test {
     return text.ok() ? *text : PromText();
   }
 
-  // A baseline for deltas: the first scrape that shows the server idle. The engine sends a
-  // request's last message before it counts the request and publishes the gauges, so the
-  // previous test's last request may still be held there when its client has returned
-  // (seen under ASan: a baseline with its KV blocks, which the idle server never matched).
-  static PromText ScrapeWhenIdle() {
-    absl::StatusOr<PromText> text = ScrapeUntil(server_->metrics_port(), [](const PromText& t) {
-      return t.Value("quill_requests_running") == 0.0 && t.Value("quill_requests_waiting") == 0.0 &&
-             t.Value("quill_kv_cache_blocks_used") == 0.0;
-    });
-    EXPECT_TRUE(text.ok()) << text.status();
-    return text.ok() ? *text : PromText();
-  }
-
   static server::Server* server_;
   static client::QuillClient* client_;
 };
@@ -261,7 +248,7 @@ TEST_F(ServerTest, LogprobsWhenAsked) {
 // Cancellation, deadlines, queueing
 
 TEST_F(ServerTest, CancellingStreamsReleasesTheirKvBlocksAndOthersFinish) {
-  const PromText before = ScrapeWhenIdle();
+  const PromText before = ScrapeWhenIdle(server_->metrics_port());
   const double cancelled_before =
       Metric(before, "quill_requests_total", {{"api", "grpc"}, {"outcome", "cancelled"}});
   constexpr int kStreams = 30, kCancel = 20, kTokens = 200;
@@ -315,17 +302,20 @@ TEST_F(ServerTest, DeadlineExceeded) {
   // The deadline is half of what one stream of 240 tokens takes alone, measured here so
   // that the test holds on a slow (sanitized, loaded) machine: 16 streams together need at
   // least as many steps, so none finishes, and half a run leaves time for first tokens.
-  const double length_before_solo =
-      Metric(Scrape(), "quill_requests_total", {{"api", "grpc"}, {"outcome", "length"}});
+  const PromText before_solo = ScrapeWhenIdle(server_->metrics_port());
   const absl::Time solo_start = absl::Now();
   ASSERT_TRUE(Collect(*client_, r).status.ok());
   const absl::Duration deadline = (absl::Now() - solo_start) / 2;
-  // The server counts a request just after its stream ends: wait until the solo run is
-  // counted, so that it is not taken for one of the 16.
+  // The server counts a request just after its stream ends, the outcome first and its
+  // duration next (the count `finished` compares below): wait for both, so that the solo
+  // run is not taken for one of the 16.
   absl::StatusOr<PromText> solo_counted =
       ScrapeUntil(server_->metrics_port(), [&](const PromText& t) {
-        return Metric(t, "quill_requests_total", {{"api", "grpc"}, {"outcome", "length"}}) >
-               length_before_solo;
+        const Labels length = {{"api", "grpc"}, {"outcome", "length"}};
+        return Metric(t, "quill_requests_total", length) >
+                   Metric(before_solo, "quill_requests_total", length) &&
+               t.HistogramCount("quill_request_duration_seconds").value_or(0) >
+                   before_solo.HistogramCount("quill_request_duration_seconds").value_or(0);
       });
   ASSERT_TRUE(solo_counted.ok()) << solo_counted.status();
   const PromText before = *solo_counted;
@@ -354,16 +344,12 @@ TEST_F(ServerTest, DeadlineExceeded) {
     return Metric(t, "quill_requests_total", {{"api", "grpc"}, {"outcome", name}}) -
            Metric(before, "quill_requests_total", {{"api", "grpc"}, {"outcome", name}});
   };
-  absl::StatusOr<PromText> after = ScrapeUntil(server_->metrics_port(), [&](const PromText& t) {
-    return t.Value("quill_requests_running") == 0.0 && t.Value("quill_requests_waiting") == 0.0 &&
-           t.Value("quill_kv_cache_blocks_used") == 0.0;
-  });
-  ASSERT_TRUE(after.ok()) << after.status();
-  EXPECT_GE(finished(*after), with_tokens);
-  EXPECT_EQ(outcome(*after, "deadline"), finished(*after));
-  EXPECT_EQ(outcome(*after, "cancelled"), 0);
-  EXPECT_EQ(outcome(*after, "length"), 0);
-  EXPECT_EQ(Metric(*after, "quill_kv_cache_blocks_used"), 0.0);
+  const PromText after = ScrapeWhenIdle(server_->metrics_port());
+  EXPECT_GE(finished(after), with_tokens);
+  EXPECT_EQ(outcome(after, "deadline"), finished(after));
+  EXPECT_EQ(outcome(after, "cancelled"), 0);
+  EXPECT_EQ(outcome(after, "length"), 0);
+  EXPECT_EQ(Metric(after, "quill_kv_cache_blocks_used"), 0.0);
 }
 
 // --draft-model: the served model drafting for itself (same file, same precision), so
@@ -747,7 +733,7 @@ TEST_F(ServerTest, OversizeMessageIsRefusedByTheTransport) {
 // Metrics
 
 TEST_F(ServerTest, MetricsAgreeWithTheTrafficSent) {
-  const PromText before = ScrapeWhenIdle();
+  const PromText before = ScrapeWhenIdle(server_->metrics_port());
   auto delta = [&](const PromText& after, const std::string& name, const Labels& labels = {}) {
     return Metric(after, name, labels) - Metric(before, name, labels);
   };
@@ -951,7 +937,7 @@ std::string LongPrompt(const std::string& tag) {
 }
 
 TEST_F(ServerTest, SharedPrefixIsReportedInUsageAndCountedInMetrics) {
-  const PromText before = ScrapeWhenIdle();
+  const PromText before = ScrapeWhenIdle(server_->metrics_port());
   const std::string prefix = LongPrompt("Prefix cache gRPC.");
   v1::GenerateRequest first = TextRequest(prefix, 8);
   first.set_ignore_eos(true);

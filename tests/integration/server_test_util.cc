@@ -204,6 +204,15 @@ absl::StatusOr<PromText> ScrapeUntil(int port, const std::function<bool(const Pr
   }
 }
 
+PromText ScrapeWhenIdle(int port) {
+  absl::StatusOr<PromText> text = ScrapeUntil(port, [](const PromText& t) {
+    return t.Value("quill_requests_running") == 0.0 && t.Value("quill_requests_waiting") == 0.0 &&
+           t.Value("quill_kv_cache_blocks_used") == 0.0;
+  });
+  EXPECT_TRUE(text.ok()) << text.status() << ": the server never showed idle";
+  return text.ok() ? *std::move(text) : PromText();
+}
+
 bool GaugeReaches(int metrics_port, const std::string& name, double value) {
   absl::StatusOr<PromText> text =
       ScrapeUntil(metrics_port, [&](const PromText& t) { return t.Value(name) == value; });

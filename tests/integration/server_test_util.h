@@ -114,6 +114,12 @@ absl::StatusOr<std::string> RenderChat(
 absl::StatusOr<PromText> ScrapeUntil(int port, const std::function<bool(const PromText&)>& done,
                                      absl::Duration timeout = absl::Seconds(10));
 
+// A baseline for deltas: the first scrape that shows the server idle (nothing running,
+// waiting or holding KV blocks). The gauges are published after the outcome counters and
+// latency histograms (above), so the previous request is in every one of them. Empty, with
+// a test failure, if the server is not idle within 10 s.
+PromText ScrapeWhenIdle(int port);
+
 // True once 127.0.0.1:<metrics_port>/metrics shows `value` for the gauge `name` (false
 // after 10 s).
 bool GaugeReaches(int metrics_port, const std::string& name, double value);

@@ -54,11 +54,7 @@ TEST(SlowReaderTest, NeverReadingStreamsArePausedThenEndStalledAndOthersAreServe
   ASSERT_EQ(solo.ids.size(), 60u);
   // The client has the last message a moment before the engine frees the request's KV
   // blocks and publishes its gauges: the idle state is waited for, not assumed.
-  absl::StatusOr<PromText> idle = ScrapeUntil(metrics_port, [](const PromText& t) {
-    return t.Value("quill_requests_running") == 0 && t.Value("quill_kv_cache_blocks_used") == 0;
-  });
-  ASSERT_TRUE(idle.ok()) << idle.status();
-  const PromText before = *idle;
+  const PromText before = ScrapeWhenIdle(metrics_port);
   const Labels stalled = {{"api", "grpc"}, {"outcome", "stalled"}};
 
   // Streams that are never read (NeverRead asks for logprobs, so every message is a few
