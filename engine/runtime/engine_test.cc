@@ -147,6 +147,15 @@ class EngineTest : public ::testing::Test {
     return sink;
   }
 
+  // Drafts are counted in OnStep, just after a step's tokens reach their sinks: a
+  // one-token request without speculation, which runs in a later step, makes the counts of
+  // every earlier step final.
+  void AwaitStepReports() {
+    GenerationRequest r = Request("barrier", "Amen", 1);
+    r.disable_speculation = true;
+    RunAlone(r);
+  }
+
   // Submits every request at once (so that they batch together) and waits for them all.
   std::vector<std::shared_ptr<RecordingSink>> RunTogether(
       const std::vector<GenerationRequest>& requests) {
@@ -323,6 +332,7 @@ TEST_F(EngineTest, SpeculationIsLosslessGreedyAndSeeded) {
     GenerationRequest r = Request("g", prompt, 32);
     EXPECT_EQ(RunAlone(r)->ids(), ReferenceLoop(r)) << prompt;
   }
+  AwaitStepReports();
   const int accepted_plain = counter.accepted();
   for (const char* prompt : kRepetitivePrompts) {
     GenerationRequest r = Request("rep", prompt, 48);
@@ -388,6 +398,7 @@ TEST_F(EngineTest, DraftModelIsLosslessGreedyAndSeeded) {
     GenerationRequest r = Request(absl::StrCat("g", i), kPrompts[i], 40);
     EXPECT_EQ(RunAlone(r)->ids(), ReferenceLoop(r)) << kPrompts[i];
   }
+  AwaitStepReports();
   const int greedy_drafted = counter.drafted();
   const int greedy_accepted = counter.accepted();
   for (int i = 0; i < 6; ++i) {
