@@ -166,7 +166,7 @@ class Engine::Impl {
     inter_token_latencies_.reserve(max_rows);
     logits_.assign(max_rows * vocab_size_, 0.0f);
     commands_.reserve(64);
-    PublishGauges();
+    PublishGauges(LiveGauges());
   }
 
   ~Impl() { Shutdown(absl::ZeroDuration()); }
@@ -242,7 +242,9 @@ class Engine::Impl {
   int FinishMarked(absl::Time now);
   // The one place a request ends: KV blocks back, id reusable, sink and observer told.
   void FinishSequence(Sequence& seq, absl::Time now);
-  EngineGauges PublishGauges();
+  // The gauges of the engine's state now, and their publication to gauges() (any thread).
+  EngineGauges LiveGauges() const;
+  void PublishGauges(const EngineGauges& gauges);
   // Publishes the gauges and tells the observer: for changes no forward step reports
   // (OnStep carries the gauges of the steps that run).
   void ReportGauges();
@@ -701,8 +703,9 @@ bool Engine::Impl::Step() {
     }
   }
   FinishMarked(after);
-  const EngineGauges gauges = PublishGauges();
-
+  // The step is recorded before its gauges are published: once gauges() (and so /metrics)
+  // shows the engine idle, every metric of the steps and requests before is in.
+  const EngineGauges gauges = LiveGauges();
   if (observer_ != nullptr) {
     StepStats stats;
     stats.prefill_tokens = plan_.prefill_tokens;
@@ -719,6 +722,7 @@ bool Engine::Impl::Step() {
     stats.inter_token_latencies = inter_token_latencies_;
     observer_->OnStep(stats, gauges);
   }
+  PublishGauges(gauges);
   return true;
 }
 
@@ -984,17 +988,30 @@ void Engine::Impl::FinishSequence(Sequence& seq, absl::Time now) {
   if (observer_ != nullptr) observer_->OnRequestFinished(info);
 }
 
-EngineGauges Engine::Impl::PublishGauges() {
-  gauge_running_.store(static_cast<int>(running_.size()), std::memory_order_relaxed);
-  gauge_waiting_.store(static_cast<int>(num_waiting()), std::memory_order_relaxed);
-  gauge_paused_.store(num_paused_, std::memory_order_relaxed);
-  gauge_kv_blocks_used_.store(kv_->num_used_blocks(), std::memory_order_relaxed);
-  gauge_kv_blocks_cached_.store(kv_->num_cached_blocks(), std::memory_order_relaxed);
-  return gauges();
+EngineGauges Engine::Impl::LiveGauges() const {
+  EngineGauges g;
+  g.requests_running = static_cast<int>(running_.size());
+  g.requests_waiting = static_cast<int>(num_waiting());
+  g.requests_paused = num_paused_;
+  g.kv_blocks_total = kv_num_blocks_;
+  g.kv_blocks_used = kv_->num_used_blocks();
+  g.kv_blocks_cached = kv_->num_cached_blocks();
+  g.kv_bytes_total = kv_bytes_total_;
+  g.kv_bytes_used = g.kv_blocks_used * kv_block_bytes_;
+  return g;
+}
+
+void Engine::Impl::PublishGauges(const EngineGauges& gauges) {
+  gauge_running_.store(gauges.requests_running, std::memory_order_relaxed);
+  gauge_waiting_.store(gauges.requests_waiting, std::memory_order_relaxed);
+  gauge_paused_.store(gauges.requests_paused, std::memory_order_relaxed);
+  gauge_kv_blocks_used_.store(gauges.kv_blocks_used, std::memory_order_relaxed);
+  gauge_kv_blocks_cached_.store(gauges.kv_blocks_cached, std::memory_order_relaxed);
 }
 
 void Engine::Impl::ReportGauges() {
-  const EngineGauges gauges = PublishGauges();
+  const EngineGauges gauges = LiveGauges();
+  PublishGauges(gauges);
   if (observer_ != nullptr) observer_->OnGauges(gauges);
 }
 

@@ -107,17 +107,18 @@ absl::StatusOr<std::string> RenderChat(
 //
 // What a client has before /metrics shows it: the engine sends a request's last message,
 // then counts its outcome (quill_requests_total, then its latency histograms, then the
-// per-tenant series), then publishes the gauges (running, waiting, paused, KV blocks), and
-// last records the step (step and batch histograms, draft and prefix counters, the
-// inter-token gaps last of all). A test that asserts any of these once a call has returned
-// waits for them here: one scrape may still see the state before.
+// per-tenant series), then records the step (step and batch histograms, draft and prefix
+// counters, the inter-token gaps), and last publishes the gauges (running, waiting,
+// paused, KV blocks). A test that asserts any of these once a call has returned waits for
+// them here: one scrape may still see the state before. (One scrape also reads the
+// counters before the histograms.)
 absl::StatusOr<PromText> ScrapeUntil(int port, const std::function<bool(const PromText&)>& done,
                                      absl::Duration timeout = absl::Seconds(10));
 
 // A baseline for deltas: the first scrape that shows the server idle (nothing running,
-// waiting or holding KV blocks). The gauges are published after the outcome counters and
-// latency histograms (above), so the previous request is in every one of them. Empty, with
-// a test failure, if the server is not idle within 10 s.
+// waiting or holding KV blocks). The gauges are published last (above), so the requests
+// and steps before are in every other metric. Empty, with a test failure, if the server is
+// not idle within 10 s.
 PromText ScrapeWhenIdle(int port);
 
 // True once 127.0.0.1:<metrics_port>/metrics shows `value` for the gauge `name` (false

@@ -71,8 +71,8 @@ TEST(SlowReaderTest, NeverReadingStreamsArePausedThenEndStalledAndOthersAreServe
 
   // All of them pause in the engine, short of their answers, and stay put: no engine step
   // runs (so no token is generated, or buffered) while nobody reads. quill_batch_tokens
-  // counts every token a step processes, after the step's gauges are published: its count
-  // is read once the pause has settled.
+  // counts every token a step processes, before the step's gauges are published: its count
+  // is read once the pause shows.
   absl::StatusOr<PromText> paused = ScrapeUntil(metrics_port, [](const PromText& t) {
     return t.Value("quill_requests_paused") == kSlowStreams;
   });
