@@ -160,18 +160,24 @@ TEST_F(ServerProcessTest, SecondSignalDuringTheDrainExitsAtOnce) {
   // 96 stays within one connection's 100 concurrent streams.
   constexpr int kStreams = 96;
   std::vector<Stream> streams(kStreams);
-  absl::Notification started;
+  // The first stream to get a token, whichever it is: the calls wait for the channel to
+  // connect and go out in any order, so stream 0 may be queued behind all the others (33 s
+  // on a loaded machine, and past its deadline with no token at all).
+  std::atomic<bool> any_streaming{false};
+  absl::Notification streaming;
   std::vector<std::thread> threads;
   for (int i = 0; i < kStreams; ++i) {
     threads.emplace_back([&, i] {
       v1::GenerateRequest r = TextRequest("In the beginning", 240);
       r.set_ignore_eos(true);
       streams[i] = Collect(*client, r, absl::Seconds(60), nullptr, [&](const Stream& s) {
-        if (i == 0 && s.messages == 1) started.Notify();
+        if (s.messages == 1 && !any_streaming.exchange(true)) streaming.Notify();
       });
     });
   }
-  started.WaitForNotification();
+  // Not an ASSERT: the threads must be joined either way (the signals below end them).
+  EXPECT_TRUE(streaming.WaitForNotificationWithTimeout(absl::Seconds(60)))
+      << "no stream got a token within 60 s";
   const absl::Time first_sent = absl::Now();
   server.Signal(SIGTERM);
   ASSERT_TRUE(server.WaitForOutput("shutting down gracefully", absl::Seconds(10)).ok());
