@@ -614,6 +614,10 @@ bool Engine::Impl::Step() {
     ReportGauges();
     return plan_.num_admitted > 0;
   }
+  // Admissions show at once, not only after the step: a request admitted and finished in
+  // this step would otherwise never take the gauges off idle, and a scrape that saw the
+  // engine idle after its reply could still miss this step's OnStep.
+  if (plan_.num_admitted > 0) PublishGauges(LiveGauges());
 
   batch_.clear();
   for (const PlannedEntry& e : plan_.entries) {
@@ -984,8 +988,10 @@ void Engine::Impl::FinishSequence(Sequence& seq, absl::Time now) {
   info.timings = seq.Timings(now);
   info.frontend = seq.request().frontend;
   info.tenant = seq.request().tenant;
-  seq.sink().OnFinish(info);
+  // The metrics first: by the time a client learns that its request ended, /metrics
+  // already counts it.
   if (observer_ != nullptr) observer_->OnRequestFinished(info);
+  seq.sink().OnFinish(info);
 }
 
 EngineGauges Engine::Impl::LiveGauges() const {

@@ -176,6 +176,8 @@ class RecordingObserver final : public EngineObserver {
  public:
   void OnStep(const StepStats& stats, const EngineGauges& gauges) override {
     absl::MutexLock lock(&mu_);
+    const auto released = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return !hold_steps_; };
+    mu_.Await(absl::Condition(&released));
     steps_.push_back(stats);
     steps_.back().inter_token_latencies = {};
     itl_count_ += stats.inter_token_latencies.size();
@@ -187,6 +189,11 @@ class RecordingObserver final : public EngineObserver {
   void OnGauges(const EngineGauges& gauges) override {
     absl::MutexLock lock(&mu_);
     ++gauge_reports_;
+  }
+  // While held, OnStep waits (the engine thread with it) before recording its step.
+  void HoldSteps(bool hold) {
+    absl::MutexLock lock(&mu_);
+    hold_steps_ = hold;
   }
   int gauge_reports() {
     absl::MutexLock lock(&mu_);
@@ -217,6 +224,7 @@ class RecordingObserver final : public EngineObserver {
   std::vector<StepStats> steps_ ABSL_GUARDED_BY(mu_);
   int finished_ ABSL_GUARDED_BY(mu_) = 0;
   int gauge_reports_ ABSL_GUARDED_BY(mu_) = 0;
+  bool hold_steps_ ABSL_GUARDED_BY(mu_) = false;
   size_t itl_count_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
@@ -978,6 +986,55 @@ TEST_F(EngineFakeTest, ForwardFailureEndsTheBatchAndServingContinues) {
   ASSERT_TRUE(engine_->Submit(Request("ok", {kBos, 5}, 5), ok).ok());
   ASSERT_TRUE(ok->Wait());
   EXPECT_EQ(ok->info().reason, FinishReason::kLength);
+}
+
+// A sink that notes how many request ends the observer had counted when its own came.
+class EndCountingSink final : public TokenSink {
+ public:
+  explicit EndCountingSink(RecordingObserver* observer) : observer_(observer) {}
+  bool OnChunk(TokenChunk chunk) override { return true; }
+  void OnFinish(const FinishInfo& info) override {
+    ends_counted_at_finish_ = observer_->finished();
+    done_.Notify();
+  }
+  // The observer's count when OnFinish came, or -1 if it did not come within 120 s.
+  int WaitEndsCountedAtFinish() {
+    return done_.WaitForNotificationWithTimeout(absl::Seconds(120)) ? ends_counted_at_finish_ : -1;
+  }
+
+ private:
+  RecordingObserver* const observer_;
+  absl::Notification done_;
+  int ends_counted_at_finish_ = -1;  // written before done_ is notified
+};
+
+// What a client sees end is in the metrics first, and the gauges leave idle with its
+// admission and return to it only after its step is recorded, even for a request admitted
+// and finished in one step: so /metrics showing the engine idle after a reply (an
+// operator's dashboard, the integration tests' ScrapeWhenIdle) holds all of it.
+TEST_F(EngineFakeTest, ARequestIsInTheMetricsBeforeItsClientSeesItEndAndIdleGaugesAfter) {
+  Start();
+  const EngineGauges before = engine_->gauges();
+  ASSERT_EQ(before.requests_running + before.requests_waiting, 0);
+  observer_.HoldSteps(true);
+  auto sink = std::make_shared<EndCountingSink>(&observer_);
+  // A one-token request: prefilled, sampled and ended in its first step.
+  ASSERT_TRUE(engine_->Submit(Request("r", {kBos, Letter('C')}, 1), sink).ok());
+  EXPECT_EQ(sink->WaitEndsCountedAtFinish(), 1);
+  // Its step is not recorded yet (held in OnStep): the gauges must not read idle.
+  const EngineGauges during = engine_->gauges();
+  EXPECT_EQ(during.requests_running, 1);
+  EXPECT_GT(during.kv_blocks_used, 0);
+  EXPECT_TRUE(observer_.steps().empty());
+  observer_.HoldSteps(false);
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (engine_->gauges().requests_running > 0 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  ASSERT_EQ(engine_->gauges().requests_running, 0);
+  const std::vector<StepStats> steps = observer_.steps();
+  ASSERT_EQ(steps.size(), 1u);
+  EXPECT_EQ(steps[0].prefill_tokens, 2);
 }
 
 TEST_F(EngineFakeTest, ChunkedPrefillNextToDecodersAndStepStats) {

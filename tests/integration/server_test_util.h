@@ -105,19 +105,20 @@ absl::StatusOr<std::string> RenderChat(
 // Scrapes 127.0.0.1:<port>/metrics until `done(text)` holds and returns that scrape;
 // DEADLINE_EXCEEDED if it never held within `timeout`.
 //
-// What a client has before /metrics shows it: the engine sends a request's last message,
-// then counts its outcome (quill_requests_total, then its latency histograms, then the
-// per-tenant series), then records the step (step and batch histograms, draft and prefix
-// counters, the inter-token gaps), and last publishes the gauges (running, waiting,
-// paused, KV blocks). A test that asserts any of these once a call has returned waits for
-// them here: one scrape may still see the state before. (One scrape also reads the
-// counters before the histograms.)
+// What a client has before /metrics shows it: the engine counts a request's outcome
+// (quill_requests_total, then its latency histograms, then the per-tenant series), then
+// sends its last message, then records the step (step and batch histograms, draft and
+// prefix counters, the inter-token gaps), and last publishes the gauges (running,
+// waiting, paused, KV blocks). A test that asserts any step metric once a call has
+// returned waits for it here: one scrape may still see the state before. (A call the
+// client ended itself, by cancelling or by its own deadline, may not be counted yet either.)
 absl::StatusOr<PromText> ScrapeUntil(int port, const std::function<bool(const PromText&)>& done,
                                      absl::Duration timeout = absl::Seconds(10));
 
 // A baseline for deltas: the first scrape that shows the server idle (nothing running,
-// waiting or holding KV blocks). The gauges are published last (above), so the requests
-// and steps before are in every other metric. Empty, with a test failure, if the server is
+// waiting or holding KV blocks). The gauges leave idle when a request is admitted and are
+// published last after its step (above), so the requests and steps before are in every
+// other metric. Empty, with a test failure, if the server is
 // not idle within 10 s.
 PromText ScrapeWhenIdle(int port);
 

@@ -52,8 +52,8 @@ TEST(SlowReaderTest, NeverReadingStreamsArePausedThenEndStalledAndOthersAreServe
   const Stream solo = Collect(*client, normal);
   ASSERT_TRUE(solo.status.ok()) << solo.status;
   ASSERT_EQ(solo.ids.size(), 60u);
-  // The client has the last message a moment before the engine frees the request's KV
-  // blocks and publishes its gauges: the idle state is waited for, not assumed.
+  // The client has the last message a moment before the engine records the step and
+  // publishes its gauges: the idle state is waited for, not assumed.
   const PromText before = ScrapeWhenIdle(metrics_port);
   const Labels stalled = {{"api", "grpc"}, {"outcome", "stalled"}};
 
