@@ -23,21 +23,24 @@ namespace {
 using quant::QuantType;
 
 constexpr int kDecodeMR = 4;  // rows per register tile
-// With 3 rows or more the weight stream is prefetched by StreamPrefetch: every line of it,
-// headers included (the Q4_K header is 8 of a super-block's 72 lines per column block,
-// Q4_0's 1 of 9), 4 KiB ahead, non-temporally. With 1 or 2 rows the hardware prefetchers
-// alone keep up with the arithmetic and the software prefetches only compete with them,
-// as in Q8Gemv's one-row sweep.
+// With 3 rows or more (2 for the 5-bit types) the weight stream is prefetched by
+// StreamPrefetch: every line of it, headers included (the Q4_K header is 8 of a
+// super-block's 72 lines per column block, Q4_0's 1 of 9), 4 KiB ahead, non-temporally.
+// With fewer rows the hardware prefetchers alone keep up with the arithmetic and the
+// software prefetches only compete with them, as in Q8Gemv's one-row sweep.
 // Intel Xeon (stop 15, T0, group lines only): hardware prefetcher alone ~19 GB/s per core,
 // ~28 with this (1024: ~23; 8192 and 16384 no better; T1 worse). AMD EPYC Zen 5: covering
 // the header lines made the matmuls 5-16% faster (quill-linear-qblock-bench, 2 threads),
 // quill-bench tg64 Q4_K_M median 64.5 -> 74.6 t/s (alternated 8 times); T0 and NTA within
 // 5% of each other, NTA ahead end to end; T1 (16-32 KiB ahead) 15-20% slower; 3072, 5120,
 // 6144 and 8192 bytes no better. Zen 5 again (2026-12-05, with 53-64 GB/s of read
-// bandwidth where it had been 30-37): against no software prefetch, 4 KiB ahead was
-// 0.83-0.98x as fast at 1 and 2 rows (Q4_K, Q6_K; Q4_0 0.92-1.08x) and 1.02-1.11x at 4 to
-// 16 (16 and 32 KiB ahead slower still), rounds alternated in one process.
-constexpr int kStreamPrefetchFromRows = 3;
+// bandwidth where it had been 30-37), rounds alternated in one process: the time without
+// software prefetch over the time with it 4 KiB ahead was 0.83-0.98 at 1 and 2 rows (Q4_K,
+// Q6_K; Q4_0 0.92-1.08) and 1.02-1.11 at 4 to 16 (16 and 32 KiB ahead slower still). The
+// 5-bit types, whose unpack costs more, gain from it at 2 rows already: 1.02-1.39 there
+// (Q5_K, Q5_0; 45 shape medians over the three TinyLlama shapes, 20-46 GB/s), while at 1
+// row 0.92-1.14 (the small qkv matrix faster without): kept off there.
+constexpr int StreamPrefetchFromRows(const QBlockFormat& f) { return f.bits == 5 ? 2 : 3; }
 
 // Nibble register R of a group (k-quads 2R and 2R + 1) for both column halves: even quads
 // into lo, odd quads into hi (4-bit types: 16x the value).
@@ -140,7 +143,7 @@ QUILL_VNNI void DecodeTile(const uint8_t* cb, int64_t sbs, const QBlockXView& x,
 template <QuantType T>
 QUILL_VNNI void DecodeColumn(const uint8_t* cb, int64_t sbs, const QBlockXView& x, int rows,
                              float* y, int64_t y_stride, int cols, int64_t /*next_bytes*/) {
-  const bool prefetch = rows >= kStreamPrefetchFromRows;
+  const bool prefetch = rows >= StreamPrefetchFromRows(QBlockFormatOf(T));
   for (int i = 0; i < rows; i += kDecodeMR) {
     const QBlockXView xi = x.AtRow(i);
     float* yi = y + i * y_stride;
