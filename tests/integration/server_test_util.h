@@ -118,8 +118,7 @@ absl::StatusOr<PromText> ScrapeUntil(int port, const std::function<bool(const Pr
 // A baseline for deltas: the first scrape that shows the server idle (nothing running,
 // waiting or holding KV blocks). The gauges leave idle when a request is admitted and are
 // published last after its step (above), so the requests and steps before are in every
-// other metric. Empty, with a test failure, if the server is
-// not idle within 10 s.
+// other metric. Empty, with a test failure, if the server is not idle within 10 s.
 PromText ScrapeWhenIdle(int port);
 
 // True once 127.0.0.1:<metrics_port>/metrics shows `value` for the gauge `name` (false
