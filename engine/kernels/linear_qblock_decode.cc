@@ -39,7 +39,7 @@ constexpr int kDecodeMR = 4;  // rows per register tile
 // Q6_K; Q4_0 0.92-1.08) and 1.02-1.11 at 4 to 16 (16 and 32 KiB ahead slower still). The
 // 5-bit types, whose unpack costs more, gain from it at 2 rows already: 1.02-1.39 there
 // (Q5_K, Q5_0; 45 shape medians over the three TinyLlama shapes, 20-46 GB/s), while at 1
-// row 0.92-1.14 (the small qkv matrix faster without): kept off there.
+// row 0.90-1.16 (the small qkv matrix faster without): kept off there.
 constexpr int StreamPrefetchFromRows(const QBlockFormat& f) { return f.bits == 5 ? 2 : 3; }
 
 // Nibble register R of a group (k-quads 2R and 2R + 1) for both column halves: even quads
