@@ -38,6 +38,9 @@ constexpr int64_t kWholeBlockMaxBytes = 512 << 10;
 // (GroupRows), the weights prefetched this far ahead.
 constexpr int kGroupTurnsBelowRows = 17;
 constexpr int64_t kGroupAheadBytes = 8192;
+// The whole-block sweep's weight stream at 2-4 rows: 4 KiB ahead, non-temporally, as the
+// QBlock decode kernel had it when this was measured (linear_qblock_decode.cc).
+using Q8StreamPrefetch = StreamPrefetch<4096, 0>;
 
 // s[i][h] = the int32 dot products of rows i of x with group g's columns (half h), the
 // -128 * sum(q_x) correction included.
@@ -95,7 +98,7 @@ QUILL_VNNI inline void ScaleInto(const uint8_t* wp, int64_t g, const float* xd, 
 template <int MR>
 QUILL_VNNI void BlockRows(const uint8_t* wb, int64_t g0, int64_t g1, const int8_t* xq, int64_t k,
                           const float* xd, const int32_t* xneg, int64_t groups, float* acc,
-                          bool init, L2Prefetch prefetch, StreamPrefetch stream) {
+                          bool init, L2Prefetch prefetch, Q8StreamPrefetch stream) {
   __m512 f[MR][2];
 #pragma GCC unroll 8
   for (int i = 0; i < MR; ++i)
@@ -143,7 +146,7 @@ constexpr GroupRowsFn kGroupRows[kGroupTurnRows + 1] = {nullptr,      GroupRows<
                                                         GroupRows<6>, GroupRows<7>, GroupRows<8>};
 
 using BlockRowsFn = void (*)(const uint8_t*, int64_t, int64_t, const int8_t*, int64_t, const float*,
-                             const int32_t*, int64_t, float*, bool, L2Prefetch, StreamPrefetch);
+                             const int32_t*, int64_t, float*, bool, L2Prefetch, Q8StreamPrefetch);
 constexpr BlockRowsFn kBlockRows[kMaxRows + 1] = {nullptr, BlockRows<1>, BlockRows<2>, BlockRows<3>,
                                                   BlockRows<4>};
 
@@ -267,7 +270,7 @@ void Q8Gemv::Run(const float* x, int m, float* y, int64_t y_stride) {
           kBlockRows[std::min(kMaxRows, rows - i)](
               wb, 0, groups, xq + i * k_, k_, xd + i * groups, xneg + i * groups, groups,
               acc + i * kQ8BlockCols, true, L2Prefetch(),
-              stream ? StreamPrefetch(wb) : StreamPrefetch());
+              stream ? Q8StreamPrefetch(wb) : Q8StreamPrefetch());
         }
       } else if (rows < kGroupTurnsBelowRows) {
         // Every tile's share of a group before the next group, the weights prefetched
@@ -298,7 +301,7 @@ void Q8Gemv::Run(const float* x, int m, float* y, int64_t y_stride) {
             const int mr = std::min(kMaxRows, rows - i);
             kBlockRows[mr](wb, g0, g1, xq + i * k_, k_, xd + i * groups, xneg + i * groups, groups,
                            acc + i * kQ8BlockCols, g0 == 0,
-                           L2Prefetch(next, next_bytes, t, tiles, g1 - g0), StreamPrefetch());
+                           L2Prefetch(next, next_bytes, t, tiles, g1 - g0), Q8StreamPrefetch());
           }
         }
       }

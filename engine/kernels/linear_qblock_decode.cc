@@ -23,24 +23,33 @@ namespace {
 using quant::QuantType;
 
 constexpr int kDecodeMR = 4;  // rows per register tile
-// With 3 rows or more (2 for the 5-bit types) the weight stream is prefetched by
-// StreamPrefetch: every line of it, headers included (the Q4_K header is 8 of a
-// super-block's 72 lines per column block, Q4_0's 1 of 9), 4 KiB ahead, non-temporally.
-// With fewer rows the hardware prefetchers alone keep up with the arithmetic and the
-// software prefetches only compete with them, as in Q8Gemv's one-row sweep.
-// Intel Xeon (stop 15, T0, group lines only): hardware prefetcher alone ~19 GB/s per core,
-// ~28 with this (1024: ~23; 8192 and 16384 no better; T1 worse). AMD EPYC Zen 5: covering
-// the header lines made the matmuls 5-16% faster (quill-linear-qblock-bench, 2 threads),
-// quill-bench tg64 Q4_K_M median 64.5 -> 74.6 t/s (alternated 8 times); T0 and NTA within
-// 5% of each other, NTA ahead end to end; T1 (16-32 KiB ahead) 15-20% slower; 3072, 5120,
-// 6144 and 8192 bytes no better. Zen 5 again (2026-12-05, with 53-64 GB/s of read
-// bandwidth where it had been 30-37), rounds alternated in one process: the time without
-// software prefetch over the time with it 4 KiB ahead was 0.83-0.98 at 1 and 2 rows (Q4_K,
-// Q6_K; Q4_0 0.92-1.08) and 1.02-1.11 at 4 to 16 (16 and 32 KiB ahead slower still). The
-// 5-bit types, whose unpack costs more, gain from it at 2 rows already: 1.02-1.39 there
-// (Q5_K, Q5_0; 45 shape medians over the three TinyLlama shapes, 20-46 GB/s), while at 1
-// row 0.90-1.16 (the small qkv matrix faster without): kept off there.
-constexpr int StreamPrefetchFromRows(const QBlockFormat& f) { return f.bits == 5 ? 2 : 3; }
+// With 3 rows or more (2 for Q5_0 and Q5_1, 1 for Q5_K) the weight stream is prefetched
+// by DecodeStreamPrefetch: every line of it, headers included (the Q4_K header is 8 of a
+// super-block's 72 lines per column block, Q4_0's 1 of 9), 8 KiB ahead, into L2. With
+// fewer rows the hardware prefetchers alone keep up with the arithmetic and the software
+// prefetches only compete with them, as in Q8Gemv's one-row sweep.
+// Measured with quill-linear-qblock-bench (2 threads, the three TinyLlama shapes):
+// - Intel Xeon (stop 15, T0, group lines only): hardware prefetcher alone ~19 GB/s per
+//   core, ~28 with this (1024: ~23; 8192 and 16384 no better; T1 worse).
+// - AMD EPYC Zen 5 at 30-37 GB/s of read bandwidth: covering the header lines made the
+//   matmuls 5-16% faster; quill-bench tg64 Q4_K_M median 64.5 -> 74.6 t/s; NTA ahead of T0
+//   end to end.
+// - Zen 5 at 53-64 GB/s (2026-12-05), every variant alternated round by round with no
+//   software prefetch in one process; time with over time without:
+//   - 4 KiB NTA: 1.02-1.20 at 1-2 rows (Q4_K, Q6_K), so off there, and 0.90-0.98 at 4-16;
+//     0.72-0.98 for the 5-bit types at 2 rows; 0.86-1.11 for Q5_K at 1 row.
+//   - 8-32 KiB T1 (stop 34): Q5_K at 1 row 0.63-0.87 (NTA 0.89-0.97), at 2 rows 0.64-0.82
+//     (NTA 0.79-0.93); at 4 rows 0.50-0.71 for the 5-bit types and 0.76-0.97 for the
+//     others (NTA 0.58-0.75 and 0.85-0.96); at 8-16 rows 0.84-0.91 (NTA 0.93-0.98).
+//     Q5_0 and Q5_1 at 1 row 1.03-1.14, the 4- and 6-bit types at 1 row 1.04-1.33. 8 and
+//     16 KiB were within a few percent of each other, 32 no better.
+//   Q5_K is the one type whose 1-row sweep outruns the hardware prefetchers' reach: its
+//   super-block scales come on top of the 5-bit unpack.
+using DecodeStreamPrefetch = StreamPrefetch<8192, /*prefetcht1*/ 2>;
+constexpr int StreamPrefetchFromRows(quant::QuantType type, const QBlockFormat& f) {
+  if (type == quant::QuantType::kQ5_K) return 1;
+  return f.bits == 5 ? 2 : 3;
+}
 
 // Nibble register R of a group (k-quads 2R and 2R + 1) for both column halves: even quads
 // into lo, odd quads into hi (4-bit types: 16x the value).
@@ -81,7 +90,7 @@ QUILL_VNNI void DecodeTile(const uint8_t* cb, int64_t sbs, const QBlockXView& x,
   __m512 acc[MR][2];
 #pragma GCC unroll 4
   for (int i = 0; i < MR; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
-  StreamPrefetch stream = prefetch ? StreamPrefetch(cb) : StreamPrefetch();
+  DecodeStreamPrefetch stream = prefetch ? DecodeStreamPrefetch(cb) : DecodeStreamPrefetch();
   for (int64_t sb = 0; sb < sbs; ++sb) {
     DecodeScales<T>(cb, sb, sb + 1, scales);
     const uint8_t* groups = cb + sb * f.sb_bytes() + f.header;
@@ -143,7 +152,7 @@ QUILL_VNNI void DecodeTile(const uint8_t* cb, int64_t sbs, const QBlockXView& x,
 template <QuantType T>
 QUILL_VNNI void DecodeColumn(const uint8_t* cb, int64_t sbs, const QBlockXView& x, int rows,
                              float* y, int64_t y_stride, int cols, int64_t /*next_bytes*/) {
-  const bool prefetch = rows >= StreamPrefetchFromRows(QBlockFormatOf(T));
+  const bool prefetch = rows >= StreamPrefetchFromRows(T, QBlockFormatOf(T));
   for (int i = 0; i < rows; i += kDecodeMR) {
     const QBlockXView xi = x.AtRow(i);
     float* yi = y + i * y_stride;
