@@ -58,19 +58,18 @@ class L2Prefetch {
 };
 
 // Prefetches a weight stream that a decode kernel reads once per step, every line of it,
-// kAheadBytes in front of the reader, with __builtin_prefetch locality kLocality (0:
-// prefetchnta, the lines need not stay in L2; 2: prefetcht1, into L2). Each user's
-// choice is measured where it is made (linear_q8.cc, linear_qblock_decode.cc).
-template <int kAheadBytes, int kLocality>
+// kAheadBytes in front of the reader, into L2 (prefetcht1). Measurements in
+// linear_qblock_decode.cc.
 class StreamPrefetch {
  public:
+  static constexpr int kAheadBytes = 8192;
   StreamPrefetch() = default;  // prefetches nothing
   explicit StreamPrefetch(const uint8_t* begin) : next_(begin + kAheadBytes) {}
   // The reader is about to consume the stream up to `end`.
   void Through(const uint8_t* end) {
     if (next_ == nullptr) return;
     for (const uint8_t* ahead = end + kAheadBytes; next_ < ahead; next_ += 64) {
-      __builtin_prefetch(next_, /*rw=*/0, kLocality);
+      __builtin_prefetch(next_, /*rw=*/0, /*locality=*/2);  // prefetcht1
     }
   }
 

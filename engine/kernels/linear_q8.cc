@@ -38,9 +38,6 @@ constexpr int64_t kWholeBlockMaxBytes = 512 << 10;
 // (GroupRows), the weights prefetched this far ahead.
 constexpr int kGroupTurnsBelowRows = 17;
 constexpr int64_t kGroupAheadBytes = 8192;
-// The whole-block sweep's weight stream at 2-4 rows: 4 KiB ahead, non-temporally, as the
-// QBlock decode kernel had it when this was measured (linear_qblock_decode.cc).
-using Q8StreamPrefetch = StreamPrefetch<4096, 0>;
 
 // s[i][h] = the int32 dot products of rows i of x with group g's columns (half h), the
 // -128 * sum(q_x) correction included.
@@ -93,12 +90,11 @@ QUILL_VNNI inline void ScaleInto(const uint8_t* wp, int64_t g, const float* xd, 
 }
 
 // acc[MR][32] (+)= rows of x against groups [g0, g1) of one column block, one prefetch
-// step per group: `prefetch` (the tiled rows) fetches the next chunk into L2, `stream` (the
-// few rows of a decode step, one pass over the weights) the weights ahead of this one.
+// step per group: `prefetch` (the tiled rows) fetches the next chunk into L2.
 template <int MR>
 QUILL_VNNI void BlockRows(const uint8_t* wb, int64_t g0, int64_t g1, const int8_t* xq, int64_t k,
                           const float* xd, const int32_t* xneg, int64_t groups, float* acc,
-                          bool init, L2Prefetch prefetch, Q8StreamPrefetch stream) {
+                          bool init, L2Prefetch prefetch) {
   __m512 f[MR][2];
 #pragma GCC unroll 8
   for (int i = 0; i < MR; ++i)
@@ -108,7 +104,6 @@ QUILL_VNNI void BlockRows(const uint8_t* wb, int64_t g0, int64_t g1, const int8_
   const uint8_t* wp = wb + g0 * kQ8GroupBytes;
   for (int64_t g = g0; g < g1; ++g, wp += kQ8GroupBytes) {
     prefetch.Step();
-    stream.Through(wp + kQ8GroupBytes);
     __m512i s[MR][2];
     GroupDots<MR>(wp, g, xq, k, xneg, groups, s);
     ScaleInto<MR>(wp, g, xd, groups, s, f);
@@ -146,7 +141,7 @@ constexpr GroupRowsFn kGroupRows[kGroupTurnRows + 1] = {nullptr,      GroupRows<
                                                         GroupRows<6>, GroupRows<7>, GroupRows<8>};
 
 using BlockRowsFn = void (*)(const uint8_t*, int64_t, int64_t, const int8_t*, int64_t, const float*,
-                             const int32_t*, int64_t, float*, bool, L2Prefetch, Q8StreamPrefetch);
+                             const int32_t*, int64_t, float*, bool, L2Prefetch);
 constexpr BlockRowsFn kBlockRows[kMaxRows + 1] = {nullptr, BlockRows<1>, BlockRows<2>, BlockRows<3>,
                                                   BlockRows<4>};
 
@@ -252,36 +247,39 @@ void Q8Gemv::Run(const float* x, int m, float* y, int64_t y_stride) {
       const int32_t* xneg = xneg_all + i0 * groups;
       // Three sweeps by row count (quill-linear-bench and quill-bench --batch-decode, 2
       // threads, AMD EPYC Zen 5, builds alternated; the commit messages hold each round):
-      // - up to 7 rows: whole column blocks, one 4-row tile (2-4 rows prefetch ahead; one row
-      //   runs on the hardware prefetchers, 5-11% faster) or two, the second re-reading the
-      //   block from L2 (k <= 15,392). Against 32-group chunks: 0.78-0.97x at 5-7 rows.
+      // - up to 7 rows: whole column blocks, one 4-row tile or two, the second re-reading the
+      //   block from L2 (k <= 15,392). Against 32-group chunks: 0.78-0.97x at 5-7 rows. The
+      //   hardware prefetchers alone stream the weights: at one row 5-11% faster than with a
+      //   software stream 4 KiB ahead; at 2-4 rows too since the host reads 40-64 GB/s
+      //   (stop 34: 0.79-0.93x against it, 4 KiB NTA, rounds alternated in one process;
+      //   8 KiB into L2 0.68-1.02x).
       // - 8-16 rows: 8-row tiles take turns group by group, so each group's weights stream at
       //   the even pace of the prefetch ahead instead of one tile waiting on memory while the
       //   others wait on nothing. Against chunks 0.67-0.78x at 8 rows; against 4-row turns
       //   and chunks 0.91-1.04x at 12 rows and 0.78-0.92x at 16 (bd16 steps 0.84-0.92x).
+      //   Prefetching into L2 instead of L1 (stop 34): 0.71-0.90x at 8 rows, 0.86-1.00x at
+      //   12 and 0.94-0.99x at 16 (4-16 KiB ahead alike).
       // - 17 rows and up: 32-group chunks, each tile's share prefetching the next chunk; group
       //   turns measured 0.95-1.09x at 20-24 rows, 1.01x at 32 and 1.11-1.14x at 64.
       const bool whole_blocks =
           rows <= kMaxRows ||
           (rows < 2 * kMaxRows && groups * kQ8GroupBytes <= kWholeBlockMaxBytes);
       if (whole_blocks) {
-        const bool stream = rows > 1 && rows <= kMaxRows;
         for (int i = 0; i < rows; i += kMaxRows) {
-          kBlockRows[std::min(kMaxRows, rows - i)](
-              wb, 0, groups, xq + i * k_, k_, xd + i * groups, xneg + i * groups, groups,
-              acc + i * kQ8BlockCols, true, L2Prefetch(),
-              stream ? Q8StreamPrefetch(wb) : Q8StreamPrefetch());
+          kBlockRows[std::min(kMaxRows, rows - i)](wb, 0, groups, xq + i * k_, k_, xd + i * groups,
+                                                   xneg + i * groups, groups,
+                                                   acc + i * kQ8BlockCols, true, L2Prefetch());
         }
       } else if (rows < kGroupTurnsBelowRows) {
         // Every tile's share of a group before the next group, the weights prefetched
-        // kGroupAheadBytes ahead into L1 (not past the end of the buffer).
+        // kGroupAheadBytes ahead into L2 (not past the end of the buffer).
         std::memset(acc, 0, sizeof(float) * rows * kQ8BlockCols);
         const uint8_t* wp = wb;
         for (int64_t g = 0; g < groups; ++g, wp += kQ8GroupBytes) {
           const int64_t ahead = std::min<int64_t>(kGroupAheadBytes, w_end - wp);
           const int64_t ahead_end = std::min<int64_t>(ahead + kQ8GroupBytes, w_end - wp);
           for (int64_t l = ahead; l < ahead_end; l += 64) {
-            __builtin_prefetch(wp + l, /*rw=*/0, /*locality=*/3);
+            __builtin_prefetch(wp + l, /*rw=*/0, /*locality=*/2);  // prefetcht1
           }
           for (int i = 0; i < rows; i += kGroupTurnRows) {
             kGroupRows[std::min(kGroupTurnRows, rows - i)](wp, g, xq + i * k_, k_, xd + i * groups,
@@ -301,7 +299,7 @@ void Q8Gemv::Run(const float* x, int m, float* y, int64_t y_stride) {
             const int mr = std::min(kMaxRows, rows - i);
             kBlockRows[mr](wb, g0, g1, xq + i * k_, k_, xd + i * groups, xneg + i * groups, groups,
                            acc + i * kQ8BlockCols, g0 == 0,
-                           L2Prefetch(next, next_bytes, t, tiles, g1 - g0), Q8StreamPrefetch());
+                           L2Prefetch(next, next_bytes, t, tiles, g1 - g0));
           }
         }
       }

@@ -24,7 +24,7 @@ using quant::QuantType;
 
 constexpr int kDecodeMR = 4;  // rows per register tile
 // With 3 rows or more (2 for Q5_0 and Q5_1, 1 for Q5_K) the weight stream is prefetched
-// by DecodeStreamPrefetch: every line of it, headers included (the Q4_K header is 8 of a
+// by StreamPrefetch: every line of it, headers included (the Q4_K header is 8 of a
 // super-block's 72 lines per column block, Q4_0's 1 of 9), 8 KiB ahead, into L2. With
 // fewer rows the hardware prefetchers alone keep up with the arithmetic and the software
 // prefetches only compete with them, as in Q8Gemv's one-row sweep.
@@ -45,7 +45,6 @@ constexpr int kDecodeMR = 4;  // rows per register tile
 //     16 KiB were within a few percent of each other, 32 no better.
 //   Q5_K is the one type whose 1-row sweep outruns the hardware prefetchers' reach: its
 //   super-block scales come on top of the 5-bit unpack.
-using DecodeStreamPrefetch = StreamPrefetch<8192, /*prefetcht1*/ 2>;
 constexpr int StreamPrefetchFromRows(quant::QuantType type, const QBlockFormat& f) {
   if (type == quant::QuantType::kQ5_K) return 1;
   return f.bits == 5 ? 2 : 3;
@@ -90,7 +89,7 @@ QUILL_VNNI void DecodeTile(const uint8_t* cb, int64_t sbs, const QBlockXView& x,
   __m512 acc[MR][2];
 #pragma GCC unroll 4
   for (int i = 0; i < MR; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
-  DecodeStreamPrefetch stream = prefetch ? DecodeStreamPrefetch(cb) : DecodeStreamPrefetch();
+  StreamPrefetch stream = prefetch ? StreamPrefetch(cb) : StreamPrefetch();
   for (int64_t sb = 0; sb < sbs; ++sb) {
     DecodeScales<T>(cb, sb, sb + 1, scales);
     const uint8_t* groups = cb + sb * f.sb_bytes() + f.header;
