@@ -155,18 +155,21 @@ QUILL_VNNI void DecodeColumn(const uint8_t* cb, int64_t sbs, const QBlockXView& 
   for (int i = 0; i < rows; i += kDecodeMR) {
     const QBlockXView xi = x.AtRow(i);
     float* yi = y + i * y_stride;
+    // Only the first tile reads the block from memory; the later ones find it in L2 (their
+    // prefetches left out: 0.87-1.03x the time at 5-16 rows, median 0.99).
+    const bool stream = prefetch && i == 0;
     switch (std::min(kDecodeMR, rows - i)) {
       case 1:
-        DecodeTile<T, 1>(cb, sbs, xi, yi, y_stride, cols, prefetch);
+        DecodeTile<T, 1>(cb, sbs, xi, yi, y_stride, cols, stream);
         break;
       case 2:
-        DecodeTile<T, 2>(cb, sbs, xi, yi, y_stride, cols, prefetch);
+        DecodeTile<T, 2>(cb, sbs, xi, yi, y_stride, cols, stream);
         break;
       case 3:
-        DecodeTile<T, 3>(cb, sbs, xi, yi, y_stride, cols, prefetch);
+        DecodeTile<T, 3>(cb, sbs, xi, yi, y_stride, cols, stream);
         break;
       default:
-        DecodeTile<T, 4>(cb, sbs, xi, yi, y_stride, cols, prefetch);
+        DecodeTile<T, 4>(cb, sbs, xi, yi, y_stride, cols, stream);
         break;
     }
   }
