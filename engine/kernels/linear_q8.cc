@@ -251,8 +251,8 @@ void Q8Gemv::Run(const float* x, int m, float* y, int64_t y_stride) {
       //   block from L2 (k <= 15,392). Against 32-group chunks: 0.78-0.97x at 5-7 rows. The
       //   hardware prefetchers alone stream the weights: at one row 5-11% faster than with a
       //   software stream 4 KiB ahead; at 2-4 rows too since the host reads 40-64 GB/s
-      //   (stop 34: 0.79-0.93x against it, 4 KiB NTA, rounds alternated in one process;
-      //   8 KiB into L2 0.68-1.02x).
+      //   (stop 34, rounds alternated in one process: 0.79-0.93x the time of a 4 KiB NTA
+      //   stream, 0.68-1.02x that of one 8 KiB ahead into L2).
       // - 8-16 rows: 8-row tiles take turns group by group, so each group's weights stream at
       //   the even pace of the prefetch ahead instead of one tile waiting on memory while the
       //   others wait on nothing. Against chunks 0.67-0.78x at 8 rows; against 4-row turns
