@@ -45,9 +45,9 @@ constexpr int kDecodeMR = 4;  // rows per register tile
 //     16 KiB were within a few percent of each other, 32 no better.
 //   Q5_K is the one type whose 1-row sweep outruns the hardware prefetchers' reach: its
 //   super-block scales come on top of the 5-bit unpack.
-constexpr int StreamPrefetchFromRows(quant::QuantType type, const QBlockFormat& f) {
-  if (type == quant::QuantType::kQ5_K) return 1;
-  return f.bits == 5 ? 2 : 3;
+constexpr int StreamPrefetchFromRows(QuantType type) {
+  if (type == QuantType::kQ5_K) return 1;
+  return QBlockFormatOf(type).bits == 5 ? 2 : 3;
 }
 
 // Nibble register R of a group (k-quads 2R and 2R + 1) for both column halves: even quads
@@ -151,7 +151,7 @@ QUILL_VNNI void DecodeTile(const uint8_t* cb, int64_t sbs, const QBlockXView& x,
 template <QuantType T>
 QUILL_VNNI void DecodeColumn(const uint8_t* cb, int64_t sbs, const QBlockXView& x, int rows,
                              float* y, int64_t y_stride, int cols, int64_t /*next_bytes*/) {
-  const bool prefetch = rows >= StreamPrefetchFromRows(T, QBlockFormatOf(T));
+  const bool prefetch = rows >= StreamPrefetchFromRows(T);
   for (int i = 0; i < rows; i += kDecodeMR) {
     const QBlockXView xi = x.AtRow(i);
     float* yi = y + i * y_stride;

@@ -1027,11 +1027,8 @@ TEST_F(EngineFakeTest, ARequestIsInTheMetricsBeforeItsClientSeesItEndAndIdleGaug
   EXPECT_GT(during.kv_blocks_used, 0);
   EXPECT_TRUE(observer_.steps().empty());
   observer_.HoldSteps(false);
-  const absl::Time deadline = absl::Now() + absl::Seconds(10);
-  while (engine_->gauges().requests_running > 0 && absl::Now() < deadline) {
-    absl::SleepFor(absl::Milliseconds(1));
-  }
-  ASSERT_EQ(engine_->gauges().requests_running, 0);
+  ASSERT_TRUE(
+      WaitForGauges(*engine_, [](const EngineGauges& g) { return g.requests_running == 0; }));
   const std::vector<StepStats> steps = observer_.steps();
   ASSERT_EQ(steps.size(), 1u);
   EXPECT_EQ(steps[0].prefill_tokens, 2);
