@@ -155,6 +155,7 @@ class Engine::Impl {
         std::min(max_entries + planner_options_.max_draft_tokens,
                  static_cast<size_t>(options.max_batch_tokens));
     running_.reserve(max_entries);
+    ended_.reserve(max_entries);
     running_views_.reserve(max_entries);
     proposals_.reserve(max_entries);
     proposal_sequences_.reserve(max_entries);
@@ -238,10 +239,13 @@ class Engine::Impl {
   // was draft j) only if row j picked draft j. Returns the drafts accepted.
   int EmitTokens(Sequence& seq, const float* logits, int rows, absl::Span<const TokenId> draft,
                  bool decode, absl::Time now);
-  // Finishes every sequence marked finished and drops it; returns how many.
-  int FinishMarked(absl::Time now);
-  // The one place a request ends: KV blocks back, id reusable, sink and observer told.
-  void FinishSequence(Sequence& seq, absl::Time now);
+  // A request ends in two halves, in the order a client can rely on: EndMarked takes every
+  // sequence marked finished out of the running set and queues, frees its KV blocks and
+  // records its metrics (observer); the caller publishes the gauges; then TellEnded tells
+  // the sinks. So once a client learns that its request ended, /metrics counts it and
+  // shows it neither running nor waiting. EndMarked returns how many ended.
+  int EndMarked(absl::Time now);
+  void TellEnded();
   // The gauges of the engine's state now, and their publication to gauges() (any thread).
   EngineGauges LiveGauges() const;
   void PublishGauges(const EngineGauges& gauges);
@@ -290,6 +294,12 @@ class Engine::Impl {
   std::vector<Sequence*> waiting_head_;                // the first admissible, in admission order
   std::vector<std::unique_ptr<Sequence>*> fair_head_;  // scratch for queued_.Head()
   std::vector<std::unique_ptr<Sequence>> running_;  // admission order
+  // Between EndMarked and TellEnded: the sequences that ended, with what their sinks hear.
+  struct Ended {
+    std::unique_ptr<Sequence> seq;
+    FinishInfo info;
+  };
+  std::vector<Ended> ended_;
   int num_paused_ = 0;                              // of running_
   absl::flat_hash_map<std::string, Sequence*> by_id_;
   std::vector<RunningView> running_views_;
@@ -452,9 +462,10 @@ void Engine::Impl::Run() {
     if (drained.closed && now >= drained.drain_deadline) {
       MarkAll(FinishReason::kShutdown, absl::UnavailableError("server shutting down"));
     }
-    const int finished = FinishMarked(now);
+    const int finished = EndMarked(now);
     // Ends are reported at once, not after the next step (which may take a while).
     if (finished > 0 || (running_.empty() && !has_waiting())) ReportGauges();
+    TellEnded();
     if (running_.empty() && !has_waiting()) {
       if (drained.closed) break;  // nothing left to drain
       stalled = false;
@@ -706,7 +717,7 @@ bool Engine::Impl::Step() {
       }
     }
   }
-  FinishMarked(after);
+  EndMarked(after);
   // The step is recorded before its gauges are published: once gauges() (and so /metrics)
   // shows the engine idle, every metric of the steps and requests before is in.
   const EngineGauges gauges = LiveGauges();
@@ -727,6 +738,7 @@ bool Engine::Impl::Step() {
     observer_->OnStep(stats, gauges);
   }
   PublishGauges(gauges);
+  TellEnded();
   return true;
 }
 
@@ -946,52 +958,59 @@ int Engine::Impl::EmitTokens(Sequence& seq, const float* logits, int rows,
   return accepted;
 }
 
-int Engine::Impl::FinishMarked(absl::Time now) {
-  int finished = 0;
-  auto finish_if_marked = [&](std::unique_ptr<Sequence>& seq) {
+int Engine::Impl::EndMarked(absl::Time now) {
+  QUILL_DCHECK(std::this_thread::get_id() == engine_thread_);
+  QUILL_DCHECK(ended_.empty());
+  // Moved out first, ended after: EndSequence must not run while a container is mid-erase.
+  auto take_marked = [&](std::unique_ptr<Sequence>& seq) {
     if (!seq->finish_pending()) return false;
-    FinishSequence(*seq, now);
-    ++finished;
+    ended_.push_back(Ended{std::move(seq), FinishInfo()});
     return true;
   };
-  running_.erase(std::remove_if(running_.begin(), running_.end(), finish_if_marked),
-                 running_.end());
-  promised_.erase(std::remove_if(promised_.begin(), promised_.end(), finish_if_marked),
-                  promised_.end());
-  queued_.EraseIf(finish_if_marked);
-  return finished;
+  auto compact = [&](auto& sequences) {
+    auto kept = sequences.begin();
+    for (auto& seq : sequences) {
+      if (!take_marked(seq)) *kept++ = std::move(seq);
+    }
+    sequences.erase(kept, sequences.end());
+  };
+  compact(running_);
+  compact(promised_);
+  queued_.EraseIf(take_marked);
+  for (Ended& e : ended_) {
+    Sequence& seq = *e.seq;
+    seq.SetState(SequenceState::kFinished);
+    if (seq.paused()) Unpause(seq);
+    kv_->Release(seq.kv_id());
+    if (drafter_ != nullptr) drafter_->Release(seq.kv_id());
+    if (seq.holds_capacity) {
+      inbox_.Released(seq.kv_blocks);
+    } else {
+      inbox_.LeftQueue(seq.request().tenant);
+    }
+    ++finished_in_window_;
+    // What its prompt cost to prefill: a prefix-cache hit is not work a new prompt brings.
+    finished_prompt_tokens_in_window_ += seq.prompt_tokens() - seq.cached_prompt_tokens();
+    by_id_.erase(seq.id());
+    inbox_.Forget(seq.id());  // before the sink hears, so the id can be reused at once
+
+    FinishInfo& info = e.info;
+    info.reason = seq.finish_reason();
+    info.status = seq.finish_status();
+    info.prompt_tokens = seq.prompt_tokens();
+    info.completion_tokens = seq.completion_tokens();
+    info.cached_prompt_tokens = seq.cached_prompt_tokens();
+    info.timings = seq.Timings(now);
+    info.frontend = seq.request().frontend;
+    info.tenant = seq.request().tenant;
+    if (observer_ != nullptr) observer_->OnRequestFinished(info);
+  }
+  return static_cast<int>(ended_.size());
 }
 
-void Engine::Impl::FinishSequence(Sequence& seq, absl::Time now) {
-  QUILL_DCHECK(std::this_thread::get_id() == engine_thread_);
-  seq.SetState(SequenceState::kFinished);
-  if (seq.paused()) Unpause(seq);
-  kv_->Release(seq.kv_id());
-  if (drafter_ != nullptr) drafter_->Release(seq.kv_id());
-  if (seq.holds_capacity) {
-    inbox_.Released(seq.kv_blocks);
-  } else {
-    inbox_.LeftQueue(seq.request().tenant);
-  }
-  ++finished_in_window_;
-  // What its prompt cost to prefill: a prefix-cache hit is not work a new prompt brings.
-  finished_prompt_tokens_in_window_ += seq.prompt_tokens() - seq.cached_prompt_tokens();
-  by_id_.erase(seq.id());
-  inbox_.Forget(seq.id());  // before OnFinish, so the id can be reused at once
-
-  FinishInfo info;
-  info.reason = seq.finish_reason();
-  info.status = seq.finish_status();
-  info.prompt_tokens = seq.prompt_tokens();
-  info.completion_tokens = seq.completion_tokens();
-  info.cached_prompt_tokens = seq.cached_prompt_tokens();
-  info.timings = seq.Timings(now);
-  info.frontend = seq.request().frontend;
-  info.tenant = seq.request().tenant;
-  // The metrics first: by the time a client learns that its request ended, /metrics
-  // already counts it.
-  if (observer_ != nullptr) observer_->OnRequestFinished(info);
-  seq.sink().OnFinish(info);
+void Engine::Impl::TellEnded() {
+  for (Ended& e : ended_) e.seq->sink().OnFinish(e.info);
+  ended_.clear();
 }
 
 EngineGauges Engine::Impl::LiveGauges() const {

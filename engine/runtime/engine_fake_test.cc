@@ -653,7 +653,7 @@ bool PollUntil(const std::function<bool()>& done, absl::Duration timeout = absl:
   }
   return true;
 }
-// Polls the engine's gauges (published after the sinks hear of a step) until `done`.
+// Polls the engine's gauges (published at the end of each step) until `done`.
 bool WaitForGauges(const Engine& engine, const std::function<bool(const EngineGauges&)>& done) {
   return PollUntil([&] { return done(engine.gauges()); });
 }
@@ -988,47 +988,63 @@ TEST_F(EngineFakeTest, ForwardFailureEndsTheBatchAndServingContinues) {
   EXPECT_EQ(ok->info().reason, FinishReason::kLength);
 }
 
-// A sink that notes how many request ends the observer had counted when its own came.
-class EndCountingSink final : public TokenSink {
+// A sink that notes, when its request's end comes, what the metrics held by then: the
+// observer's request ends and steps, and the engine's published gauges.
+class EndObservingSink final : public TokenSink {
  public:
-  explicit EndCountingSink(RecordingObserver* observer) : observer_(observer) {}
+  EndObservingSink(RecordingObserver* observer, const Engine* engine)
+      : observer_(observer), engine_(engine) {}
   bool OnChunk(TokenChunk chunk) override { return true; }
   void OnFinish(const FinishInfo& info) override {
-    ends_counted_at_finish_ = observer_->finished();
+    ends_ = observer_->finished();
+    steps_ = static_cast<int>(observer_->steps().size());
+    gauges_ = engine_->gauges();
     done_.Notify();
   }
-  // The observer's count when OnFinish came, or -1 if it did not come within 120 s.
-  int WaitEndsCountedAtFinish() {
-    return done_.WaitForNotificationWithTimeout(absl::Seconds(120)) ? ends_counted_at_finish_ : -1;
-  }
+  bool HasEnded() const { return done_.HasBeenNotified(); }
+  // False if OnFinish did not come within 120 s.
+  bool WaitForEnd() { return done_.WaitForNotificationWithTimeout(absl::Seconds(120)); }
+  // Read after WaitForEnd(): written before done_ is notified.
+  int ends() const { return ends_; }
+  int steps() const { return steps_; }
+  const EngineGauges& gauges() const { return gauges_; }
 
  private:
   RecordingObserver* const observer_;
+  const Engine* const engine_;
   absl::Notification done_;
-  int ends_counted_at_finish_ = -1;  // written before done_ is notified
+  int ends_ = -1;
+  int steps_ = -1;
+  EngineGauges gauges_;
 };
 
-// What a client sees end is in the metrics first, and the gauges leave idle with its
-// admission and return to it only after its step is recorded, even for a request admitted
-// and finished in one step: so /metrics showing the engine idle after a reply (an
-// operator's dashboard, the integration tests' ScrapeWhenIdle) holds all of it.
-TEST_F(EngineFakeTest, ARequestIsInTheMetricsBeforeItsClientSeesItEndAndIdleGaugesAfter) {
+// By the time a client learns that its request ended, the metrics hold all of it: the
+// request counted, the step it ended in recorded, and the gauges showing it neither running
+// nor holding KV blocks. This holds even for a request admitted and ended in one step, so
+// one scrape after a reply (an operator's dashboard, the integration tests) sees it.
+TEST_F(EngineFakeTest, ARequestIsInTheMetricsAndOffTheGaugesBeforeItsClientSeesItEnd) {
   Start();
   const EngineGauges before = engine_->gauges();
   ASSERT_EQ(before.requests_running + before.requests_waiting, 0);
   observer_.HoldSteps(true);
-  auto sink = std::make_shared<EndCountingSink>(&observer_);
+  auto sink = std::make_shared<EndObservingSink>(&observer_, engine_.get());
   // A one-token request: prefilled, sampled and ended in its first step.
   ASSERT_TRUE(engine_->Submit(Request("r", {kBos, Letter('C')}, 1), sink).ok());
-  EXPECT_EQ(sink->WaitEndsCountedAtFinish(), 1);
-  // Its step is not recorded yet (held in OnStep): the gauges must not read idle.
-  const EngineGauges during = engine_->gauges();
-  EXPECT_EQ(during.requests_running, 1);
-  EXPECT_GT(during.kv_blocks_used, 0);
-  EXPECT_TRUE(observer_.steps().empty());
+  // Its end is counted before its step is recorded (held in OnStep)...
+  ASSERT_TRUE(PollUntil([&] { return observer_.finished() == 1; }));
+  // ...and until the step is recorded and the gauges published, the client hears nothing,
+  // and the gauges still show the request admitted.
+  absl::SleepFor(absl::Milliseconds(50));
+  EXPECT_FALSE(sink->HasEnded());
+  EXPECT_EQ(engine_->gauges().requests_running, 1);
+  EXPECT_GT(engine_->gauges().kv_blocks_used, 0);
   observer_.HoldSteps(false);
-  ASSERT_TRUE(
-      WaitForGauges(*engine_, [](const EngineGauges& g) { return g.requests_running == 0; }));
+  ASSERT_TRUE(sink->WaitForEnd());
+  EXPECT_EQ(sink->ends(), 1);
+  EXPECT_EQ(sink->steps(), 1);
+  EXPECT_EQ(sink->gauges().requests_running, 0);
+  EXPECT_EQ(sink->gauges().requests_waiting, 0);
+  EXPECT_EQ(sink->gauges().kv_blocks_used, 0);
   const std::vector<StepStats> steps = observer_.steps();
   ASSERT_EQ(steps.size(), 1u);
   EXPECT_EQ(steps[0].prefill_tokens, 2);

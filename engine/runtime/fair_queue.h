@@ -87,7 +87,7 @@ class FairQueue {
   }
 
   // Removes every item for which pred(item) returns true (pred may act on it first, e.g.
-  // finish it); returns how many. Removal does not move the virtual time.
+  // move it out); returns how many. Removal does not move the virtual time.
   template <typename Pred>
   int EraseIf(Pred pred) {
     int erased = 0;

@@ -90,7 +90,7 @@ class Sequence {
 
   bool IsStopToken(TokenId id) const;
 
-  // Finish bookkeeping: set once by MarkFinished, acted on by the engine's FinishSequence.
+  // Finish bookkeeping: set once by MarkFinished, acted on by the engine's EndMarked.
   void MarkFinished(FinishReason reason, absl::Status status);
   bool finish_pending() const { return finish_pending_; }
   FinishReason finish_reason() const { return finish_reason_; }

@@ -105,13 +105,13 @@ absl::StatusOr<std::string> RenderChat(
 // Scrapes 127.0.0.1:<port>/metrics until `done(text)` holds and returns that scrape;
 // DEADLINE_EXCEEDED if it never held within `timeout`.
 //
-// What a client has before /metrics shows it: the engine counts a request's outcome
-// (quill_requests_total, then its latency histograms, then the per-tenant series), then
-// sends its last message, then records the step (step and batch histograms, draft and
-// prefix counters, the inter-token gaps), and last publishes the gauges (running,
-// waiting, paused, KV blocks). A test that asserts any step metric once a call has
-// returned waits for it here: one scrape may still see the state before. (A call the
-// client ended itself, by cancelling or by its own deadline, may not be counted yet either.)
+// What a client has, /metrics has: when a request ends, the engine counts its outcome
+// (quill_requests_total, then its latency histograms, then the per-tenant series), records
+// the step it ended in (step and batch histograms, draft and prefix counters, the
+// inter-token gaps), publishes the gauges (running, waiting, paused, KV blocks), and only
+// then sends the request's last message. So one scrape after a call returned shows it. A
+// call the client ended itself, by cancelling or by its own deadline, may not be counted
+// yet: a test waits for that here.
 absl::StatusOr<PromText> ScrapeUntil(int port, const std::function<bool(const PromText&)>& done,
                                      absl::Duration timeout = absl::Seconds(10));
 
