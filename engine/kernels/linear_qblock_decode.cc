@@ -23,31 +23,26 @@ namespace {
 using quant::QuantType;
 
 constexpr int kDecodeMR = 4;  // rows per register tile
-// With 3 rows or more (2 for Q5_0 and Q5_1, 1 for Q5_K) the weight stream is prefetched
-// by StreamPrefetch: every line of it, headers included (the Q4_K header is 8 of a
-// super-block's 72 lines per column block, Q4_0's 1 of 9), 8 KiB ahead, into L2. With
-// fewer rows the hardware prefetchers alone keep up with the arithmetic and the software
-// prefetches only compete with them, as in Q8Gemv's one-row sweep.
-// Measured with quill-linear-qblock-bench (2 threads, the three TinyLlama shapes):
-// - Intel Xeon (stop 15, T0, group lines only): hardware prefetcher alone ~19 GB/s per
-//   core, ~28 with this (1024: ~23; 8192 and 16384 no better; T1 worse).
-// - AMD EPYC Zen 5 at 30-37 GB/s of read bandwidth: covering the header lines made the
-//   matmuls 5-16% faster; quill-bench tg64 Q4_K_M median 64.5 -> 74.6 t/s; NTA ahead of T0
-//   end to end.
-// - Zen 5 at 53-64 GB/s (2026-12-05), every variant alternated round by round with no
-//   software prefetch in one process; time with over time without:
-//   - 4 KiB NTA: 1.02-1.20 at 1-2 rows (Q4_K, Q6_K), so off there, and 0.90-0.98 at 4-16;
-//     0.72-0.98 for the 5-bit types at 2 rows; 0.86-1.11 for Q5_K at 1 row.
-//   - 8-32 KiB T1 (stop 34): Q5_K at 1 row 0.63-0.87 (NTA 0.89-0.97), at 2 rows 0.64-0.82
-//     (NTA 0.79-0.93); at 4 rows 0.50-0.71 for the 5-bit types and 0.76-0.97 for the
-//     others (NTA 0.58-0.75 and 0.85-0.96); at 8-16 rows 0.84-0.91 (NTA 0.93-0.98).
-//     Q5_0 and Q5_1 at 1 row 1.03-1.14, the 4- and 6-bit types at 1 row 1.04-1.33. 8 and
-//     16 KiB were within a few percent of each other, 32 no better.
-//   Q5_K is the one type whose 1-row sweep outruns the hardware prefetchers' reach: its
-//   super-block scales come on top of the 5-bit unpack.
+// The weight stream is prefetched by StreamPrefetch: every line of it, headers included
+// (the Q4_K header is 8 of a super-block's 72 lines per column block, Q4_0's 1 of 9), 8 KiB
+// ahead, into L2. Only Q4_0 and Q4_1, the cheapest to unpack, go without it at 1 row.
+// Measured with quill-linear-qblock-bench (2 threads, the three TinyLlama shapes), each
+// variant alternated round by round with no software prefetch in one process; time with
+// over time without:
+// - Intel Xeon (stop 15, T0, group lines only): ~19 GB/s per core without, ~28 with.
+// - Zen 5, stops 33-34 (read probe 53-64 GB/s): 8-32 KiB into L2 at 1 row: Q5_K 0.63-0.87,
+//   but Q5_0/Q5_1 1.03-1.14 and the 4- and 6-bit types 1.04-1.33; at 2 rows Q5_K 0.64-0.82;
+//   at 4 rows 0.50-0.97; at 8-16 rows 0.84-0.91. 4 KiB NTA was worse than T1 throughout;
+//   8 and 16 KiB were within a few percent, 32 no better.
+// - Zen 5, stop 35, another host (read probe 50-57 GB/s, but these kernels drew 30-40 GB/s
+//   from memory without software prefetch): 8 KiB at 1 row: Q4_K 0.62-0.87, Q6_K
+//   0.79-0.94, Q5_0 0.80-0.85, Q5_1 0.74-0.79, Q4_1 0.88-1.05, Q4_0 0.95-1.08; at 2 rows
+//   Q4_K 0.68-0.75, Q6_K 0.77-0.84, Q4_1 0.84-0.91, Q4_0 0.90-0.94. quill-bench tg128,
+//   3 pairs alternated with the old rule (from 3 rows): Q4_K_M 54-56 -> 73-76 t/s, Q6_K
+//   42-43 -> 51-54, the Q4_0 control alike.
+// The hosts disagree at 1 row, and the second one's gain is the larger.
 constexpr int StreamPrefetchFromRows(QuantType type) {
-  if (type == QuantType::kQ5_K) return 1;
-  return QBlockFormatOf(type).bits == 5 ? 2 : 3;
+  return type == QuantType::kQ4_0 || type == QuantType::kQ4_1 ? 2 : 1;
 }
 
 // Nibble register R of a group (k-quads 2R and 2R + 1) for both column halves: even quads
