@@ -961,7 +961,7 @@ int Engine::Impl::EmitTokens(Sequence& seq, const float* logits, int rows,
 int Engine::Impl::EndMarked(absl::Time now) {
   QUILL_DCHECK(std::this_thread::get_id() == engine_thread_);
   QUILL_DCHECK(ended_.empty());
-  // Moved out first, ended after: EndSequence must not run while a container is mid-erase.
+  // Every container is compacted first; only then are the ended sequences' resources freed.
   auto take_marked = [&](std::unique_ptr<Sequence>& seq) {
     if (!seq->finish_pending()) return false;
     ended_.push_back(Ended{std::move(seq), FinishInfo()});
