@@ -253,6 +253,9 @@ void Q8Gemv::Run(const float* x, int m, float* y, int64_t y_stride) {
       //   software stream 4 KiB ahead; at 2-4 rows too since the host reads 40-64 GB/s
       //   (stop 34, rounds alternated in one process: 0.79-0.93x the time of a 4 KiB NTA
       //   stream, 0.68-1.02x that of one 8 KiB ahead into L2).
+      //   On another host (stop 35), where the block types' decode kernel gained 1.2-1.8x
+      //   from a software stream at 1-2 rows, Q8_0 did not: quill-bench --batch-decode with
+      //   an 8 KiB stream into L2 ran bd1 at 0.88-0.95x the tokens/s, bd2-bd6 within noise.
       // - 8-16 rows: 8-row tiles take turns group by group, so each group's weights stream at
       //   the even pace of the prefetch ahead instead of one tile waiting on memory while the
       //   others wait on nothing. Against chunks 0.67-0.78x at 8 rows; against 4-row turns
