@@ -35,11 +35,11 @@ constexpr int kDecodeMR = 4;  // rows per register tile
 //   at 4 rows 0.50-0.97; at 8-16 rows 0.84-0.91. 4 KiB NTA was worse than T1 throughout;
 //   8 and 16 KiB were within a few percent, 32 no better.
 // - Zen 5, stop 35, another host (read probe 50-57 GB/s, but these kernels drew 30-40 GB/s
-//   from memory without software prefetch): 8 KiB at 1 row: Q4_K 0.62-0.87, Q6_K
-//   0.79-0.94, Q5_0 0.80-0.85, Q5_1 0.74-0.79, Q4_1 0.88-1.05, Q4_0 0.95-1.08; at 2 rows
-//   Q4_K 0.68-0.75, Q6_K 0.77-0.84, Q4_1 0.84-0.91, Q4_0 0.90-0.94. quill-bench tg128,
-//   3 pairs alternated with the old rule (from 3 rows): Q4_K_M 54-56 -> 73-76 t/s, Q6_K
-//   42-43 -> 51-54, the Q4_0 control alike.
+//   from memory without software prefetch): 8 KiB at 1 row: Q4_K 0.62-0.87 and Q6_K
+//   0.77-0.94 (12 runs), Q5_0 0.81-0.85, Q5_1 0.74-0.79, Q4_1 0.88-1.05 (2 runs), Q4_0
+//   0.95-1.08 (6 runs); at 2 rows Q4_K 0.68-0.75, Q6_K 0.77-0.84, Q4_1 0.84-0.91, Q4_0
+//   0.90-0.94. quill-bench tg128, 3 pairs alternated with the old rule (from 3 rows):
+//   Q4_K_M 54-56 -> 73-76 t/s, Q6_K 42-43 -> 51-54, the Q4_0 control alike.
 // The hosts disagree at 1 row, and the second one's gain is the larger.
 constexpr int StreamPrefetchFromRows(QuantType type) {
   return type == QuantType::kQ4_0 || type == QuantType::kQ4_1 ? 2 : 1;
