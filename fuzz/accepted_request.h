@@ -7,6 +7,7 @@
 #include <string>
 
 #include "engine/base/check.h"
+#include "engine/base/utf8.h"
 #include "engine/runtime/request.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "server/request_codec.h"

@@ -13,6 +13,7 @@
 
 #include "absl/strings/string_view.h"
 #include "engine/base/check.h"
+#include "engine/base/utf8.h"
 #include "engine/chat/chat_template.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "fuzz/chat_templates.h"

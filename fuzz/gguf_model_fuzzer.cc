@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "engine/base/check.h"
+#include "engine/base/utf8.h"
 #include "engine/gguf/gguf_file.h"
 #include "engine/model/decoder_description.h"
 #include "engine/model/model_config.h"

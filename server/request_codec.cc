@@ -8,6 +8,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "engine/base/utf8.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/unknown_field_set.h"
 

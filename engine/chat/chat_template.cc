@@ -6,24 +6,12 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "engine/base/status_macros.h"
+#include "engine/base/utf8.h"
 #include "engine/chat/jinja_interpreter.h"
 #include "engine/chat/jinja_json.h"
 #include "engine/chat/jinja_parser.h"
-#include "engine/chat/py_string.h"
 
 namespace quill::engine::chat {
-namespace {
-
-bool IsValidUtf8(absl::string_view s) {
-  for (size_t pos = 0, len = 0; pos < s.size(); pos += len) {
-    const uint32_t cp = py::DecodeAt(s, pos, &len);
-    if (len == 1 && cp >= 0x80) return false;
-  }
-  return true;
-}
-
-}  // namespace
-
 absl::StatusOr<ChatTemplate> ChatTemplate::Parse(absl::string_view source) {
   if (!IsValidUtf8(source)) {
     return absl::InvalidArgumentError("the chat template is not valid UTF-8");

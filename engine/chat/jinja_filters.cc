@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "engine/base/status_macros.h"
+#include "engine/base/utf8.h"
 #include "engine/chat/jinja_error.h"
 #include "engine/chat/jinja_json.h"
 #include "engine/chat/jinja_methods.h"
@@ -237,7 +238,7 @@ std::string JinjaTitle(absl::string_view s) {
       at_word_start = true;
       continue;
     }
-    py::AppendUtf8(at_word_start ? py::ToUpper(cp) : py::ToLower(cp), &out);
+    AppendUtf8(at_word_start ? py::ToUpper(cp) : py::ToLower(cp), &out);
     at_word_start = false;
   }
   return out;

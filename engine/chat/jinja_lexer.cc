@@ -8,6 +8,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "engine/base/status_macros.h"
+#include "engine/base/utf8.h"
 #include "engine/chat/jinja_error.h"
 #include "engine/chat/py_string.h"
 
@@ -393,7 +394,7 @@ class Lexer {
           if (cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) {
             return ErrorAt(offset, "escape outside the Unicode range in a string literal");
           }
-          py::AppendUtf8(cp, &out);
+          AppendUtf8(cp, &out);
           i += n;
           break;
         }
@@ -406,7 +407,7 @@ class Lexer {
                  k < 2 && i + 1 < body.size() && body[i + 1] >= '0' && body[i + 1] <= '7'; ++k) {
               cp = cp * 8 + (body[++i] - '0');
             }
-            py::AppendUtf8(cp, &out);
+            AppendUtf8(cp, &out);
           } else {
             out.push_back('\\');  // unknown escapes stay as they are
             out.push_back(c);

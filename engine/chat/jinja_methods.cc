@@ -6,6 +6,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "engine/base/status_macros.h"
+#include "engine/base/utf8.h"
 #include "engine/chat/jinja_error.h"
 #include "engine/chat/py_string.h"
 
@@ -469,7 +470,7 @@ absl::StatusOr<Value> StrMethod(Runtime& rt, const Value& self, absl::string_vie
       for (size_t pos = 0, len = 0; pos < t.size(); pos += len) {
         const uint32_t cp = py::DecodeAt(t, pos, &len);
         const uint32_t up = py::ToUpper(cp);
-        py::AppendUtf8(up != cp ? up : py::ToLower(cp), &out);
+        AppendUtf8(up != cp ? up : py::ToLower(cp), &out);
       }
     }
     return rt.NewString(Derived(std::move(out), untrusted));

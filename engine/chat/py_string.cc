@@ -1,59 +1,18 @@
 #include "engine/chat/py_string.h"
 
 #include "absl/strings/str_format.h"
+#include "engine/base/utf8.h"
 
 namespace quill::engine::chat::py {
 
 uint32_t DecodeAt(absl::string_view s, size_t pos, size_t* length) {
-  const auto byte = [&](size_t i) { return static_cast<uint8_t>(s[i]); };
-  const uint8_t b0 = byte(pos);
+  const Utf8Char c = DecodeUtf8Char(s, pos);
+  if (c.kind == Utf8Char::Kind::kValid) {
+    *length = c.length;
+    return c.code_point;
+  }
   *length = 1;
-  if (b0 < 0x80) return b0;
-  int n = 0;
-  uint32_t cp = 0;
-  if (b0 >= 0xC2 && b0 <= 0xDF) {
-    n = 1;
-    cp = b0 & 0x1F;
-  } else if (b0 >= 0xE0 && b0 <= 0xEF) {
-    n = 2;
-    cp = b0 & 0x0F;
-  } else if (b0 >= 0xF0 && b0 <= 0xF4) {
-    n = 3;
-    cp = b0 & 0x07;
-  } else {
-    return b0;
-  }
-  if (pos + n >= s.size()) return b0;
-  for (int i = 1; i <= n; ++i) {
-    const uint8_t b = byte(pos + i);
-    if ((b & 0xC0) != 0x80) return b0;
-    cp = (cp << 6) | (b & 0x3F);
-  }
-  // Overlong forms, surrogates and values past U+10FFFF are invalid.
-  if ((n == 2 && cp < 0x800) || (n == 3 && (cp < 0x10000 || cp > 0x10FFFF)) ||
-      (cp >= 0xD800 && cp <= 0xDFFF)) {
-    return b0;
-  }
-  *length = n + 1;
-  return cp;
-}
-
-void AppendUtf8(uint32_t cp, std::string* out) {
-  if (cp < 0x80) {
-    out->push_back(static_cast<char>(cp));
-  } else if (cp < 0x800) {
-    out->push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else if (cp < 0x10000) {
-    out->push_back(static_cast<char>(0xE0 | (cp >> 12)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else {
-    out->push_back(static_cast<char>(0xF0 | (cp >> 18)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  }
+  return static_cast<uint8_t>(s[pos]);
 }
 
 bool IsAscii(absl::string_view s) {

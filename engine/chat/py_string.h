@@ -16,7 +16,6 @@ namespace quill::engine::chat::py {
 // Decodes the code point at s[pos] (pos < s.size()); sets *length to its byte count.
 // An invalid or truncated sequence decodes as the single byte's value (length 1).
 uint32_t DecodeAt(absl::string_view s, size_t pos, size_t* length);
-void AppendUtf8(uint32_t cp, std::string* out);
 
 bool IsAscii(absl::string_view s);
 // Number of code points (Python len()).

@@ -17,6 +17,7 @@
 #include "absl/synchronization/mutex.h"
 #include "engine/base/check.h"
 #include "engine/base/status_macros.h"
+#include "engine/base/utf8.h"
 #include "engine/runtime/batch_planner.h"
 #include "engine/runtime/ewma_rate.h"
 #include "engine/runtime/fair_queue.h"

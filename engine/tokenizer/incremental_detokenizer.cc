@@ -1,5 +1,5 @@
+#include "engine/base/utf8.h"
 #include "engine/tokenizer/tokenizer.h"
-#include "engine/tokenizer/utf8.h"
 
 namespace quill::engine {
 

@@ -8,9 +8,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "engine/base/utf8.h"
 #include "engine/tokenizer/pcre2_regex.h"
 #include "engine/tokenizer/pretokenizer_families.h"
-#include "engine/tokenizer/utf8.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 

@@ -6,7 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "engine/base/status_macros.h"
-#include "engine/tokenizer/utf8.h"
+#include "engine/base/utf8.h"
 
 namespace quill::engine {
 namespace {

@@ -1,6 +1,6 @@
 #include "engine/tokenizer/tokenizer.h"
 
-#include "engine/tokenizer/utf8.h"
+#include "engine/base/utf8.h"
 
 namespace quill::engine {
 

@@ -112,7 +112,4 @@ class IncrementalDetokenizer {
   std::string pending_;  // bytes of an incomplete UTF-8 character
 };
 
-// True if `text` is well-formed UTF-8 (no overlongs, surrogates or values > U+10FFFF).
-bool IsValidUtf8(absl::string_view text);
-
 }  // namespace quill::engine

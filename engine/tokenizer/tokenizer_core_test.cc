@@ -6,9 +6,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "engine/base/utf8.h"
 #include "engine/tokenizer/byte_unicode.h"
 #include "engine/tokenizer/tokenizer.h"
-#include "engine/tokenizer/utf8.h"
 #include "engine/tokenizer/vocab_data.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"

@@ -18,6 +18,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "engine/base/utf8.h"
 #include "engine/gguf/gguf_file.h"
 #include "engine/gguf/gguf_writer.h"
 #include "engine/tokenizer/vocab_test_util.h"

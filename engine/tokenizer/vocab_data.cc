@@ -3,12 +3,12 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "engine/base/status_macros.h"
+#include "engine/base/utf8.h"
 #include "engine/tokenizer/bpe_tokenizer.h"
 #include "engine/tokenizer/byte_unicode.h"
 #include "engine/tokenizer/pretokenizer.h"
 #include "engine/tokenizer/pretokenizer_families.h"
 #include "engine/tokenizer/spm_tokenizer.h"
-#include "engine/tokenizer/utf8.h"
 
 namespace quill::engine {
 namespace {

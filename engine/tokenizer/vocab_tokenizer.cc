@@ -5,8 +5,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/base/status_macros.h"
+#include "engine/base/utf8.h"
 #include "engine/tokenizer/end_of_generation.h"
-#include "engine/tokenizer/utf8.h"
 
 namespace quill::engine {
 

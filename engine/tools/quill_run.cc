@@ -28,6 +28,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/civil_time.h"
 #include "engine/base/status_macros.h"
+#include "engine/base/utf8.h"
 #include "engine/chat/chat_template.h"
 #include "engine/gguf/gguf_file.h"
 #include "engine/kv_cache/kv_cache.h"

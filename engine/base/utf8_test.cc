@@ -1,8 +1,7 @@
-#include "engine/tokenizer/utf8.h"
+#include "engine/base/utf8.h"
 
 #include <string>
 
-#include "engine/tokenizer/tokenizer.h"
 #include "gtest/gtest.h"
 
 namespace quill::engine {

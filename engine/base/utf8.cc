@@ -1,8 +1,6 @@
-#include "engine/tokenizer/utf8.h"
+#include "engine/base/utf8.h"
 
 #include <cstdint>
-
-#include "engine/tokenizer/tokenizer.h"
 
 namespace quill::engine {
 
@@ -21,13 +19,13 @@ Utf8Char DecodeUtf8Char(absl::string_view text, size_t pos) {
   } else if (lead >= 0xE0 && lead <= 0xEF) {
     needed = 2;
     cp = lead & 0x0F;
-    if (lead == 0xE0) lo = 0xA0;   // overlongs
-    if (lead == 0xED) hi = 0x9F;   // surrogates
+    if (lead == 0xE0) lo = 0xA0;  // overlongs
+    if (lead == 0xED) hi = 0x9F;  // surrogates
   } else if (lead >= 0xF0 && lead <= 0xF4) {
     needed = 3;
     cp = lead & 0x07;
-    if (lead == 0xF0) lo = 0x90;   // overlongs
-    if (lead == 0xF4) hi = 0x8F;   // > U+10FFFF
+    if (lead == 0xF0) lo = 0x90;  // overlongs
+    if (lead == 0xF4) hi = 0x8F;  // > U+10FFFF
   } else {
     return {Utf8Char::Kind::kInvalid, 1, 0};  // continuation byte, C0, C1, F5..FF
   }

@@ -29,6 +29,9 @@ Utf8Char DecodeUtf8Char(absl::string_view text, size_t pos);
 // absl::string_view::npos if `text` is valid UTF-8.
 size_t FindInvalidUtf8(absl::string_view text);
 
+// True if `text` is well-formed UTF-8 (no overlongs, surrogates or values > U+10FFFF).
+bool IsValidUtf8(absl::string_view text);
+
 // Appends the UTF-8 encoding of a code point (<= U+10FFFF, not a surrogate).
 void AppendUtf8(char32_t cp, std::string* out);
 
