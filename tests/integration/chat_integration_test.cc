@@ -20,6 +20,7 @@
 #include "nlohmann/json.hpp"
 #include "server/server.h"
 #include "tests/integration/server_test_util.h"
+#include "tests/integration/test_server.h"
 #include "tests/testing/test_env.h"
 
 namespace quill::testing {
@@ -38,15 +39,9 @@ std::string ModelPath() { return SharedModelPath("kjv-1m.gguf"); }
 std::string QwenTemplate() { return SharedPath("chat_templates/Qwen-Qwen2.5-7B-Instruct.jinja"); }
 
 server::ServerOptions Options(const std::string& chat_template) {
-  server::ServerOptions options;
-  options.model_path = ModelPath();
+  server::ServerOptions options = KjvTestServerOptions(8 << 20);
   options.chat_template_path = chat_template;
-  options.precision = engine::kernels::Precision::kExact;
-  options.host = "127.0.0.1";
-  options.port = 0;
   options.metrics_port = -1;
-  options.drain_timeout = absl::Seconds(5);
-  options.engine.kv_cache_bytes = 8 << 20;
   return options;
 }
 

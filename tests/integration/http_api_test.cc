@@ -19,6 +19,7 @@
 #include "nlohmann/json.hpp"
 #include "server/server.h"
 #include "tests/integration/server_test_util.h"
+#include "tests/integration/test_server.h"
 #include "tests/testing/http_client.h"
 #include "tests/testing/test_env.h"
 
@@ -32,15 +33,8 @@ using ::testing::HasSubstr;
 std::string ModelPath() { return SharedModelPath("kjv-1m.gguf"); }
 
 server::ServerOptions TestOptions() {
-  server::ServerOptions options;
-  options.model_path = ModelPath();
-  options.precision = engine::kernels::Precision::kExact;
-  options.host = "127.0.0.1";
-  options.port = 0;
-  options.metrics_port = 0;
+  server::ServerOptions options = KjvTestServerOptions(32 << 20);
   options.http_port = 0;
-  options.drain_timeout = absl::Seconds(5);
-  options.engine.kv_cache_bytes = 32 << 20;
   options.engine.max_queue = 100;
   options.max_receive_message_bytes = 64 << 10;
   return options;

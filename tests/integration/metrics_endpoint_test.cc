@@ -16,6 +16,7 @@
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
 #include "server/server.h"
+#include "tests/integration/test_server.h"
 #include "tests/testing/http_get.h"
 #include "tests/testing/test_env.h"
 
@@ -23,12 +24,7 @@ namespace quill::testing {
 namespace {
 
 server::ServerOptions Options() {
-  server::ServerOptions options;
-  options.model_path = SharedModelPath("kjv-1m.gguf");
-  options.host = "127.0.0.1";
-  options.port = 0;
-  options.metrics_port = 0;
-  options.engine.kv_cache_bytes = 4 << 20;
+  server::ServerOptions options = KjvTestServerOptions(4 << 20);
   options.drain_timeout = absl::Seconds(1);
   return options;
 }

@@ -19,6 +19,7 @@
 #include "nlohmann/json.hpp"
 #include "server/server.h"
 #include "tests/integration/server_test_util.h"
+#include "tests/integration/test_server.h"
 #include "tests/testing/http_client.h"
 #include "tests/testing/test_env.h"
 
@@ -71,26 +72,13 @@ const Pki* MakePki() {
 }
 
 server::ServerOptions BaseOptions() {
-  server::ServerOptions options;
-  options.model_path = ModelPath();
-  options.precision = engine::kernels::Precision::kExact;
-  options.host = "127.0.0.1";
-  options.port = 0;
-  options.metrics_port = 0;
+  server::ServerOptions options = KjvTestServerOptions(8 << 20);
   options.http_port = 0;
-  options.drain_timeout = absl::Seconds(5);
-  options.engine.kv_cache_bytes = 8 << 20;
   return options;
 }
 
 std::string WriteFile(const std::string& name, const std::string& text) {
   return WriteScratchFile(name, text);
-}
-
-std::unique_ptr<server::Server> StartServer(const server::ServerOptions& options) {
-  absl::StatusOr<std::unique_ptr<server::Server>> server = server::Server::Create(options);
-  EXPECT_TRUE(server.ok()) << server.status();
-  return server.ok() ? *std::move(server) : nullptr;
 }
 
 absl::Status GenerateStatus(client::QuillClient& client) {
@@ -107,7 +95,7 @@ class SecurityTest : public ::testing::Test {
 TEST_F(SecurityTest, ApiKeysGuardEveryGrpcCallButHealth) {
   server::ServerOptions options = BaseOptions();
   options.api_keys_file = WriteFile("grpc-keys", "# the team\nkey-one\nkey-two\n");
-  std::unique_ptr<server::Server> server = StartServer(options);
+  std::unique_ptr<server::Server> server = StartTestServer(options);
   ASSERT_NE(server, nullptr);
 
   std::unique_ptr<client::QuillClient> anonymous = client::QuillClient::Connect(server->address());
@@ -152,7 +140,7 @@ TEST_F(SecurityTest, ApiKeysGuardEveryGrpcCallButHealth) {
 TEST_F(SecurityTest, ApiKeysGuardTheHttpApiButHealth) {
   server::ServerOptions options = BaseOptions();
   options.api_keys_file = WriteFile("http-keys", "http-key\n");
-  std::unique_ptr<server::Server> server = StartServer(options);
+  std::unique_ptr<server::Server> server = StartTestServer(options);
   ASSERT_NE(server, nullptr);
   const std::string body = R"({"prompt": "In the beginning", "max_tokens": 4})";
 
@@ -188,7 +176,7 @@ TEST_F(SecurityTest, ApiKeysGuardTheHttpApiButHealth) {
 TEST_F(SecurityTest, ReloadedKeysReplaceTheOldOnes) {
   server::ServerOptions options = BaseOptions();
   options.api_keys_file = WriteFile("reload-keys", "before\n");
-  std::unique_ptr<server::Server> server = StartServer(options);
+  std::unique_ptr<server::Server> server = StartTestServer(options);
   ASSERT_NE(server, nullptr);
   client::ConnectOptions before, after;
   before.api_key = "before";
@@ -216,7 +204,7 @@ TEST_F(SecurityTest, TlsServesClientsThatTrustItsCa) {
   server::ServerOptions options = BaseOptions();
   options.tls.cert = pki->server_cert;
   options.tls.key = pki->server_key;
-  std::unique_ptr<server::Server> server = StartServer(options);
+  std::unique_ptr<server::Server> server = StartTestServer(options);
   ASSERT_NE(server, nullptr);
 
   client::ConnectOptions trusting;
@@ -244,7 +232,7 @@ TEST_F(SecurityTest, MutualTlsNeedsAClientCertificateFromTheCa) {
   options.tls.cert = pki->server_cert;
   options.tls.key = pki->server_key;
   options.tls.client_ca = pki->ca;
-  std::unique_ptr<server::Server> server = StartServer(options);
+  std::unique_ptr<server::Server> server = StartTestServer(options);
   ASSERT_NE(server, nullptr);
 
   client::ConnectOptions no_certificate;
@@ -311,7 +299,7 @@ absl::StatusOr<std::string> ListServices(const std::string& address) {
 }
 
 TEST_F(SecurityTest, ReflectionIsOnForLoopbackUnlessTurnedOff) {
-  std::unique_ptr<server::Server> server = StartServer(BaseOptions());
+  std::unique_ptr<server::Server> server = StartTestServer(BaseOptions());
   ASSERT_NE(server, nullptr);
   EXPECT_TRUE(server->reflection_enabled());
   absl::StatusOr<std::string> services = ListServices(server->address());
@@ -320,7 +308,7 @@ TEST_F(SecurityTest, ReflectionIsOnForLoopbackUnlessTurnedOff) {
 
   server::ServerOptions options = BaseOptions();
   options.reflection = false;
-  std::unique_ptr<server::Server> quiet = StartServer(options);
+  std::unique_ptr<server::Server> quiet = StartTestServer(options);
   ASSERT_NE(quiet, nullptr);
   EXPECT_FALSE(quiet->reflection_enabled());
   EXPECT_EQ(ListServices(quiet->address()).status().code(), absl::StatusCode::kUnimplemented);

@@ -24,6 +24,7 @@
 #include "quill/v1/quill.grpc.pb.h"
 #include "server/server.h"
 #include "tests/integration/server_test_util.h"
+#include "tests/integration/test_server.h"
 #include "tests/testing/test_env.h"
 
 namespace quill::testing {
@@ -38,15 +39,9 @@ constexpr int kEos = 2;  // kjv-1m's EOS id
 std::string ModelPath() { return SharedModelPath("kjv-1m.gguf"); }
 
 server::ServerOptions TestOptions() {
-  server::ServerOptions options;
-  options.model_path = ModelPath();
-  options.precision = engine::kernels::Precision::kExact;
-  options.host = "127.0.0.1";
-  options.port = 0;
-  options.metrics_port = 0;
+  // 1024 KV blocks: plenty, and quick to allocate.
+  server::ServerOptions options = KjvTestServerOptions(32 << 20);
   options.http_port = 0;
-  options.drain_timeout = absl::Seconds(5);
-  options.engine.kv_cache_bytes = 32 << 20;  // 1024 blocks: plenty, and quick to allocate
   options.engine.max_queue = 100;
   options.engine.spec_tokens = 4;  // as quill-server runs by default
   return options;

@@ -18,6 +18,7 @@
 #include "server/server.h"
 #include "server/stream_limits.h"
 #include "tests/integration/server_test_util.h"
+#include "tests/integration/test_server.h"
 #include "tests/testing/test_env.h"
 
 namespace quill::testing {
@@ -32,14 +33,7 @@ constexpr absl::Duration kStallTimeout = absl::Seconds(3);
 
 TEST(SlowReaderTest, NeverReadingStreamsArePausedThenEndStalledAndOthersAreServed) {
   if (SharedModelPath("kjv-1m.gguf").empty()) GTEST_SKIP() << "shared assets not found";
-  server::ServerOptions options;
-  options.model_path = SharedModelPath("kjv-1m.gguf");
-  options.precision = engine::kernels::Precision::kExact;
-  options.host = "127.0.0.1";
-  options.port = 0;
-  options.metrics_port = 0;
-  options.drain_timeout = absl::Seconds(5);
-  options.engine.kv_cache_bytes = 32 << 20;
+  server::ServerOptions options = KjvTestServerOptions(32 << 20);
   options.engine.stall_timeout = kStallTimeout;
   absl::StatusOr<std::unique_ptr<server::Server>> server = server::Server::Create(options);
   ASSERT_TRUE(server.ok()) << server.status();
@@ -132,12 +126,7 @@ TEST(SlowReaderTest, NeverReadingStreamsArePausedThenEndStalledAndOthersAreServe
 // The server tells clients how many streams one connection may open.
 TEST(SlowReaderTest, StreamsPerConnectionAreBounded) {
   if (SharedModelPath("kjv-1m.gguf").empty()) GTEST_SKIP() << "shared assets not found";
-  server::ServerOptions options;
-  options.model_path = SharedModelPath("kjv-1m.gguf");
-  options.host = "127.0.0.1";
-  options.port = 0;
-  options.metrics_port = 0;
-  options.engine.kv_cache_bytes = 32 << 20;
+  server::ServerOptions options = KjvTestServerOptions(32 << 20);
   options.engine.stall_timeout = absl::Seconds(30);
   options.grpc_max_concurrent_streams = 2;
   absl::StatusOr<std::unique_ptr<server::Server>> server = server::Server::Create(options);

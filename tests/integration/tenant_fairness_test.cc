@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
 #include <memory>
 #include <optional>
 #include <string>
@@ -22,6 +21,7 @@
 #include "gtest/gtest.h"
 #include "server/server.h"
 #include "tests/integration/server_test_util.h"
+#include "tests/integration/test_server.h"
 #include "tests/testing/http_client.h"
 #include "tests/testing/test_env.h"
 
@@ -36,32 +36,14 @@ std::string ModelPath() { return SharedModelPath("kjv-1m.gguf"); }
 constexpr int kBurst = 40;
 
 server::ServerOptions FairnessOptions() {
-  server::ServerOptions options;
-  options.model_path = ModelPath();
-  options.precision = engine::kernels::Precision::kExact;
-  options.host = "127.0.0.1";
-  options.port = 0;
-  options.metrics_port = 0;
+  // RunBurst's hold takes all the KV cache.
+  server::ServerOptions options = KjvTestServerOptions(kOneLongRequestOfKv);
   options.http_port = 0;
-  options.drain_timeout = absl::Seconds(5);
-  options.engine.kv_cache_bytes = kOneLongRequestOfKv;  // RunBurst's hold takes it all
   // One request at a time: every other one waits, so the queue's order is the order in
   // which first tokens come out.
   options.engine.max_running = 1;
   options.engine.max_queue = 4 * kBurst;
   return options;
-}
-
-std::unique_ptr<server::Server> StartServer(const server::ServerOptions& options) {
-  absl::StatusOr<std::unique_ptr<server::Server>> server = server::Server::Create(options);
-  EXPECT_TRUE(server.ok()) << server.status();
-  return server.ok() ? *std::move(server) : nullptr;
-}
-
-std::string WriteFile(const std::string& name, const std::string& text) {
-  const std::string path = quill::testing::ScratchPath(name);
-  std::ofstream(path, std::ios::binary) << text;
-  return path;
 }
 
 client::ClientContextHook TenantHeader(const std::string& tenant) {
@@ -160,7 +142,7 @@ class TenantFairnessTest : public ::testing::Test {
 
 // Without API keys the x-quill-tenant metadata names the tenant.
 TEST_F(TenantFairnessTest, HeaderTenantsShareTheQueueFairly) {
-  std::unique_ptr<server::Server> server = StartServer(FairnessOptions());
+  std::unique_ptr<server::Server> server = StartTestServer(FairnessOptions());
   ASSERT_NE(server, nullptr);
   std::unique_ptr<client::QuillClient> client = client::QuillClient::Connect(server->address());
   const BurstResult r = RunBurst(*server, *client, TenantHeader("tenant-a"), *client,
@@ -184,9 +166,9 @@ TEST_F(TenantFairnessTest, HeaderTenantsShareTheQueueFairly) {
 TEST_F(TenantFairnessTest, ApiKeyTenantsShareFairlyAndTheHeaderIsIgnored) {
   server::ServerOptions options = FairnessOptions();
   options.api_keys_file =
-      WriteFile("tenant-keys", "key-a name=alice\nkey-b name=bob\nkey-h name=holder\n");
+      WriteScratchFile("tenant-keys", "key-a name=alice\nkey-b name=bob\nkey-h name=holder\n");
   options.metrics_per_tenant = true;
-  std::unique_ptr<server::Server> server = StartServer(options);
+  std::unique_ptr<server::Server> server = StartTestServer(options);
   ASSERT_NE(server, nullptr);
   client::ConnectOptions alice, bob;
   alice.api_key = "key-a";
@@ -223,7 +205,7 @@ TEST_F(TenantFairnessTest, ApiKeyTenantsShareFairlyAndTheHeaderIsIgnored) {
 }
 
 TEST_F(TenantFairnessTest, MalformedTenantHeaderIsInvalidArgument) {
-  std::unique_ptr<server::Server> server = StartServer(FairnessOptions());
+  std::unique_ptr<server::Server> server = StartTestServer(FairnessOptions());
   ASSERT_NE(server, nullptr);
   std::unique_ptr<client::QuillClient> client = client::QuillClient::Connect(server->address());
   const absl::Status s = client->Generate(TextRequest("In the beginning", 2), nullptr,
@@ -260,7 +242,7 @@ TEST_F(TenantFairnessTest, PerTenantMetricsOnlyWithTheFlag) {
     SCOPED_TRACE(per_tenant ? "--metrics-per-tenant" : "default");
     server::ServerOptions options = FairnessOptions();
     options.metrics_per_tenant = per_tenant;
-    std::unique_ptr<server::Server> server = StartServer(options);
+    std::unique_ptr<server::Server> server = StartTestServer(options);
     ASSERT_NE(server, nullptr);
     std::unique_ptr<client::QuillClient> client = client::QuillClient::Connect(server->address());
     ASSERT_TRUE(client
