@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
@@ -49,6 +50,20 @@ int PortFrom(Subprocess& p, const std::string& pattern) {
     EXPECT_TRUE(absl::SimpleAtoi(*port, &value));
   }
   return value;
+}
+
+// Ends `server` if any client thread still runs (their calls then fail at once), and joins
+// them all.
+void KillAndJoin(Subprocess& server, std::vector<std::thread>& threads) {
+  for (const std::thread& t : threads) {
+    if (t.joinable()) {
+      server.Signal(SIGKILL);
+      break;
+    }
+  }
+  for (std::thread& t : threads) {
+    if (t.joinable()) t.join();
+  }
 }
 
 TEST_F(ServerProcessTest, SigtermDrainsRunningStreamsThenExitsZero) {
@@ -101,6 +116,10 @@ TEST_F(ServerProcessTest, SigtermDrainsRunningStreamsThenExitsZero) {
       finished.fetch_add(1);
     });
   }
+  // A failed ASSERT below returns with the streams still running: the server is killed
+  // (their calls then fail at once) and they are joined, so the failure is reported
+  // instead of ending the process in a joinable std::thread's destructor.
+  absl::Cleanup join_clients = [&] { KillAndJoin(server, threads); };
   // Signal once every request was accepted (finished, running or queued) while at least
   // half of them have yet to finish. A fast build runs one of these requests in ~25 ms, so
   // the first can end before the last is queued: waiting for all twelve to be in the
@@ -181,7 +200,9 @@ TEST_F(ServerProcessTest, SecondSignalDuringTheDrainExitsAtOnce) {
       });
     });
   }
-  // Not an ASSERT: the threads must be joined either way (the signals below end them).
+  // As in the test above: a failed ASSERT kills the server and joins the streams.
+  absl::Cleanup join_clients = [&] { KillAndJoin(server, threads); };
+  // Not an ASSERT: the signals below are what end the streams.
   EXPECT_TRUE(streaming.WaitForNotificationWithTimeout(absl::Seconds(60)))
       << "no stream got a token within 60 s";
   const absl::Time first_sent = absl::Now();
@@ -200,7 +221,7 @@ TEST_F(ServerProcessTest, SecondSignalDuringTheDrainExitsAtOnce) {
   // ...a later one ends the drain at once.
   server.Signal(SIGINT);
   absl::StatusOr<int> code = server.Wait(absl::Seconds(20));
-  for (std::thread& t : threads) t.join();  // before any ASSERT; their deadlines bound it
+  for (std::thread& t : threads) t.join();  // the deadlines bound it
   ASSERT_TRUE(code.ok()) << code.status();
   EXPECT_EQ(*code, 1);
   // The drain was cut short: streams still queued or running then failed, and none that

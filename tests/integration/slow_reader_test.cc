@@ -7,8 +7,10 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "client/quill_client.h"
 #include "gmock/gmock.h"
@@ -147,15 +149,24 @@ TEST(SlowReaderTest, StreamsPerConnectionAreBounded) {
       calls[i]->Start(*stub, r);
     });
   }
+  // A failed ASSERT below returns with the starts still running: cancel the calls and join
+  // them, so the failure is reported instead of ending the process in a joinable
+  // std::thread's destructor.
+  absl::Cleanup join_starts = [&] {
+    for (auto& call : calls) call->context.TryCancel();
+    for (std::thread& t : starts) {
+      if (t.joinable()) t.join();
+    }
+  };
   absl::StatusOr<PromText> paused = ScrapeUntil(
       metrics_port, [](const PromText& t) { return t.Value("quill_requests_paused") == 2; });
   ASSERT_TRUE(paused.ok()) << paused.status();
   absl::SleepFor(absl::Milliseconds(300));
-  const PromText later = ScrapeUntil(metrics_port, [](const PromText&) { return true; }).value();
-  EXPECT_EQ(Metric(later, "quill_requests_running"), 2);
-  EXPECT_EQ(Metric(later, "quill_requests_waiting"), 0);
-  for (auto& call : calls) call->context.TryCancel();
-  for (std::thread& t : starts) t.join();
+  absl::StatusOr<PromText> later = ScrapeUntil(metrics_port, [](const PromText&) { return true; });
+  ASSERT_TRUE(later.ok()) << later.status();
+  EXPECT_EQ(Metric(*later, "quill_requests_running"), 2);
+  EXPECT_EQ(Metric(*later, "quill_requests_waiting"), 0);
+  std::move(join_starts).Invoke();  // cancels the calls, joins the starts
   for (auto& call : calls) {
     int tokens = 0;
     call->Drain(&tokens);
