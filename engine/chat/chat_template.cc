@@ -12,6 +12,7 @@
 #include "engine/chat/jinja_parser.h"
 
 namespace quill::engine::chat {
+
 absl::StatusOr<ChatTemplate> ChatTemplate::Parse(absl::string_view source) {
   if (!IsValidUtf8(source)) {
     return absl::InvalidArgumentError("the chat template is not valid UTF-8");

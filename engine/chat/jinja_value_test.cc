@@ -54,6 +54,13 @@ TEST(PyStringTest, CodePointsAndInvalidUtf8) {
   size_t len = 0;
   EXPECT_EQ(py::DecodeAt("\xe6\x97", 0, &len), 0xE6u);
   EXPECT_EQ(len, 1u);
+  // Overlongs, surrogates and values past U+10FFFF are single bytes too.
+  for (const char* bad : {"\xc0\x80", "\xe0\x80\x80", "\xed\xa0\x80", "\xf4\x90\x80\x80"}) {
+    EXPECT_EQ(py::DecodeAt(bad, 0, &len), static_cast<uint8_t>(bad[0])) << bad;
+    EXPECT_EQ(len, 1u) << bad;
+  }
+  EXPECT_EQ(py::DecodeAt("x\xf4\x8f\xbf\xbf", 1, &len), 0x10FFFFu);
+  EXPECT_EQ(len, 4u);
 }
 
 TEST(PyStringTest, SplitLinesMatchesPython) {
