@@ -311,19 +311,20 @@ struct Avx512Attention {
   // widened to f32 into out[d][16 * g + lane] (exact). Keys in lanes contiguous in their
   // block come from cols[g] (stride apart); otherwise (block_size % 16 != 0) they are
   // gathered one by one from keys[] (lanes past `count` get 0). With kPrefetch, the same
-  // columns of the next tile's contiguous groups, next_cols[g] for g < next_groups, are
-  // prefetched.
+  // columns of the next tile's first next_count keys (next_keys[], contiguous groups of 16)
+  // are prefetched.
   template <bool kPrefetch>
   QUILL_AVX512_TARGET static void WidenKeys(const KvT* const* cols, const KvT* const* keys,
                                             int64_t stride, int64_t column, int head_dim,
                                             int groups, int count, bool contiguous,
-                                            float (*out)[kTile], const KvT* const* next_cols,
-                                            int next_groups) {
+                                            float (*out)[kTile], const KvT* const* next_keys,
+                                            int next_count) {
     for (int d = 0; d < head_dim; ++d) {
       if (contiguous) {
         if constexpr (kPrefetch) {
-          for (int g = 0; g < next_groups; ++g)
-            PrefetchIntoL1(next_cols[g] + (column + d) * stride);
+          for (int i = 0; i < next_count; i += 16) {
+            PrefetchIntoL1(next_keys[i] + (column + d) * stride);
+          }
         }
         for (int g = 0; g < groups; ++g) {
           _mm512_store_ps(out[d] + 16 * g, LoadKv16(cols[g] + (column + d) * stride, 0xffff));
@@ -369,7 +370,6 @@ struct Avx512Attention {
     for (int g = 0; g < kTile / 16; ++g) wide_cols[g] = wide_k[0] + 16 * g;
     for (int i = 0; i < kTile; ++i) wide_v_rows[i] = wide_v[i];
     const KvT* cols[kTile / 16];
-    const KvT* next_cols[kTile / 16];
     const KvT* head_cols[kTile / 16];
 
     for (int h = 0; h < num_heads; ++h) {
@@ -387,12 +387,10 @@ struct Avx512Attention {
       const int next_count = std::clamp(it.num_keys - t0 - kTile, 0, kTile);
       // What of the next tile the widening prefetches: nothing without it.prefetch.
       const int prefetch_keys = it.prefetch ? next_count : 0;
-      const int prefetch_groups = (prefetch_keys + 15) / 16;
       TileSlots(it, t0 + kTile, next_count, next_keys, next_v_rows);
       // Lanes past the last key compute on valid slots of its block (or zeros) and are
       // masked out.
       for (int g = 0; g < groups; ++g) cols[g] = keys[16 * g];
-      for (int g = 0; g < prefetch_groups; ++g) next_cols[g] = next_keys[16 * g];
 
       // One KV head (and the item's query heads that read it) at a time.
       for (int h = it.head_begin; h < it.head_end;) {
@@ -407,7 +405,7 @@ struct Avx512Attention {
           // then read f32.
           if (prefetch_keys > 0) {
             WidenKeys<true>(cols, keys, bs, offset, hd, groups, count, contiguous, wide_k,
-                            next_cols, prefetch_groups);
+                            next_keys, prefetch_keys);
             WidenRows<true>(v_rows, offset, skip, count, last, wide_v, next_v_rows, prefetch_keys);
           } else {
             WidenKeys<false>(cols, keys, bs, offset, hd, groups, count, contiguous, wide_k, nullptr,
