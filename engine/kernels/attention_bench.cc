@@ -15,10 +15,14 @@
 #include <memory>
 #include <numeric>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
 #include "engine/base/cpu_features.h"
 #include "engine/kernels/attention.h"
 
@@ -26,6 +30,9 @@ ABSL_FLAG(int, iters, 50, "timed calls per case");
 ABSL_FLAG(bool, shuffle_blocks, true,
           "scatter each sequence's blocks over the pool (a long-running server's cache); false: "
           "consecutive blocks (a fresh cache's first sequence)");
+ABSL_FLAG(std::string, cases, "",
+          "run only these cases, by comma-separated names as printed (e.g. \"decode 1 x 4096\"); "
+          "empty: all");
 
 namespace quill::engine::kernels {
 namespace {
@@ -69,6 +76,15 @@ struct Timing {
 struct Caches {
   std::unique_ptr<void, FreeDeleter> k[2], v[2];  // [0] f32, [1] f16
 };
+
+// Whether --cases selects the case `name`.
+bool Selected(absl::string_view name, absl::string_view cases) {
+  if (cases.empty()) return true;
+  for (absl::string_view part : absl::StrSplit(cases, ',', absl::SkipEmpty())) {
+    if (absl::StripAsciiWhitespace(part) == name) return true;
+  }
+  return false;
+}
 
 std::vector<Timing> TimeCase(const Case& c, int iters) {
   const int blocks_per_seq = (c.context + kBlock - 1) / kBlock;
@@ -141,10 +157,11 @@ int main(int argc, char** argv) {
   const int iters = absl::GetFlag(FLAGS_iters);
   std::printf("PagedAttention, 32 q heads / 4 kv heads / head_dim 64, %d threads, %s\n",
               omp_get_max_threads(), quill::engine::HasAvx512Bf16() ? "AVX-512" : "portable");
-  for (const Case& c :
-       {Case{"decode 1 x 512", 1, 512, 1}, Case{"decode 16 x 512", 16, 512, 1},
-        Case{"decode 64 x 512", 64, 512, 1}, Case{"decode 1 x 4096", 1, 4096, 1},
-        Case{"decode 1 x 4096, 22 layers", 1, 4096, 1, 22}, Case{"prefill 1 x 512", 1, 512, 512}}) {
+  for (const Case& c : {Case{"decode 1 x 512", 1, 512, 1}, Case{"decode 16 x 512", 16, 512, 1},
+                        Case{"decode 64 x 512", 64, 512, 1}, Case{"decode 1 x 4096", 1, 4096, 1},
+                        Case{"decode 1 x 4096 (22 layers)", 1, 4096, 1, 22},
+                        Case{"prefill 1 x 512", 1, 512, 512}}) {
+    if (!quill::engine::kernels::Selected(c.name, absl::GetFlag(FLAGS_cases))) continue;
     const std::vector<quill::engine::kernels::Timing> timings =
         quill::engine::kernels::TimeCase(c, c.new_tokens > 1 ? std::max(3, iters / 10) : iters);
     // Multiply-adds: q.k and p.v over the attended positions.
