@@ -49,7 +49,7 @@ struct Item {
   KvLayout layout;
   float scale;
   float softcap;  // 0: none
-  // Prefetch each next tile's K and V while widening this one's: for a decode row, whose
+  // Prefetch each next tile's K and V while computing on this one's: for a decode row, whose
   // keys come from memory. A prefill chunk's rows find them in cache.
   bool prefetch;
 };
@@ -79,18 +79,19 @@ void TileSlots(const Item& it, int t0, int count, const KvT** keys, const KvT** 
   }
 }
 
-// The widening loops below prefetch the next tile's K and V lines of the same KV head, one
-// line beside each they read, a tile's work (~1-2 us) ahead, for decode rows (Item::prefetch).
-// At decode a KV cache comes from memory once per layer (the weights evict it between
-// tokens), and the widening waited on each of its lines. Measured on Zen 5, 2 threads, f16
-// KV, alternated with the build before:
+// A decode row's first pass over a tile's K and V (Item::prefetch) prefetches the same lines
+// of the next tile of the same KV head, one beside each it reads, a tile's work ahead. At
+// decode a KV cache comes from memory once per layer (the weights evict it between tokens).
+// Measured on Zen 5, 2 threads, f16 KV, alternated with the build before (when a tile was
+// first widened to f32 copies, and the widening loops prefetched):
 // - quill-attention-bench, decode 1 x 4096 over 22 layers: 0.76-0.83x the time per call
 //   (6 runs); 64 x 512: 0.83-0.89x; 16 x 512: 0.90-1.0x. With the cache in L1-L3 it costs:
 //   1 x 512 1.04-1.18x, 1 x 4096 (one layer) 1.0-1.1x. Prefill (no prefetch): within noise.
 // - quill-bench on the TinyLlama-shaped Q4_K_M file, 3 pairs: tg64 at depth 4096 43.3-46.6
-//   -> 46.8-52.3 t/s (+8-13% in every pair); at depth 512 +3% in two pairs (the third fell
-//   in a slow phase of the host, its pp512 too).
-// The same prefetches issued all at once at a tile's start changed nothing.
+//   -> 46.8-52.3 t/s (+8-13% in every pair).
+// The same prefetches issued all at once at a tile's start changed nothing; into L2 two
+// tiles ahead, or into L1 from a list of the next tile's lines spread over the arithmetic,
+// they made decode slower (1.2-1.5x at 22 layers).
 inline void PrefetchIntoL1(const void* p) { __builtin_prefetch(p, /*rw=*/0, /*locality=*/3); }
 
 // A cached value widened to f32 (exact for both element types).
@@ -107,47 +108,83 @@ QUILL_AVX512_TARGET inline __m512 LoadKv16(const uint16_t* p, __mmask16 m) {
 
 // ---- AVX-512 ---------------------------------------------------------------------------
 
-// Scores of up to 4 query heads against up to 4 groups of 16 keys with the keys in lanes:
-// group g's column d (this KV head's dimension d) is 16 contiguous values at
-// cols[g] + d * stride. Every score is one FMA chain over head_dim in order, from zero,
-// times the scale: the portable path's arithmetic, whatever the grouping.
+// Query heads one pass of the score or P.V loops computes at once, sharing each K or V load
+// (and its widening from f16), with their 16 accumulators at most in registers: 8 heads x 2
+// groups of keys (or chunks of V) per pass, so that a GQA group of 8 reads and widens each
+// element once, in the loop that uses it. Before, 4 heads x 4 groups per pass: an f16 tile
+// was first widened into f32 copies, a loop that waited on memory with no arithmetic to
+// overlap. quill-attention-bench (Zen 5, 2 threads), alternated with that build, every
+// output bit the same: f16 decode 0.75-0.84x the time per call (1 x 4096 over 22 layers
+// 0.79-0.80x), prefill 0.80-0.81x; f32 decode 0.71-1.0x, prefill 0.95-0.96x.
+constexpr int kMaxBlockHeads = 8;
+
+// Scores of up to 8 query heads against groups of 16 keys with the keys in lanes: group g's
+// column d (this KV head's dimension d) is 16 contiguous values at cols[g] + d * stride.
+// Every score is one FMA chain over head_dim in order, from zero, times the scale: the
+// portable path's arithmetic, whatever the grouping.
 template <typename KvT>
 struct KeyScores {
+  // Heads [0, kHeads) x groups [g0, g0 + kGroups). Prefetches column d of next_cols[g0,
+  // next_groups) (the next tile's groups) as it reads column d. Inlined by force: called
+  // on its own, GCC stored the f32 accumulators to the stack on every step of the d loop
+  // (f32 decode 1.4x slower).
   template <int kHeads, int kGroups>
-  QUILL_AVX512_TARGET static void Block(const float* q, int head_dim, const KvT* const* cols,
-                                        int64_t stride, __m512 (*dots)[kTile / 16]) {
+  [[gnu::always_inline]] QUILL_AVX512_TARGET static void Block(
+      const float* q, int head_dim, const KvT* const* cols, int64_t stride, int g0,
+      const KvT* const* next_cols, int next_groups, __m512 (*dots)[kTile / 16]) {
     __m512 acc[kHeads][kGroups];
     for (int h = 0; h < kHeads; ++h) {
       for (int g = 0; g < kGroups; ++g) acc[h][g] = _mm512_setzero_ps();
     }
+    // Groups the next tile lacks prefetch this tile's lines again (in L1 already): the d
+    // loop stays free of branches, without which GCC keeps the accumulators in registers.
+    const KvT* prefetch[kGroups];
+    for (int g = 0; g < kGroups; ++g) {
+      prefetch[g] = g0 + g < next_groups ? next_cols[g0 + g] : cols[g0 + g];
+    }
     for (int d = 0; d < head_dim; ++d) {
+      for (int g = 0; g < kGroups; ++g) PrefetchIntoL1(prefetch[g] + d * stride);
       __m512 k[kGroups];
-      for (int g = 0; g < kGroups; ++g) k[g] = LoadKv16(cols[g] + d * stride, 0xffff);
+      for (int g = 0; g < kGroups; ++g) k[g] = LoadKv16(cols[g0 + g] + d * stride, 0xffff);
       for (int h = 0; h < kHeads; ++h) {
         const __m512 qd = _mm512_set1_ps(q[h * head_dim + d]);
         for (int g = 0; g < kGroups; ++g) acc[h][g] = _mm512_fmadd_ps(qd, k[g], acc[h][g]);
       }
     }
     for (int h = 0; h < kHeads; ++h) {
-      for (int g = 0; g < kGroups; ++g) dots[h][g] = acc[h][g];
+      for (int g = 0; g < kGroups; ++g) dots[h][g0 + g] = acc[h][g];
     }
   }
 
-  template <int kHeads>
-  QUILL_AVX512_TARGET static void Heads(int groups, const float* q, int head_dim,
-                                        const KvT* const* cols, int64_t stride,
-                                        __m512 (*dots)[kTile / 16]) {
-    static_assert(kTile / 16 == 4);
-    switch (groups) {
-      case 1:
-        return Block<kHeads, 1>(q, head_dim, cols, stride, dots);
-      case 2:
-        return Block<kHeads, 2>(q, head_dim, cols, stride, dots);
-      case 3:
-        return Block<kHeads, 3>(q, head_dim, cols, stride, dots);
-      default:
-        return Block<kHeads, 4>(q, head_dim, cols, stride, dots);
+  // kHeads heads against the tile's `groups` groups, as many groups per pass as 16
+  // accumulators allow.
+  template <int kHeads, int... kGroups>
+  QUILL_AVX512_TARGET static void Heads(int groups, std::integer_sequence<int, kGroups...>,
+                                        const float* q, int head_dim, const KvT* const* cols,
+                                        int64_t stride, const KvT* const* next_cols,
+                                        int next_groups, __m512 (*dots)[kTile / 16]) {
+    constexpr int kPass = sizeof...(kGroups);
+    for (int g0 = 0; g0 < groups; g0 += kPass) {
+      const int n = std::min(kPass, groups - g0);
+      ((n == kGroups + 1 ? Block<kHeads, kGroups + 1>(q, head_dim, cols, stride, g0, next_cols,
+                                                      next_groups, dots)
+                         : void()),
+       ...);
     }
+  }
+
+  template <int... kHeads>
+  QUILL_AVX512_TARGET static void HeadsN(int n, std::integer_sequence<int, kHeads...>, int groups,
+                                         const float* q, int head_dim, const KvT* const* cols,
+                                         int64_t stride, const KvT* const* next_cols,
+                                         int next_groups, __m512 (*dots)[kTile / 16]) {
+    static_assert(kTile / 16 == 4);
+    ((n == kHeads + 1
+          ? Heads<kHeads + 1>(groups,
+                              std::make_integer_sequence<int, std::min(4, 16 / (kHeads + 1))>{}, q,
+                              head_dim, cols, stride, next_cols, next_groups, dots)
+          : void()),
+     ...);
   }
 
   // score * scale, soft-capped when softcap > 0 (cap * tanh(score / cap)).
@@ -159,31 +196,21 @@ struct KeyScores {
   }
 
   // scores[h][0, 16 * groups) for `num_heads` heads starting at q: scaled (and capped)
-  // dots for keys [skip, count), -inf elsewhere.
+  // dots for keys [skip, count), -inf elsewhere. The first 8 heads' passes prefetch the
+  // same columns of next_cols[0, next_groups).
   QUILL_AVX512_TARGET static void Scores(const float* q, int num_heads, int head_dim,
                                          const KvT* const* cols, int64_t stride, int skip,
-                                         int count, int groups, float scale_value, float softcap,
+                                         int count, int groups, const KvT* const* next_cols,
+                                         int next_groups, float scale_value, float softcap,
                                          float (*scores)[kTile]) {
     const __m512 scale = _mm512_set1_ps(scale_value);
     const __m512 neg_inf = _mm512_set1_ps(kNegInf);
-    __m512 dots[4][kTile / 16];
-    for (int h = 0; h < num_heads; h += 4) {
+    __m512 dots[kMaxBlockHeads][kTile / 16];
+    for (int h = 0; h < num_heads; h += kMaxBlockHeads) {
       const float* qh = q + static_cast<int64_t>(h) * head_dim;
-      const int n = std::min(4, num_heads - h);
-      switch (n) {
-        case 1:
-          Heads<1>(groups, qh, head_dim, cols, stride, dots);
-          break;
-        case 2:
-          Heads<2>(groups, qh, head_dim, cols, stride, dots);
-          break;
-        case 3:
-          Heads<3>(groups, qh, head_dim, cols, stride, dots);
-          break;
-        default:
-          Heads<4>(groups, qh, head_dim, cols, stride, dots);
-          break;
-      }
+      const int n = std::min(kMaxBlockHeads, num_heads - h);
+      HeadsN(n, std::make_integer_sequence<int, kMaxBlockHeads>{}, groups, qh, head_dim, cols,
+             stride, next_cols, h == 0 ? next_groups : 0, dots);
       for (int j = 0; j < n; ++j) {
         for (int g = 0; g < groups; ++g) {
           _mm512_store_ps(scores[h + j] + 16 * g,
@@ -199,14 +226,10 @@ struct KeyScores {
 // differently below only changes which registers hold what, never a result.
 //
 // kChunks = ceil(head_dim / 16); the last chunk is masked when head_dim % 16 != 0. KvT is
-// the cache's element (float or f16 bits); K and V are widened exactly, as they are loaded
-// or a tile at a time.
+// the cache's element (float or f16 bits); K and V are widened exactly as they are loaded
+// (or, for block sizes that are not a multiple of 16, gathered into f32 a tile at a time).
 template <int kChunks, typename KvT>
 struct Avx512Attention {
-  // Heads whose outputs accumulate together in P.V (sharing each V row load): up to 16
-  // accumulator registers.
-  static constexpr int kPvHeads = std::max(1, std::min(4, 16 / kChunks));
-
   QUILL_AVX512_TARGET static __mmask16 ChunkMask(int c, __mmask16 last) {
     return c == kChunks - 1 ? last : static_cast<__mmask16>(0xffff);
   }
@@ -234,73 +257,100 @@ struct Avx512Attention {
     return alpha;
   }
 
-  // acc[h] = acc[h] * alpha[h] + sum_i weights[h][i] * V_i, for kHeads heads at once.
-  template <int kHeads>
-  QUILL_AVX512_TARGET static void WeightedValues(const KvT* const* v_rows, int64_t offset, int skip,
-                                                 int count, __mmask16 last, float (*weights)[kTile],
-                                                 const float* alpha, float (*acc)[kChunks * 16]) {
-    __m512 o[kHeads][kChunks];
+  // acc[h] = acc[h] * alpha[h] + sum_i weights[h][i] * V_i over chunks [c0, c0 + kChunksPerPass)
+  // of kHeads heads at once. Prefetches the same bytes of next_rows[i] + offset, i <
+  // next_count, as it reads V_i's.
+  template <int kHeads, int kChunksPerPass>
+  QUILL_AVX512_TARGET static void WeightedValues(const KvT* const* v_rows, int64_t offset, int c0,
+                                                 int skip, int count, __mmask16 last,
+                                                 float (*weights)[kTile], const float* alpha,
+                                                 float (*acc)[kChunks * 16],
+                                                 const KvT* const* next_rows, int next_count) {
+    constexpr int kBytes = kChunksPerPass * 16 * sizeof(KvT);
+    __m512 o[kHeads][kChunksPerPass];
     for (int h = 0; h < kHeads; ++h) {
       const __m512 a = _mm512_set1_ps(alpha[h]);
-      for (int c = 0; c < kChunks; ++c) o[h][c] = _mm512_mul_ps(_mm512_load_ps(acc[h] + 16 * c), a);
+      for (int c = 0; c < kChunksPerPass; ++c) {
+        o[h][c] = _mm512_mul_ps(_mm512_load_ps(acc[h] + 16 * (c0 + c)), a);
+      }
     }
     for (int i = skip; i < count; ++i) {
+      if (i < next_count) {
+        const char* next = reinterpret_cast<const char*>(next_rows[i] + offset + 16 * c0);
+        for (int b = 0; b < kBytes; b += 64) PrefetchIntoL1(next + b);
+      }
       __m512 p[kHeads];
       for (int h = 0; h < kHeads; ++h) p[h] = _mm512_set1_ps(weights[h][i]);
-      for (int c = 0; c < kChunks; ++c) {
-        const __m512 v = LoadKv16(v_rows[i] + offset + 16 * c, ChunkMask(c, last));
+      for (int c = 0; c < kChunksPerPass; ++c) {
+        const __m512 v = LoadKv16(v_rows[i] + offset + 16 * (c0 + c), ChunkMask(c0 + c, last));
         for (int h = 0; h < kHeads; ++h) o[h][c] = _mm512_fmadd_ps(p[h], v, o[h][c]);
       }
     }
     for (int h = 0; h < kHeads; ++h) {
-      for (int c = 0; c < kChunks; ++c) _mm512_store_ps(acc[h] + 16 * c, o[h][c]);
+      for (int c = 0; c < kChunksPerPass; ++c) _mm512_store_ps(acc[h] + 16 * (c0 + c), o[h][c]);
+    }
+  }
+
+  // P.V of kHeads heads, in passes over the keys of as many chunks as 16 accumulators allow:
+  // each V element is loaded (and widened) once per pass.
+  template <int kHeads>
+  QUILL_AVX512_TARGET static void HeadsValues(const KvT* const* v_rows, int64_t offset, int skip,
+                                              int count, __mmask16 last, float (*weights)[kTile],
+                                              const float* alpha, float (*acc)[kChunks * 16],
+                                              const KvT* const* next_rows, int next_count) {
+    constexpr int kPass = std::min(kChunks, std::max(1, 16 / kHeads));
+    constexpr int kFull = kChunks / kPass * kPass;
+    for (int c0 = 0; c0 < kFull; c0 += kPass) {
+      WeightedValues<kHeads, kPass>(v_rows, offset, c0, skip, count, last, weights, alpha, acc,
+                                    next_rows, next_count);
+    }
+    if constexpr (kFull < kChunks) {
+      WeightedValues<kHeads, kChunks - kFull>(v_rows, offset, kFull, skip, count, last, weights,
+                                              alpha, acc, next_rows, next_count);
     }
   }
 
   template <int... kHeads>
-  QUILL_AVX512_TARGET static void WeightedValuesN(int n, std::integer_sequence<int, kHeads...>,
-                                                  const KvT* const* v_rows, int64_t offset,
-                                                  int skip, int count, __mmask16 last,
-                                                  float (*weights)[kTile], const float* alpha,
-                                                  float (*acc)[kChunks * 16]) {
-    ((n == kHeads + 1
-          ? WeightedValues<kHeads + 1>(v_rows, offset, skip, count, last, weights, alpha, acc)
-          : void()),
+  QUILL_AVX512_TARGET static void HeadsValuesN(int n, std::integer_sequence<int, kHeads...>,
+                                               const KvT* const* v_rows, int64_t offset, int skip,
+                                               int count, __mmask16 last, float (*weights)[kTile],
+                                               const float* alpha, float (*acc)[kChunks * 16],
+                                               const KvT* const* next_rows, int next_count) {
+    ((n == kHeads + 1 ? HeadsValues<kHeads + 1>(v_rows, offset, skip, count, last, weights, alpha,
+                                                acc, next_rows, next_count)
+                      : void()),
      ...);
   }
 
   // The scores, softmax step and P.V of query heads [first, first + n) of the item (one
   // KV head's group, or a run of it) over one tile: its keys' columns for this KV head at
   // key_cols[g] + d * key_stride (group g of 16 keys), its value rows at v_rows[i] + offset.
+  // The first pass over the keys and values prefetches the next tile's, next_cols[g] (its
+  // next_groups groups) and next_rows[i] + offset (i < next_count).
   QUILL_AVX512_TARGET static void HeadTile(const float* q, int first, int n,
                                            const KvT* const* key_cols, int64_t key_stride,
                                            const KvT* const* v_rows, int64_t offset, int skip,
                                            int count, int padded, __mmask16 last, const Item& it,
-                                           float (*scores)[kTile], float* alpha, float* running_max,
-                                           float* running_sum, float (*acc)[kChunks * 16]) {
+                                           const KvT* const* next_cols, const KvT* const* next_rows,
+                                           int next_count, float (*scores)[kTile], float* alpha,
+                                           float* running_max, float* running_sum,
+                                           float (*acc)[kChunks * 16]) {
     KeyScores<KvT>::Scores(q, n, it.layout.head_dim, key_cols, key_stride, skip, count, padded / 16,
-                           it.scale, it.softcap, scores + first);
+                           next_cols, (next_count + 15) / 16, it.scale, it.softcap, scores + first);
     for (int j = first; j < first + n; ++j) {
       alpha[j] = Softmax(scores[j], skip, count, padded, &running_max[j], &running_sum[j]);
     }
-    for (int j = first; j < first + n; j += kPvHeads) {
-      WeightedValuesN(std::min(kPvHeads, first + n - j),
-                      std::make_integer_sequence<int, kPvHeads>{}, v_rows, offset, skip, count,
-                      last, scores + j, alpha + j, acc + j);
+    for (int j = first; j < first + n; j += kMaxBlockHeads) {
+      HeadsValuesN(std::min(kMaxBlockHeads, first + n - j),
+                   std::make_integer_sequence<int, kMaxBlockHeads>{}, v_rows, offset, skip, count,
+                   last, scores + j, alpha + j, acc + j, next_rows, j == first ? next_count : 0);
     }
   }
 
-  // rows[i] + offset, i in [begin, end), widened to f32 into out[i] (exact). With kPrefetch,
-  // the same slice of next_rows[i], i < next_count, is prefetched on the way.
-  template <bool kPrefetch>
+  // rows[i] + offset, i in [begin, end), widened to f32 into out[i] (exact).
   QUILL_AVX512_TARGET static void WidenRows(const KvT* const* rows, int64_t offset, int begin,
-                                            int end, __mmask16 last, float (*out)[kChunks * 16],
-                                            const KvT* const* next_rows, int next_count) {
+                                            int end, __mmask16 last, float (*out)[kChunks * 16]) {
     for (int i = begin; i < end; ++i) {
-      if (kPrefetch && i < next_count) {
-        const char* next = reinterpret_cast<const char*>(next_rows[i] + offset);
-        for (size_t b = 0; b < kChunks * 16 * sizeof(KvT); b += 64) PrefetchIntoL1(next + b);
-      }
       for (int c = 0; c < kChunks; ++c) {
         _mm512_store_ps(out[i] + 16 * c, LoadKv16(rows[i] + offset + 16 * c, ChunkMask(c, last)));
       }
@@ -308,31 +358,14 @@ struct Avx512Attention {
   }
 
   // Columns [column, column + head_dim) of the tile's first `groups` groups of 16 keys,
-  // widened to f32 into out[d][16 * g + lane] (exact). Keys in lanes contiguous in their
-  // block come from cols[g] (stride apart); otherwise (block_size % 16 != 0) they are
-  // gathered one by one from keys[] (lanes past `count` get 0). With kPrefetch, the same
-  // columns of the next tile's first next_count keys (next_keys[], contiguous groups of 16)
-  // are prefetched.
-  template <bool kPrefetch>
-  QUILL_AVX512_TARGET static void WidenKeys(const KvT* const* cols, const KvT* const* keys,
-                                            int64_t stride, int64_t column, int head_dim,
-                                            int groups, int count, bool contiguous,
-                                            float (*out)[kTile], const KvT* const* next_keys,
-                                            int next_count) {
+  // gathered one by one from keys[] and widened to f32 into out[d][16 * g + lane] (exact;
+  // lanes past `count` get 0).
+  QUILL_AVX512_TARGET static void GatherKeys(const KvT* const* keys, int64_t stride, int64_t column,
+                                             int head_dim, int groups, int count,
+                                             float (*out)[kTile]) {
     for (int d = 0; d < head_dim; ++d) {
-      if (contiguous) {
-        if constexpr (kPrefetch) {
-          for (int i = 0; i < next_count; i += 16) {
-            PrefetchIntoL1(next_keys[i] + (column + d) * stride);
-          }
-        }
-        for (int g = 0; g < groups; ++g) {
-          _mm512_store_ps(out[d] + 16 * g, LoadKv16(cols[g] + (column + d) * stride, 0xffff));
-        }
-      } else {
-        for (int i = 0; i < 16 * groups; ++i) {
-          out[d][i] = i < count ? KvToFloat(keys[i][(column + d) * stride]) : 0.0f;
-        }
+      for (int i = 0; i < 16 * groups; ++i) {
+        out[d][i] = i < count ? KvToFloat(keys[i][(column + d) * stride]) : 0.0f;
       }
     }
   }
@@ -345,8 +378,8 @@ struct Avx512Attention {
     float running_max[kMaxHeadsPerItem];
     float running_sum[kMaxHeadsPerItem];
     float alpha[kMaxHeadsPerItem];
-    // Slots of this tile and of the next, whose K and V lines are prefetched while this
-    // tile's are widened.
+    // Slots of this tile and of the next, whose K and V lines a decode row prefetches while
+    // it computes on this tile's.
     const KvT* key_slots[2][kTile];
     const KvT* value_slots[2][kTile];
     const KvT** keys = key_slots[0];
@@ -355,13 +388,10 @@ struct Avx512Attention {
     const KvT** next_v_rows = value_slots[1];
     const __mmask16 last = TailMask(hd - (kChunks - 1) * 16);
     const int64_t bs = it.layout.block_size;
-    // Blocks of a multiple of 16 slots hold each group of 16 keys contiguously; other block
-    // sizes have their keys gathered into the widened tile.
+    // Blocks of a multiple of 16 slots hold each group of 16 keys contiguously, which the
+    // kernels read in place. Other block sizes have each tile's K and V of a KV head
+    // gathered into f32 copies first.
     const bool contiguous = bs % 16 == 0;
-    // f16 caches: each tile's K and V of one KV head, widened once for all the query heads
-    // that read them (widening on every load cost one conversion per head: a 4,096-key
-    // decode over 22 layers ran 8-14% faster, quill-attention-bench). A lone head reads
-    // its keys and values directly.
     using Wide = Avx512Attention<kChunks, float>;
     alignas(64) float wide_k[kChunks * 16][kTile];
     alignas(64) float wide_v[kTile][kChunks * 16];
@@ -369,8 +399,8 @@ struct Avx512Attention {
     const float* wide_v_rows[kTile];
     for (int g = 0; g < kTile / 16; ++g) wide_cols[g] = wide_k[0] + 16 * g;
     for (int i = 0; i < kTile; ++i) wide_v_rows[i] = wide_v[i];
-    const KvT* cols[kTile / 16];
     const KvT* head_cols[kTile / 16];
+    const KvT* next_head_cols[kTile / 16];
 
     for (int h = 0; h < num_heads; ++h) {
       running_max[h] = kNegInf;
@@ -385,12 +415,9 @@ struct Avx512Attention {
       const int padded = (count + 15) / 16 * 16;
       const int groups = padded / 16;
       const int next_count = std::clamp(it.num_keys - t0 - kTile, 0, kTile);
-      // What of the next tile the widening prefetches: nothing without it.prefetch.
-      const int prefetch_keys = it.prefetch ? next_count : 0;
       TileSlots(it, t0 + kTile, next_count, next_keys, next_v_rows);
-      // Lanes past the last key compute on valid slots of its block (or zeros) and are
-      // masked out.
-      for (int g = 0; g < groups; ++g) cols[g] = keys[16 * g];
+      // What of the next tile the compute loops prefetch: nothing without it.prefetch.
+      const int prefetch_keys = it.prefetch && contiguous ? next_count : 0;
 
       // One KV head (and the item's query heads that read it) at a time.
       for (int h = it.head_begin; h < it.head_end;) {
@@ -400,24 +427,20 @@ struct Avx512Attention {
         const int n = end - h;
         const int64_t offset = static_cast<int64_t>(kv) * hd;
         const float* q = it.q + static_cast<int64_t>(h) * hd;
-        if (!contiguous || (!std::is_same_v<KvT, float> && n >= 2)) {
-          // Widen (or gather) this KV head's K and V of the tile once; its n query heads
-          // then read f32.
-          if (prefetch_keys > 0) {
-            WidenKeys<true>(cols, keys, bs, offset, hd, groups, count, contiguous, wide_k,
-                            next_keys, prefetch_keys);
-            WidenRows<true>(v_rows, offset, skip, count, last, wide_v, next_v_rows, prefetch_keys);
-          } else {
-            WidenKeys<false>(cols, keys, bs, offset, hd, groups, count, contiguous, wide_k, nullptr,
-                             0);
-            WidenRows<false>(v_rows, offset, skip, count, last, wide_v, nullptr, 0);
+        if (contiguous) {
+          // Lanes past the last key compute on valid slots of its block and are masked out.
+          for (int g = 0; g < groups; ++g) head_cols[g] = keys[16 * g] + offset * bs;
+          for (int g = 0; 16 * g < prefetch_keys; ++g) {
+            next_head_cols[g] = next_keys[16 * g] + offset * bs;
           }
-          Wide::HeadTile(q, first, n, wide_cols, kTile, wide_v_rows, 0, skip, count, padded, last,
-                         it, scores, alpha, running_max, running_sum, acc);
-        } else {
-          for (int g = 0; g < groups; ++g) head_cols[g] = cols[g] + offset * bs;
           HeadTile(q, first, n, head_cols, bs, v_rows, offset, skip, count, padded, last, it,
-                   scores, alpha, running_max, running_sum, acc);
+                   next_head_cols, next_v_rows, prefetch_keys, scores, alpha, running_max,
+                   running_sum, acc);
+        } else {
+          GatherKeys(keys, bs, offset, hd, groups, count, wide_k);
+          WidenRows(v_rows, offset, skip, count, last, wide_v);
+          Wide::HeadTile(q, first, n, wide_cols, kTile, wide_v_rows, 0, skip, count, padded, last,
+                         it, nullptr, nullptr, 0, scores, alpha, running_max, running_sum, acc);
         }
         h = end;
       }

@@ -2,7 +2,8 @@
 // head_dim 64, 16-token blocks): decode batches at 512 tokens of context, and one prefill.
 // Each case runs on an f32 and on an f16 cache (exact and fast mode's KV elements), rounds
 // of the two interleaved so that the host's drift hits both alike.
-// Usage: quill-attention-bench [--iters=N]. Prints microseconds per call.
+// Usage: quill-attention-bench [--iters=N] [--cases=...]. Prints microseconds per call and a
+// hash of the output bits, equal across builds whose kernels compute the same bits.
 #include <omp.h>
 #include <sys/mman.h>
 
@@ -11,6 +12,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <ctime>
 #include <memory>
 #include <numeric>
@@ -70,6 +72,7 @@ double CpuMicros() {
 struct Timing {
   double wall_us;  // median
   double cpu_us;   // mean process CPU time (all threads, including OpenMP spinning)
+  uint64_t output_hash;  // of the last call's output bits: equal across builds that agree
 };
 
 // One cache of each element type holding the same (f16-representable) values.
@@ -84,6 +87,17 @@ bool Selected(absl::string_view name, absl::string_view cases) {
     if (absl::StripAsciiWhitespace(part) == name) return true;
   }
   return false;
+}
+
+// FNV-1a over the bits of `values`.
+uint64_t HashBits(const std::vector<float>& values) {
+  uint64_t h = 14695981039346656037ull;
+  for (float v : values) {
+    uint32_t bits;
+    std::memcpy(&bits, &v, sizeof bits);
+    for (int b = 0; b < 32; b += 8) h = (h ^ ((bits >> b) & 0xff)) * 1099511628211ull;
+  }
+  return h;
 }
 
 std::vector<Timing> TimeCase(const Case& c, int iters) {
@@ -143,7 +157,8 @@ std::vector<Timing> TimeCase(const Case& c, int iters) {
   std::vector<Timing> result;
   for (int e = 0; e < 2; ++e) {
     std::sort(times[e].begin(), times[e].end());
-    result.push_back({times[e][times[e].size() / 2], cpu[e] / iters});
+    call(e);
+    result.push_back({times[e][times[e].size() / 2], cpu[e] / iters, HashBits(out)});
   }
   return result;
 }
@@ -171,8 +186,9 @@ int main(int argc, char** argv) {
     for (int e = 0; e < 2; ++e) {
       const quill::engine::kernels::Timing& t = timings[e];
       const double gflops = pairs * 32 * 64 * 4 / (t.wall_us * 1e3);
-      std::printf("  %-27s kv %s %10.1f us/call (cpu %10.1f us)  %6.1f GFLOP/s\n", c.name,
-                  e == 0 ? "f32" : "f16", t.wall_us, t.cpu_us, gflops);
+      std::printf("  %-27s kv %s %10.1f us/call (cpu %10.1f us)  %6.1f GFLOP/s  output %016llx\n",
+                  c.name, e == 0 ? "f32" : "f16", t.wall_us, t.cpu_us, gflops,
+                  static_cast<unsigned long long>(t.output_hash));
     }
     if (timings[0].wall_us > 0) {
       std::printf("  %-27s f16/f32 time %.2fx\n", c.name, timings[1].wall_us / timings[0].wall_us);
