@@ -68,14 +68,24 @@ inline __mmask16 LaneRange(int lo, int hi) {
 // Where the tile's keys [t0, t0 + count) are: keys[i] is column 0 of key i in its
 // transposed block (column c at keys[i] + c * block_size), values[i] its value row (all
 // KV heads).
+// Consecutive slots of a block are consecutive key columns and value rows, so the slots
+// are derived a block at a time (a division per position showed as 2% of decode at depth
+// 4096).
 template <typename KvT>
 void TileSlots(const Item& it, int t0, int count, const KvT** keys, const KvT** values) {
   const int bs = it.layout.block_size;
-  for (int i = 0; i < count; ++i) {
+  const int64_t row = it.layout.row();
+  for (int i = 0; i < count;) {
     const int pos = t0 + i;
-    const int64_t slot = int64_t{it.block_table[pos / bs]} * bs + pos % bs;
-    keys[i] = static_cast<const KvT*>(it.k_cache) + it.layout.KeyIndex(slot, 0);
-    values[i] = static_cast<const KvT*>(it.v_cache) + it.layout.ValueIndex(slot);
+    const int in_block = pos % bs;
+    const int64_t slot = int64_t{it.block_table[pos / bs]} * bs + in_block;
+    const KvT* key = static_cast<const KvT*>(it.k_cache) + it.layout.KeyIndex(slot, 0);
+    const KvT* value = static_cast<const KvT*>(it.v_cache) + it.layout.ValueIndex(slot);
+    for (const int end = std::min(count, i + bs - in_block); i < end; ++i) {
+      keys[i] = key++;
+      values[i] = value;
+      value += row;
+    }
   }
 }
 
