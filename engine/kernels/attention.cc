@@ -146,8 +146,8 @@ struct KeyScores {
     for (int h = 0; h < kHeads; ++h) {
       for (int g = 0; g < kGroups; ++g) acc[h][g] = _mm512_setzero_ps();
     }
-    // Groups the next tile lacks prefetch this tile's lines again (in L1 already): the d
-    // loop stays free of branches, without which GCC keeps the accumulators in registers.
+    // Groups the next tile lacks prefetch this tile's lines again (in L1 already), so the d
+    // loop has no branch.
     const KvT* prefetch[kGroups];
     for (int g = 0; g < kGroups; ++g) {
       prefetch[g] = g0 + g < next_groups ? next_cols[g0 + g] : cols[g0 + g];
@@ -335,8 +335,8 @@ struct Avx512Attention {
   // The scores, softmax step and P.V of query heads [first, first + n) of the item (one
   // KV head's group, or a run of it) over one tile: its keys' columns for this KV head at
   // key_cols[g] + d * key_stride (group g of 16 keys), its value rows at v_rows[i] + offset.
-  // The first pass over the keys and values prefetches the next tile's, next_cols[g] (its
-  // next_groups groups) and next_rows[i] + offset (i < next_count).
+  // The passes of the first 8 heads prefetch the next tile's keys and values, next_cols[g]
+  // (its (next_count + 15) / 16 groups) and next_rows[i] + offset (i < next_count).
   QUILL_AVX512_TARGET static void HeadTile(const float* q, int first, int n,
                                            const KvT* const* key_cols, int64_t key_stride,
                                            const KvT* const* v_rows, int64_t offset, int skip,
