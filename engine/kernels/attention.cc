@@ -125,7 +125,7 @@ QUILL_AVX512_TARGET inline __m512 LoadKv16(const uint16_t* p, __mmask16 m) {
 // was first widened into f32 copies, a loop that waited on memory with no arithmetic to
 // overlap. quill-attention-bench (Zen 5, 2 threads), alternated with that build, every
 // output bit the same: f16 decode 0.75-0.84x the time per call (1 x 4096 over 22 layers
-// 0.79-0.80x), prefill 0.80-0.81x; f32 decode 0.71-1.0x, prefill 0.95-0.96x.
+// 0.79-0.80x), prefill 0.80-0.81x; f32 decode 0.71-1.02x, prefill 0.95-0.96x.
 constexpr int kMaxBlockHeads = 8;
 
 // Scores of up to 8 query heads against groups of 16 keys with the keys in lanes: group g's
@@ -562,7 +562,10 @@ struct HeadSplit {
 // the group's K/V rows again (at decode, from memory: a long context's decode step is
 // bound by those reads). Wider items also read longer runs of each slot row: one decode
 // query at 4,096 keys over 22 layers ran 6-8% faster as 2 items of 2 KV heads than as 4
-// of 1 (quill-attention-bench, f16, 2 threads).
+// of 1 (quill-attention-bench, f16, 2 threads). Splitting that query's keys instead (each
+// thread all 32 heads over half the keys, reading whole blocks; a timing-only throwaway
+// without the merge) took 0.92-0.95x the time, before paying for a merge step and a
+// rounding change.
 HeadSplit ChooseSplit(int n_heads, int group, int64_t num_queries, int threads) {
   HeadSplit split{n_heads, group, 0};
   if (group <= kMaxHeadsPerItem) {
