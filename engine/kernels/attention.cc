@@ -6,7 +6,6 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
-#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -127,6 +126,8 @@ QUILL_AVX512_TARGET inline __m512 LoadKv16(const uint16_t* p, __mmask16 m) {
 // output bit the same: f16 decode 0.75-0.84x the time per call (1 x 4096 over 22 layers
 // 0.79-0.80x), prefill 0.80-0.81x; f32 decode 0.71-1.02x, prefill 0.95-0.96x.
 constexpr int kMaxBlockHeads = 8;
+// Accumulators one pass keeps in registers (of 32), beside its K or V loads and broadcasts.
+constexpr int kMaxAccumulators = 16;
 
 // Scores of up to 8 query heads against groups of 16 keys with the keys in lanes: group g's
 // column d (this KV head's dimension d) is 16 contiguous values at cols[g] + d * stride.
@@ -166,8 +167,8 @@ struct KeyScores {
     }
   }
 
-  // kHeads heads against the tile's `groups` groups, as many groups per pass as 16
-  // accumulators allow.
+  // kHeads heads against the tile's `groups` groups, as many groups per pass as
+  // kMaxAccumulators allow (the pack kGroups counts them).
   template <int kHeads, int... kGroups>
   QUILL_AVX512_TARGET static void Heads(int groups, std::integer_sequence<int, kGroups...>,
                                         const float* q, int head_dim, const KvT* const* cols,
@@ -188,11 +189,12 @@ struct KeyScores {
                                          const float* q, int head_dim, const KvT* const* cols,
                                          int64_t stride, const KvT* const* next_cols,
                                          int next_groups, __m512 (*dots)[kTile / 16]) {
-    static_assert(kTile / 16 == 4);
     ((n == kHeads + 1
-          ? Heads<kHeads + 1>(groups,
-                              std::make_integer_sequence<int, std::min(4, 16 / (kHeads + 1))>{}, q,
-                              head_dim, cols, stride, next_cols, next_groups, dots)
+          ? Heads<kHeads + 1>(
+                groups,
+                std::make_integer_sequence<int,
+                                           std::min(kTile / 16, kMaxAccumulators / (kHeads + 1))>{},
+                q, head_dim, cols, stride, next_cols, next_groups, dots)
           : void()),
      ...);
   }
@@ -301,14 +303,14 @@ struct Avx512Attention {
     }
   }
 
-  // P.V of kHeads heads, in passes over the keys of as many chunks as 16 accumulators allow:
+  // P.V of kHeads heads, in passes over the keys of as many chunks as kMaxAccumulators allow:
   // each V element is loaded (and widened) once per pass.
   template <int kHeads>
   QUILL_AVX512_TARGET static void HeadsValues(const KvT* const* v_rows, int64_t offset, int skip,
                                               int count, __mmask16 last, float (*weights)[kTile],
                                               const float* alpha, float (*acc)[kChunks * 16],
                                               const KvT* const* next_rows, int next_count) {
-    constexpr int kPass = std::min(kChunks, std::max(1, 16 / kHeads));
+    constexpr int kPass = std::min(kChunks, std::max(1, kMaxAccumulators / kHeads));
     constexpr int kFull = kChunks / kPass * kPass;
     for (int c0 = 0; c0 < kFull; c0 += kPass) {
       WeightedValues<kHeads, kPass>(v_rows, offset, c0, skip, count, last, weights, alpha, acc,
