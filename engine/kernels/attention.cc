@@ -64,26 +64,26 @@ inline __mmask16 LaneRange(int lo, int hi) {
   return static_cast<__mmask16>(TailMask(hi) & ~TailMask(lo));
 }
 
-// Where the tile's keys [t0, t0 + count) are: keys[i] is column 0 of key i in its
-// transposed block (column c at keys[i] + c * block_size), values[i] its value row (all
-// KV heads).
+// Where the tile's keys [t0, t0 + count) are for KV head 0: keys[i] is dimension 0 of key
+// i in its transposed block (dimension d at keys[i] + d * block_size), values[i] its value
+// row. KV head kv's are head_stride() further.
 // Consecutive slots of a block are consecutive key columns and value rows, so the slots
 // are derived a block at a time (a division per position showed as 2% of decode at depth
 // 4096).
 template <typename KvT>
 void TileSlots(const Item& it, int t0, int count, const KvT** keys, const KvT** values) {
   const int bs = it.layout.block_size;
-  const int64_t row = it.layout.row();
+  const int hd = it.layout.head_dim;
   for (int i = 0; i < count;) {
     const int pos = t0 + i;
     const int in_block = pos % bs;
     const int64_t slot = int64_t{it.block_table[pos / bs]} * bs + in_block;
-    const KvT* key = static_cast<const KvT*>(it.k_cache) + it.layout.KeyIndex(slot, 0);
-    const KvT* value = static_cast<const KvT*>(it.v_cache) + it.layout.ValueIndex(slot);
+    const KvT* key = static_cast<const KvT*>(it.k_cache) + it.layout.KeyIndex(slot, 0, 0);
+    const KvT* value = static_cast<const KvT*>(it.v_cache) + it.layout.ValueIndex(slot, 0, 0);
     for (const int end = std::min(count, i + bs - in_block); i < end; ++i) {
       keys[i] = key++;
       values[i] = value;
-      value += row;
+      value += hd;
     }
   }
 }
@@ -369,15 +369,15 @@ struct Avx512Attention {
     }
   }
 
-  // Columns [column, column + head_dim) of the tile's first `groups` groups of 16 keys,
-  // gathered one by one from keys[] and widened to f32 into out[d][16 * g + lane] (exact;
-  // lanes past `count` get 0).
-  QUILL_AVX512_TARGET static void GatherKeys(const KvT* const* keys, int64_t stride, int64_t column,
+  // The keys of the KV head at `offset` (dimension d at keys[i] + offset + d * stride) of
+  // the tile's first `groups` groups of 16 keys, gathered one by one and widened to f32 into
+  // out[d][16 * g + lane] (exact; lanes past `count` get 0).
+  QUILL_AVX512_TARGET static void GatherKeys(const KvT* const* keys, int64_t stride, int64_t offset,
                                              int head_dim, int groups, int count,
                                              float (*out)[kTile]) {
     for (int d = 0; d < head_dim; ++d) {
       for (int i = 0; i < 16 * groups; ++i) {
-        out[d][i] = i < count ? KvToFloat(keys[i][(column + d) * stride]) : 0.0f;
+        out[d][i] = i < count ? KvToFloat(keys[i][offset + d * stride]) : 0.0f;
       }
     }
   }
@@ -437,13 +437,13 @@ struct Avx512Attention {
         const int end = std::min(it.head_end, (kv + 1) * it.group);
         const int first = h - it.head_begin;
         const int n = end - h;
-        const int64_t offset = static_cast<int64_t>(kv) * hd;
+        const int64_t offset = kv * it.layout.head_stride();
         const float* q = it.q + static_cast<int64_t>(h) * hd;
         if (contiguous) {
           // Lanes past the last key compute on valid slots of its block and are masked out.
-          for (int g = 0; g < groups; ++g) head_cols[g] = keys[16 * g] + offset * bs;
+          for (int g = 0; g < groups; ++g) head_cols[g] = keys[16 * g] + offset;
           for (int g = 0; 16 * g < prefetch_keys; ++g) {
-            next_head_cols[g] = next_keys[16 * g] + offset * bs;
+            next_head_cols[g] = next_keys[16 * g] + offset;
           }
           HeadTile(q, first, n, head_cols, bs, v_rows, offset, skip, count, padded, last, it,
                    next_head_cols, next_v_rows, prefetch_keys, scores, alpha, running_max,
@@ -494,7 +494,7 @@ void AttendPortable(const Item& it) {
   const int hd = it.layout.head_dim;
   for (int h = it.head_begin; h < it.head_end; ++h) {
     const float* q = it.q + static_cast<int64_t>(h) * hd;
-    const int64_t offset = static_cast<int64_t>(h / it.group) * hd;
+    const int64_t offset = h / it.group * it.layout.head_stride();
     float running_max = kNegInf;
     float running_sum = 0.0f;
     std::fill(acc, acc + hd, 0.0f);
@@ -504,7 +504,7 @@ void AttendPortable(const Item& it) {
       TileSlots(it, t0, count, keys, v_rows);
       float tile_max = kNegInf;
       for (int i = skip; i < count; ++i) {
-        const KvT* k = keys[i] + offset * it.layout.block_size;
+        const KvT* k = keys[i] + offset;
         float dot = 0.0f;
         for (int d = 0; d < hd; ++d) {
           dot = std::fma(q[d], KvToFloat(k[d * it.layout.block_size]), dot);

@@ -269,7 +269,7 @@ TEST_P(AttentionTest, WindowEdgeCases) {
   for (int pos : {0, 15, 16, 64, 149}) {
     const int64_t slot = int64_t{c.tables[0][pos / kBlockSize]} * kBlockSize + pos % kBlockSize;
     for (int h = 0; h < n_heads; ++h) {
-      const float* v = c.v.data() + (slot * n_kv + h / (n_heads / n_kv)) * hd;
+      const float* v = c.v.data() + c.layout.ValueIndex(slot, h / (n_heads / n_kv), 0);
       const float* o = own.data() + (int64_t{pos} * n_heads + h) * hd;
       for (int d = 0; d < hd; ++d) ASSERT_EQ(o[d], v[d]) << pos << " " << h << " " << d;
     }
@@ -378,9 +378,11 @@ PagedCache Relayout(const PagedCache& c, const std::vector<int>& lengths, int bl
     for (int pos = 0; pos < lengths[i]; ++pos) {
       const int64_t from = int64_t{c.tables[i][pos / kBlockSize]} * kBlockSize + pos % kBlockSize;
       const int64_t to = int64_t{r.tables[i][pos / block_size]} * block_size + pos % block_size;
-      for (int64_t col = 0; col < c.layout.row(); ++col) {
-        r.k[r.layout.KeyIndex(to, col)] = c.k[c.layout.KeyIndex(from, col)];
-        r.v[r.layout.ValueIndex(to) + col] = c.v[c.layout.ValueIndex(from) + col];
+      for (int kv = 0; kv < c.layout.num_kv_heads; ++kv) {
+        for (int d = 0; d < c.layout.head_dim; ++d) {
+          r.k[r.layout.KeyIndex(to, kv, d)] = c.k[c.layout.KeyIndex(from, kv, d)];
+          r.v[r.layout.ValueIndex(to, kv, d)] = c.v[c.layout.ValueIndex(from, kv, d)];
+        }
       }
     }
   }

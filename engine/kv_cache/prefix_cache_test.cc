@@ -44,7 +44,7 @@ void Write(KvCache& cache, KvCache::SeqId seq, const std::vector<TokenId>& token
            int to) {
   for (int p = from; p < to; ++p) {
     float* row =
-        static_cast<float*>(cache.v_data(0)) + cache.layout().ValueIndex(cache.Slot(seq, p));
+        static_cast<float*>(cache.v_data(0)) + cache.layout().ValueIndex(cache.Slot(seq, p), 0, 0);
     row[0] = static_cast<float>(tokens[p]);
     row[1] = static_cast<float>(p);
     row[2] = PrefixFingerprint(tokens, p);
@@ -55,7 +55,7 @@ void Write(KvCache& cache, KvCache::SeqId seq, const std::vector<TokenId>& token
 void ExpectContent(KvCache& cache, KvCache::SeqId seq, const std::vector<TokenId>& tokens, int n) {
   for (int p = 0; p < n; ++p) {
     const float* row =
-        static_cast<float*>(cache.v_data(0)) + cache.layout().ValueIndex(cache.Slot(seq, p));
+        static_cast<float*>(cache.v_data(0)) + cache.layout().ValueIndex(cache.Slot(seq, p), 0, 0);
     ASSERT_EQ(row[0], static_cast<float>(tokens[p])) << "seq " << seq << " pos " << p;
     ASSERT_EQ(row[1], static_cast<float>(p)) << "seq " << seq << " pos " << p;
     ASSERT_EQ(row[2], PrefixFingerprint(tokens, p)) << "seq " << seq << " pos " << p;

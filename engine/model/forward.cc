@@ -120,7 +120,10 @@ void ForwardPass::QueryKeyValue(int l, int T, int n_logits, KvCache& cache) {
   kernels::ParallelFor(T, T >= 64, [&](int64_t t) {
     const float* row = qkv + t * qkv_dim;
     std::memcpy(k + t * kv_dim, row + q_dim, kv_dim * sizeof(float));
-    kernels::StoreKvRow(row + q_dim + kv_dim, kv_dim, element, vc, layout.ValueIndex(slots[t]));
+    for (int kv = 0; kv < n_kv_; ++kv) {
+      kernels::StoreKvRow(row + q_dim + kv_dim + kv * head_dim_, head_dim_, element, vc,
+                          layout.ValueIndex(slots[t], kv, 0));
+    }
   });
   const int q_rows = last ? n_logits : T;
   for (int r = 0; r < q_rows; ++r) {
@@ -130,8 +133,10 @@ void ForwardPass::QueryKeyValue(int l, int T, int n_logits, KvCache& cache) {
   }
   if (rope) kernels::Rope(k, positions_.data(), T, n_kv_, head_dim_, rope_);
   for (int t = 0; t < T; ++t) {
-    kernels::StoreKvStrided(k + static_cast<size_t>(t) * kv_dim, kv_dim, element, kc,
-                            layout.KeyIndex(slots[t], 0), layout.block_size);
+    for (int kv = 0; kv < n_kv_; ++kv) {
+      kernels::StoreKvStrided(k + static_cast<size_t>(t) * kv_dim + kv * head_dim_, head_dim_,
+                              element, kc, layout.KeyIndex(slots[t], kv, 0), layout.block_size);
+    }
   }
   if (!rope || q_rows == 0) return;
   if (last) {

@@ -148,7 +148,7 @@ void PagedAttention(const float* q, const float* k_cache, const float* v_cache,
         for (int t = first; t <= last; ++t) {
           double dot = 0.0;
           for (int d = 0; d < hd; ++d) {
-            dot += static_cast<double>(qh[d]) * k_cache[layout.KeyIndex(slot(s, t), kv * hd + d)];
+            dot += static_cast<double>(qh[d]) * k_cache[layout.KeyIndex(slot(s, t), kv, d)];
           }
           double score = dot * params.scale;
           if (params.softcap > 0) score = params.softcap * std::tanh(score / params.softcap);
@@ -161,7 +161,7 @@ void PagedAttention(const float* q, const float* k_cache, const float* v_cache,
         for (int d = 0; d < hd; ++d) {
           double acc = 0.0;
           for (int t = first; t <= last; ++t) {
-            acc += scores[t - first] * v_cache[layout.ValueIndex(slot(s, t)) + kv * hd + d];
+            acc += scores[t - first] * v_cache[layout.ValueIndex(slot(s, t), kv, d)];
           }
           o[d] = static_cast<float>(acc / denom);
         }
