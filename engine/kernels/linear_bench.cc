@@ -6,7 +6,9 @@
 //                                         [--precision=fast|exact] [--min_ms=300]
 //
 // Each weight is instantiated in enough copies (cycled call after call) that the set is
-// several times the L3, so small-m figures are DRAM-bound like a real decode step. Times
+// several times the last-level cache (1 GB: 160 MB still ran partly from cache on a Zen 5
+// host, see linear_qblock_bench.cc), so small-m figures are DRAM-bound like a real decode
+// step. Times
 // are the best round (one pass over the copies) within --min_ms: the machine is shared.
 
 #include <algorithm>
@@ -34,7 +36,7 @@ ABSL_FLAG(std::string, ms, "1,2,4,8,16,64,512", "batch sizes (rows of x)");
 ABSL_FLAG(std::string, shapes, "qkv,o,gate_up,down,lm_head", "which TinyLlama matrices");
 ABSL_FLAG(std::string, precision, "fast", "fast or exact");
 ABSL_FLAG(int, min_ms, 300, "minimum measuring time per point (ms)");
-ABSL_FLAG(int, working_set_mb, 160, "cycle weight copies until they total this much");
+ABSL_FLAG(int, working_set_mb, 1024, "cycle weight copies until they total this much");
 ABSL_FLAG(bool, baseline, true, "also time a plain oneDNN matmul");
 ABSL_FLAG(bool, baseline_huge_pages, true,
           "give the baseline's weights huge pages too, as Linear's (false: oneDNN's allocator)");
@@ -58,6 +60,8 @@ constexpr Shape kShapes[] = {{"qkv", 2048, 2560, 22},
                              {"gate_up", 2048, 11264, 22},
                              {"down", 5632, 2048, 22},
                              {"lm_head", 2048, 32000, 1}};
+// Copies of one weight at most: the smallest (o in Q4_K, 2.4 MB) needs ~430 for 1 GB.
+constexpr int kMaxCopies = 512;
 
 double Now() {
   if (absl::GetFlag(FLAGS_cpu_time)) {
@@ -238,7 +242,8 @@ int Main() {
       const double streamed = StreamedBytesPerWeight(type, precision, kernel) * shape.k * shape.n;
       step_bytes += streamed * shape.per_step;
       const int n_copies = std::clamp<int>(
-          static_cast<int>(absl::GetFlag(FLAGS_working_set_mb) * 1e6 / streamed + 0.999), 1, 64);
+          static_cast<int>(absl::GetFlag(FLAGS_working_set_mb) * 1e6 / streamed + 0.999), 1,
+          kMaxCopies);
       copies.push_back(std::move(*first));
       for (int c = 1; c < n_copies; ++c)
         copies.push_back(*Linear::Create({view}, precision, max_m));
@@ -257,7 +262,7 @@ int Main() {
           std::clamp<int>(static_cast<int>(absl::GetFlag(FLAGS_working_set_mb) * 1e6 /
                                                ((base_bf16 ? 2.0 : 4.0) * shape.k * shape.n) +
                                            0.999),
-                          1, 64);
+                          1, kMaxCopies);
 
       AlignedBuffer<float> x(static_cast<size_t>(max_m) * shape.k),
           y(static_cast<size_t>(max_m) * shape.n);

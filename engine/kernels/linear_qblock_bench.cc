@@ -4,11 +4,14 @@
 // each kernel's best and median round and the ratio of the medians.
 //
 //   OMP_NUM_THREADS=2 quill-linear-qblock-bench [--types=q4_k,q6_k,q4_0] [--ms=1,2,4,8]
-//                                               [--rounds=15] [--working_set_mb=160]
+//                                               [--rounds=15] [--working_set_mb=1024]
 //                                               [--cpu_time]
 //
 // Each weight is instantiated in enough copies (cycled call after call) that the set is
-// several times the L3, so the figures are DRAM-bound like a real decode step. On a shared
+// several times the last-level cache, so the figures are DRAM-bound like a real decode
+// step. 160 MB was not enough on the Zen 5 host of stop 38: Q6_K gate_up at m=1 took
+// 0.25-0.27 ms a call with 160 MB and 0.31-0.34 ms with 1,000 MB, the latter what a decode
+// step spends on it (quill-bench --profile: 0.34-0.35 ms). On a shared
 // machine, two --cpu_time single-thread processes started together approximate a 2-thread
 // decode step (both cores sharing the DRAM) without counting time lost to other work.
 
@@ -33,7 +36,7 @@
 ABSL_FLAG(std::string, types, "q4_k,q6_k,q4_0", "weight types to run");
 ABSL_FLAG(std::string, ms, "1,2,4,8", "batch sizes (rows of x)");
 ABSL_FLAG(int, rounds, 15, "rounds per kernel (one pass over the copies each)");
-ABSL_FLAG(int, working_set_mb, 160, "cycle weight copies until they total this much");
+ABSL_FLAG(int, working_set_mb, 1024, "cycle weight copies until they total this much");
 ABSL_FLAG(std::string, shapes, "",
           "extra shapes kxn, comma-separated (e.g. 2048x256 with --working_set_mb=1: weights "
           "in L2, the kernels' compute alone); given, only these run");
