@@ -17,7 +17,8 @@ namespace quill::engine::kernels {
 //    side ([num_blocks][block_size][num_kv_heads * head_dim]) made a head's rows 128-byte
 //    pieces 512 bytes apart, which fall into a quarter of the L1 cache's sets. This layout
 //    took 0.79-0.82x the time of that one in quill-attention-bench decode 64 x 512 (f16;
-//    f32 0.83-0.85x), 0.93x in 16 x 512, and the same (0.98-1.03x) in the other cases.
+//    f32 0.83-0.85x) and 0.93x in 16 x 512; one sequence at 4,096 keys over 22 layers
+//    1.01-1.10x (2 runs), over 128 layers 1.00-1.03x; the other cases 0.98-1.03x.
 //  - K: [num_blocks][num_kv_heads][head_dim][block_size], each head's part transposed, so
 //    that one K column of a block's keys is contiguous: a score over 16 keys is then one
 //    chain of FMAs over head_dim with the keys in lanes, and no cross-lane reduction.
