@@ -115,10 +115,13 @@ absl::StatusOr<std::string> RenderChat(
 absl::StatusOr<PromText> ScrapeUntil(int port, const std::function<bool(const PromText&)>& done,
                                      absl::Duration timeout = absl::Seconds(10));
 
-// A baseline for deltas: the first scrape that shows the server idle (nothing running,
-// waiting or holding KV blocks). The gauges leave idle when a request is admitted and are
-// published last after its step (above), so the requests and steps before are in every
-// other metric. Empty, with a test failure, if the server is not idle within 10 s.
+// A baseline for deltas: a scrape that shows the server idle (nothing running, waiting or
+// holding KV blocks) and began after another scrape had shown it idle. The gauges leave
+// idle when a request is admitted and are published last after its step (above), so the
+// requests and steps before are in every other metric once they show idle; but one scrape
+// reads its families one after another, and the first to show idle may have read the
+// counters before the gauges turned (CI: 13 "deadline" outcomes beside 16 durations). Empty,
+// with a test failure, if the server is not idle within 10 s.
 PromText ScrapeWhenIdle(int port);
 
 // True once 127.0.0.1:<metrics_port>/metrics shows `value` for the gauge `name` (false
