@@ -97,6 +97,41 @@ const std::vector<Shape> kShapes = {
 };
 
 // Decode rows, whole prefills and mid-sequence chunks of sequences of lengths 1..300.
+// Each KV head's part of a block is one run of memory, in K and in V, and the heads' parts
+// tile the block: attention with one KV head reads a block's part in one sweep. Within a
+// block, consecutive slots are 1 apart in K and head_dim apart in V, which the kernel's
+// slot table relies on. The correctness tests cannot see this: any one-to-one layout passes
+// them.
+TEST(KvLayoutTest, EachKvHeadsPartOfABlockIsOneRun) {
+  for (const KvLayout& layout : {KvLayout{16, 4, 64}, KvLayout{24, 3, 24}, KvLayout{8, 1, 8}}) {
+    const int bs = layout.block_size, hd = layout.head_dim;
+    const int64_t block = 3;
+    const int64_t block_begin = block * bs * layout.row();
+    for (bool keys : {true, false}) {
+      SCOPED_TRACE(std::string(keys ? "K" : "V") + " block_size " + std::to_string(bs));
+      auto index = [&](int64_t slot, int kv, int d) {
+        return keys ? layout.KeyIndex(slot, kv, d) : layout.ValueIndex(slot, kv, d);
+      };
+      std::vector<int> seen(bs * layout.row(), 0);
+      for (int kv = 0; kv < layout.num_kv_heads; ++kv) {
+        const int64_t part = block_begin + kv * layout.head_stride();
+        for (int i = 0; i < bs; ++i) {
+          for (int d = 0; d < hd; ++d) {
+            const int64_t at = index(block * bs + i, kv, d);
+            ASSERT_GE(at, part);
+            ASSERT_LT(at, part + int64_t{bs} * hd);
+            ++seen[at - block_begin];
+            if (i > 0) {
+              EXPECT_EQ(at - index(block * bs + i - 1, kv, d), keys ? 1 : hd);
+            }
+          }
+        }
+      }
+      EXPECT_EQ(std::count(seen.begin(), seen.end(), 1), static_cast<int64_t>(seen.size()));
+    }
+  }
+}
+
 TEST_P(AttentionTest, MatchesReference) {
   const std::vector<int> lengths = {1, 15, 16, 17, 100, 300};
   for (const Shape& s : kShapes) {
