@@ -8,8 +8,8 @@
 // Each weight is instantiated in enough copies (cycled call after call) that the set is
 // several times the last-level cache (1 GB: 160 MB still ran partly from cache on a Zen 5
 // host, see linear_qblock_bench.cc), so small-m figures are DRAM-bound like a real decode
-// step. Times
-// are the best round (one pass over the copies) within --min_ms: the machine is shared.
+// step. Times are the best round (one pass over the copies) within --min_ms: the machine
+// is shared.
 
 #include <algorithm>
 #include <chrono>
