@@ -45,6 +45,27 @@ TokenId Argmax(const std::vector<float>& x) {
   return static_cast<TokenId>(std::max_element(x.begin(), x.end()) - x.begin());
 }
 
+// ../shared/golden's greedy rule: a step's argmax is decided when its top-1/top-2 logit
+// margin is at least 0.02 x the standard deviation of the step's logits. Below that, a
+// random-weight model's choice is a near tie that any change of rounding may flip.
+bool ArgmaxIsDecided(const std::vector<float>& x) {
+  double sum = 0, sum_sq = 0;
+  float top1 = -INFINITY, top2 = -INFINITY;
+  for (float v : x) {
+    sum += v;
+    sum_sq += double{v} * v;
+    if (v > top1) {
+      top2 = top1;
+      top1 = v;
+    } else if (v > top2) {
+      top2 = v;
+    }
+  }
+  const double mean = sum / x.size();
+  const double stddev = std::sqrt(std::max(0.0, sum_sq / x.size() - mean * mean));
+  return double{top1} - top2 >= 0.02 * stddev;
+}
+
 // The harness; TEST_F uses it as is, TEST_P (FamilyInvarianceTest) with a model file.
 class BatchInvarianceTest : public ::testing::TestWithParam<const char*> {
  protected:
@@ -261,6 +282,23 @@ class BatchInvarianceTest : public ::testing::TestWithParam<const char*> {
     return mismatches;
   }
 
+  // Rows whose argmax the reference decides by the golden rule (ArgmaxIsDecided) and
+  // `other` changes; near ties are counted in *near_tie_flips.
+  int DecidedArgmaxMismatches(const RunResult& reference, const RunResult& other,
+                              int* near_tie_flips) {
+    int mismatches = 0;
+    *near_tie_flips = 0;
+    for (int s = 0; s < num_seqs_; ++s) {
+      const size_t steps = std::min(reference.logits[s].size(), other.logits[s].size());
+      for (size_t step = 0; step < steps; ++step) {
+        const std::vector<float>& row = reference.logits[s][step];
+        if (Argmax(row) == Argmax(other.logits[s][step])) continue;
+        ++(ArgmaxIsDecided(row) ? mismatches : *near_tie_flips);
+      }
+    }
+    return mismatches;
+  }
+
   double MaxDiffAll(const RunResult& a, const RunResult& b) {
     double m = 0;
     for (int s = 0; s < num_seqs_; ++s) {
@@ -347,7 +385,9 @@ TEST_F(BatchInvarianceTest, FastKjvSameGreedyTokens) {
 }
 
 // Fast mode stores K/V as f16. Against an f32 cache, with both fed the same tokens, every
-// greedy choice stays the same; the logits' largest difference is printed.
+// greedy choice the f32 run decides by a clear margin (the golden rule) stays the same;
+// flips of near ties and the logits' largest difference are printed. (With AMX bf16
+// matmuls, mini-random-bf16 flips one near tie of 200.)
 TEST_F(BatchInvarianceTest, FastF16KvKeepsTheGreedyTokensOfAnF32Kv) {
   for (const char* name : {"kjv-1m.gguf", "mini-random-bf16.gguf"}) {
     SCOPED_TRACE(name);
@@ -360,11 +400,13 @@ TEST_F(BatchInvarianceTest, FastF16KvKeepsTheGreedyTokensOfAnF32Kv) {
     kv_element_ = kernels::KvElement::kF16;
     const RunResult f16 = RunTogether(steps, &f32);
     kv_element_.reset();
-    const int mismatches = ArgmaxMismatches(f32, f16);
+    int near_tie_flips = 0;
+    const int mismatches = DecidedArgmaxMismatches(f32, f16, &near_tie_flips);
     const double diff = MaxDiffAll(f32, f16);
     std::cout << absl::StrFormat(
-        "[kv-f16] %s fast: f16 against f32 K/V, max|d| logits %.3g, argmax mismatches %d of %d\n",
-        name, diff, mismatches, num_seqs_ * (steps + 1));
+        "[kv-f16] %s fast: f16 against f32 K/V, max|d| logits %.3g, argmax mismatches %d of "
+        "%d (and %d near ties flipped)\n",
+        name, diff, mismatches, num_seqs_ * (steps + 1), near_tie_flips);
     EXPECT_EQ(mismatches, 0);
     EXPECT_GT(diff, 0.0) << "the f16 cache should round some K/V";
   }
