@@ -1,11 +1,26 @@
 #include "engine/base/cpu_features.h"
 
 #include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <cstdlib>
 
 namespace quill::engine {
 namespace {
+
+bool EnvIsOne(const char* name) {
+  const char* value = std::getenv(name);
+  return value != nullptr && value[0] == '1';
+}
+
+// Linux (5.16+) hands out the AMX tile data state (XFEATURE_XTILEDATA, 18) only to a
+// process that asks for it; the grant is process-wide, so every thread may use the tiles.
+bool RequestAmxTileData() {
+  constexpr long kArchReqXcompPerm = 0x1023;
+  constexpr long kXfeatureXtiledata = 18;
+  return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+}
 
 CpuFeatures Detect() {
   CpuFeatures f;
@@ -26,12 +41,16 @@ CpuFeatures Detect() {
   f.avx512bw = zmm_ok && ((ebx >> 30) & 1);
   f.avx512vl = zmm_ok && ((ebx >> 31) & 1);
   f.avx512_vnni = zmm_ok && ((ecx >> 11) & 1);
+  // AMX-TILE (EDX bit 24) and AMX-BF16 (22), and XCR0's tile config and data (17, 18).
+  const bool amx_os = (xcr0_lo & 0x60000) == 0x60000;
+  const bool amx_cpu = ((edx >> 24) & 1) && ((edx >> 22) & 1);
+  f.amx_bf16 = f.avx512f && amx_cpu && amx_os && !EnvIsOne("QUILL_DISABLE_AMX") &&
+               !EnvIsOne("QUILL_DISABLE_AVX512") && RequestAmxTileData();
   if (__get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx)) {
     f.avx512_bf16 = zmm_ok && ((eax >> 5) & 1);
   }
   // QUILL_DISABLE_AVX512=1 lets tests exercise the portable paths on this machine.
-  const char* disable = std::getenv("QUILL_DISABLE_AVX512");
-  if (disable != nullptr && disable[0] == '1') {
+  if (EnvIsOne("QUILL_DISABLE_AVX512")) {
     f.avx512f = f.avx512bw = f.avx512vl = f.avx512_bf16 = f.avx512_vnni = false;
   }
   return f;

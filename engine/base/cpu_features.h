@@ -12,6 +12,11 @@ struct CpuFeatures {
   bool avx512vl = false;
   bool avx512_bf16 = false;
   bool avx512_vnni = false;
+  // AMX tiles with bf16 dot products, usable: the CPU has them, the OS saves their state,
+  // and Linux granted this process the tile data permission (arch_prctl). Off with
+  // QUILL_DISABLE_AMX=1 (or QUILL_DISABLE_AVX512=1), so the AVX-512 paths can be measured
+  // and tested on an AMX machine. (oneDNN makes its own choice: ONEDNN_MAX_CPU_ISA.)
+  bool amx_bf16 = false;
 };
 
 const CpuFeatures& GetCpuFeatures();

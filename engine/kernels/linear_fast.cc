@@ -46,15 +46,22 @@ int NextPow2(int v) {
 
 enum class SmallM { kPadded, kGemvBf16, kGemvF32, kQ8, kQBlock };
 
+// Where the CPU has AMX-BF16, the bf16 GEMV's steps of this many rows and more run on the
+// tiles (GemvBf16Amx).
+constexpr int kBf16AmxFromRows = 2;
+
 // The small-m kernels serve a step's rows when it has fewer than this many, oneDNN the
 // whole multiples of kBucketStepRows of a larger step (the smaller buckets then serve only
 // the remainder of a step past the largest bucket).
 int SmallBelowRows(SmallM small) {
   // Without AMX, oneDNN's bf16 brgemm at m = 32 runs 640-690 GFLOP/s against the bf16 GEMV's
   // 770-810, and from m = 64 on both run at the AVX512-BF16 peak (quill-linear-bench,
-  // TinyLlama shapes, 2 threads, Zen 5): the GEMV serves every m below 64. With AMX oneDNN's
-  // tiles should win earlier; that is unmeasured here, so it keeps 32, as the f32 GEMV does.
-  return small == SmallM::kGemvBf16 && !OnednnUsesAmx() ? 64 : 32;
+  // TinyLlama shapes, 2 threads, Zen 5): the GEMV serves every m below 64. With AMX the
+  // GEMV's own tiles (GemvBf16Amx) take 0.71-0.89x oneDNN's time at m = 32 on qkv and down
+  // and 0.79-0.96x at m = 64 (Xeon, 2 threads, 2 rounds): they too serve m below 64. With
+  // oneDNN on AMX and no tiles of our own, the f32 GEMV's 32.
+  if (small != SmallM::kGemvBf16) return 32;
+  return !OnednnUsesAmx() || GemvBf16AmxAvailable() ? 64 : 32;
 }
 
 class FastLinear final : public Linear {
@@ -88,6 +95,7 @@ class FastLinear final : public Linear {
     }
     lin->small_below_ =
         lin->small_ == SmallM::kPadded ? kPadBelowRows : SmallBelowRows(lin->small_);
+    lin->amx_bf16_ = lin->small_ == SmallM::kGemvBf16 && GemvBf16AmxAvailable();
     QUILL_RETURN_IF_ERROR(lin->Pack(parts));
     return lin;
   }
@@ -132,8 +140,9 @@ class FastLinear final : public Linear {
     float* y_rest = y + static_cast<int64_t>(r) * n_;
     switch (small_) {
       case SmallM::kGemvBf16:
-        GemvBf16Blocked(gemv_bf16_, k_padded_, n_, reinterpret_cast<const uint16_t*>(row_ptr(r)),
-                        src_stride, rest, y_rest, n_);
+        (amx_bf16_ && rest >= kBf16AmxFromRows ? GemvBf16Amx : GemvBf16Blocked)(
+            gemv_bf16_, k_padded_, n_, reinterpret_cast<const uint16_t*>(row_ptr(r)), src_stride,
+            rest, y_rest, n_);
         return;
       case SmallM::kGemvF32:
         GemvF32Blocked(gemv_f32_, k_, k_padded_, n_, x + static_cast<int64_t>(r) * k_, k_, rest,
@@ -172,7 +181,8 @@ class FastLinear final : public Linear {
       absl::StrAppend(&name, "onednn-", bf16_ ? "bf16" : "f32", "(", matmul_->impl_name(), ")+");
     switch (small_) {
       case SmallM::kGemvBf16:
-        absl::StrAppend(&name, "gemv-bf16-avx512", matmul_ && gemv_copy_ ? "(2nd copy)" : "");
+        absl::StrAppend(&name, "gemv-bf16-avx512", matmul_ && gemv_copy_ ? "(2nd copy)" : "",
+                        amx_bf16_ ? "+amx-bf16" : "");
         break;
       case SmallM::kGemvF32:
         absl::StrAppend(&name, "gemv-f32-avx512", matmul_ && gemv_copy_ ? "(2nd copy)" : "");
@@ -280,6 +290,7 @@ class FastLinear final : public Linear {
   }
 
   bool bf16_ = false;  // oneDNN (and the GEMV) in bf16; else f32
+  bool amx_bf16_ = false;  // the bf16 GEMV's steps of kBf16AmxFromRows rows and more on AMX
   SmallM small_ = SmallM::kPadded;
   int small_below_ = kPadBelowRows;  // oneDNN serves steps of at least this many rows
   int64_t k_ = 0, n_ = 0;

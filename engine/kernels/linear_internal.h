@@ -146,6 +146,11 @@ absl::StatusOr<std::unique_ptr<Linear>> CreateFastLinear(absl::Span<const Weight
 // rows of k_padded bf16 with row stride x_stride (zero past k). Parallel over column blocks.
 void GemvBf16Blocked(const uint16_t* w, int64_t k_padded, int64_t n, const uint16_t* x,
                      int64_t x_stride, int m, float* y, int64_t y_stride);
+// The same product on AMX-BF16 tiles (linear_gemv_bf16_amx.cc), where
+// GemvBf16AmxAvailable(); configures the tiles of the threads it runs on.
+bool GemvBf16AmxAvailable();
+void GemvBf16Amx(const uint16_t* w, int64_t k_padded, int64_t n, const uint16_t* x,
+                 int64_t x_stride, int m, float* y, int64_t y_stride);
 // x[m x k] f32 -> bf16 rows of stride out_stride, zero-filled up to out_stride.
 void ConvertRowsToBf16(const float* x, int m, int64_t k, uint16_t* out, int64_t out_stride);
 

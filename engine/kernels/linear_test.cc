@@ -12,8 +12,10 @@
 #include <random>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "engine/base/cpu_features.h"
 #include "engine/kernels/linear_internal.h"
 #include "engine/kernels/linear_onednn.h"
@@ -252,12 +254,15 @@ TEST(LinearRowMultiple, IsTheOnednnBucketStep) {
   // cost is its whole size: rounding up to it is free).
   EXPECT_EQ((*fast)->blocked_from_rows(), GetCpuFeatures().avx512f ? 32 : 1);
   if (HasAvx512Bf16()) {
-    // Without AMX the bf16 GEMV runs every m below 64 (linear_fast.cc, SmallBelowRows).
+    // The bf16 GEMV runs every m below 64 (linear_fast.cc, SmallBelowRows), on AMX tiles
+    // where we have them; below 32 only when oneDNN has AMX and we do not.
     const TestWeight b = MakeWeight(WeightType::kBF16, 64, 64, 7);
     auto bf16 = Linear::Create({b.view}, Precision::kFast, 128);
     ASSERT_TRUE(bf16.ok());
     EXPECT_EQ((*bf16)->row_multiple(), 32) << (*bf16)->kernel_name();
-    EXPECT_EQ((*bf16)->blocked_from_rows(), linear_internal::OnednnUsesAmx() ? 32 : 64)
+    const bool onednn_alone_on_amx =
+        linear_internal::OnednnUsesAmx() && !linear_internal::GemvBf16AmxAvailable();
+    EXPECT_EQ((*bf16)->blocked_from_rows(), onednn_alone_on_amx ? 32 : 64)
         << (*bf16)->kernel_name();
   }
   if (linear_internal::QBlockKernelAvailable()) {
@@ -445,6 +450,50 @@ TEST(Q8Kernel, EveryRowCountGivesEachRowItsBitsAlone) {
     for (int64_t i = 0; i < m * kN; ++i) {
       ASSERT_EQ(Bits(batch[i]), Bits(alone[i]))
           << "m=" << m << " row " << i / kN << " col " << i % kN;
+    }
+  }
+}
+
+// The AMX-BF16 tiles and the AVX512-BF16 GEMV compute the same bf16 products over the
+// same BA16a64b2a layout: against a double sum of those products, both stay within f32
+// rounding (1e-5 of the sum of |products|; a misplaced pair or column is off by ~1).
+TEST(GemvBf16, AmxTilesAndAvx512MatchTheExactProductSum) {
+  if (!linear_internal::GemvBf16AmxAvailable() || !HasAvx512Bf16()) {
+    GTEST_SKIP() << "no AMX-BF16 on this CPU (or QUILL_DISABLE_AMX=1)";
+  }
+  constexpr int kMaxRows = 40;
+  for (const auto& [k, n] : {std::pair<int64_t, int64_t>{32, 5}, {96, 70}, {2048, 130}}) {
+    SCOPED_TRACE(absl::StrCat("k=", k, " n=", n));
+    const int64_t blocks = (n + 63) / 64;
+    std::vector<uint16_t> w(static_cast<size_t>(blocks * 64 * k), 0);  // [block][pair][64][2]
+    std::vector<float> w_value(static_cast<size_t>(n * k));
+    const std::vector<float> w_random = RandomVector(w_value.size(), 21);
+    for (int64_t c = 0; c < n; ++c)
+      for (int64_t j = 0; j < k; ++j) {
+        const uint16_t b = FloatToBf16(w_random[c * k + j]);
+        w_value[c * k + j] = Bf16ToFloat(b);
+        w[((c / 64) * (k / 2) + j / 2) * 128 + (c % 64) * 2 + j % 2] = b;
+      }
+    const std::vector<float> x_random = RandomVector(static_cast<size_t>(kMaxRows * k), 22);
+    std::vector<uint16_t> x(x_random.size());
+    for (size_t i = 0; i < x.size(); ++i) x[i] = FloatToBf16(x_random[i]);
+    for (int m : {1, 2, 7, 16, 17, 33, 40}) {
+      std::vector<float> amx(static_cast<size_t>(m * n), std::nanf(""));
+      std::vector<float> avx(static_cast<size_t>(m * n), std::nanf(""));
+      linear_internal::GemvBf16Amx(w.data(), k, n, x.data(), k, m, amx.data(), n);
+      linear_internal::GemvBf16Blocked(w.data(), k, n, x.data(), k, m, avx.data(), n);
+      for (int i = 0; i < m; ++i)
+        for (int64_t c = 0; c < n; ++c) {
+          double sum = 0, magnitude = 0;
+          for (int64_t j = 0; j < k; ++j) {
+            const double product = double{Bf16ToFloat(x[i * k + j])} * w_value[c * k + j];
+            sum += product;
+            magnitude += std::fabs(product);
+          }
+          const double bound = 1e-5 * magnitude;
+          ASSERT_NEAR(amx[i * n + c], sum, bound) << "amx m=" << m << " row " << i << " col " << c;
+          ASSERT_NEAR(avx[i * n + c], sum, bound) << "avx m=" << m << " row " << i << " col " << c;
+        }
     }
   }
 }

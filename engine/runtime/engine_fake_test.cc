@@ -1234,7 +1234,7 @@ TEST_F(ItlTargetTest, TheGuardRoundsUpToTheStepMultiple) {
 
 TEST_F(ItlTargetTest, StepsBelowTheKernelBlocksAreNotRounded) {
   // The same load as above, but kernels that run whole blocks only from 64 rows on (as the
-  // bf16 GEMV serves smaller steps without AMX): rounding 40 to 48 tokens would only add a
+  // bf16 GEMV serves smaller steps): rounding 40 to 48 tokens would only add a
   // prompt token's time for each. So the guard's 32 prompt tokens stay 32, next to 8 to 12
   // decode tokens: every step at most 64 ms.
   shared_->step_token_multiple = 16;
