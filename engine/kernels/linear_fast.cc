@@ -1,7 +1,8 @@
 // Precision::kFast. Large m: static-M oneDNN matmuls (bf16, or f32 for F32 weights and on
 // CPUs without AVX512-BF16) over one packed weight copy in oneDNN's blocked layout. Small m
 // (decode): a hand-written kernel that streams the weights once for all rows:
-//   F16/BF16: bf16 GEMV reading that same oneDNN copy (BA16a64b2a);
+//   F16/BF16: bf16 GEMV reading that same oneDNN copy (BA16a64b2a), on AMX tiles where the
+//             CPU has AMX-BF16 (every row of a step below 64 rows gets the bits it gets alone);
 //   F32:      f32 GEMV reading oneDNN's BA16a64b copy;
 //   Q8_0:     int8 VNNI kernel over its own repacked Q8_0 copy (half the bytes of bf16), for
 //             every m: it also beats oneDNN's bf16 matmul at large m, so no bf16 copy.
@@ -45,10 +46,6 @@ int NextPow2(int v) {
 }
 
 enum class SmallM { kPadded, kGemvBf16, kGemvF32, kQ8, kQBlock };
-
-// Where the CPU has AMX-BF16, the bf16 GEMV's steps of this many rows and more run on the
-// tiles (GemvBf16Amx).
-constexpr int kBf16AmxFromRows = 2;
 
 // The small-m kernels serve a step's rows when it has fewer than this many, oneDNN the
 // whole multiples of kBucketStepRows of a larger step (the smaller buckets then serve only
@@ -140,9 +137,9 @@ class FastLinear final : public Linear {
     float* y_rest = y + static_cast<int64_t>(r) * n_;
     switch (small_) {
       case SmallM::kGemvBf16:
-        (amx_bf16_ && rest >= kBf16AmxFromRows ? GemvBf16Amx : GemvBf16Blocked)(
-            gemv_bf16_, k_padded_, n_, reinterpret_cast<const uint16_t*>(row_ptr(r)), src_stride,
-            rest, y_rest, n_);
+        (amx_bf16_ ? GemvBf16Amx : GemvBf16Blocked)(gemv_bf16_, k_padded_, n_,
+                                                    reinterpret_cast<const uint16_t*>(row_ptr(r)),
+                                                    src_stride, rest, y_rest, n_);
         return;
       case SmallM::kGemvF32:
         GemvF32Blocked(gemv_f32_, k_, k_padded_, n_, x + static_cast<int64_t>(r) * k_, k_, rest,
@@ -181,8 +178,8 @@ class FastLinear final : public Linear {
       absl::StrAppend(&name, "onednn-", bf16_ ? "bf16" : "f32", "(", matmul_->impl_name(), ")+");
     switch (small_) {
       case SmallM::kGemvBf16:
-        absl::StrAppend(&name, "gemv-bf16-avx512", matmul_ && gemv_copy_ ? "(2nd copy)" : "",
-                        amx_bf16_ ? "+amx-bf16" : "");
+        absl::StrAppend(&name, amx_bf16_ ? "gemv-bf16-amx" : "gemv-bf16-avx512",
+                        matmul_ && gemv_copy_ ? "(2nd copy)" : "");
         break;
       case SmallM::kGemvF32:
         absl::StrAppend(&name, "gemv-f32-avx512", matmul_ && gemv_copy_ ? "(2nd copy)" : "");
@@ -290,7 +287,7 @@ class FastLinear final : public Linear {
   }
 
   bool bf16_ = false;  // oneDNN (and the GEMV) in bf16; else f32
-  bool amx_bf16_ = false;  // the bf16 GEMV's steps of kBf16AmxFromRows rows and more on AMX
+  bool amx_bf16_ = false;  // the bf16 GEMV on AMX tiles (GemvBf16Amx)
   SmallM small_ = SmallM::kPadded;
   int small_below_ = kPadBelowRows;  // oneDNN serves steps of at least this many rows
   int64_t k_ = 0, n_ = 0;

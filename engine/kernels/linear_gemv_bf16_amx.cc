@@ -7,13 +7,16 @@
 // accumulate over all of k in f32 and are stored once; x's tile is loaded once per 16 pairs
 // and serves the four.
 //
+// Each row's sums depend on that row alone (the tile multiply's order is fixed), so a row
+// gets the same bits in a step of any size that this kernel serves, one row included.
+//
 // The weights stream through StreamPrefetch (every line 8 KiB ahead, into L2): a tile load
-// waits for all of its 16 lines, and without the prefetch the tiles ran at 0.55-0.6x the
-// bf16 GEMV's m = 1 rate. quill-linear-bench, TinyLlama gate_up (n 11,264, k 2,048), 2
-// threads, Xeon with AMX, 3 rounds, ms at m = 2 / 4 / 16 / 31: without the prefetch
+// waits for all of its 16 lines. quill-linear-bench, TinyLlama gate_up (n 11,264, k 2,048),
+// 2 threads, Xeon with AMX, 3 rounds, ms at m = 2 / 4 / 16 / 31: without the prefetch
 // 2.21-4.51 / 1.86-4.61 / 4.61-4.79 / 5.93-6.16; with it 2.31-2.66 / 2.30-2.61 / 2.42-2.80 /
-// 3.78-4.11; the AVX512-BF16 GEMV 3.28-3.53 / 3.62-3.96 / 5.69-6.06 / 10.8-12.7 (and 2.56-2.89
-// at m = 1, where it stays).
+// 3.78-4.11; the AVX512-BF16 GEMV 3.28-3.53 / 3.62-3.96 / 5.69-6.06 / 10.8-12.7. At m = 1
+// (3 rounds, against the GEMV): qkv 0.36 against 0.48-0.82 ms, down 0.73-0.91 against
+// 1.09-1.36, gate_up 1.51-2.56 against 2.17-2.53, lm_head 4.39-6.52 against 6.43-7.88.
 
 #include <immintrin.h>
 

@@ -147,7 +147,8 @@ absl::StatusOr<std::unique_ptr<Linear>> CreateFastLinear(absl::Span<const Weight
 void GemvBf16Blocked(const uint16_t* w, int64_t k_padded, int64_t n, const uint16_t* x,
                      int64_t x_stride, int m, float* y, int64_t y_stride);
 // The same product on AMX-BF16 tiles (linear_gemv_bf16_amx.cc), where
-// GemvBf16AmxAvailable(); configures the tiles of the threads it runs on.
+// GemvBf16AmxAvailable(); configures the tiles of the threads it runs on. A row's outputs
+// do not depend on m.
 bool GemvBf16AmxAvailable();
 void GemvBf16Amx(const uint16_t* w, int64_t k_padded, int64_t n, const uint16_t* x,
                  int64_t x_stride, int m, float* y, int64_t y_stride);

@@ -454,6 +454,34 @@ TEST(Q8Kernel, EveryRowCountGivesEachRowItsBitsAlone) {
   }
 }
 
+// On AMX tiles each row's sums depend on that row alone: below oneDNN's 64-row buckets a
+// BF16 (or F16) row gets the same bits in a step of any size as alone.
+TEST(GemvBf16, AmxGivesEachRowItsBitsAloneBelow64Rows) {
+  if (!linear_internal::GemvBf16AmxAvailable() || !HasAvx512Bf16()) {
+    GTEST_SKIP() << "no AMX-BF16 on this CPU (or QUILL_DISABLE_AMX=1)";
+  }
+  constexpr int64_t kK = 2048, kN = 100;  // 2 column blocks, the last one partial
+  constexpr int kMaxRows = 63;
+  for (WeightType type : {WeightType::kBF16, WeightType::kF16}) {
+    SCOPED_TRACE(TypeName(type));
+    const TestWeight w = MakeWeight(type, kN, kK, 13);
+    auto linear = Linear::Create({w.view}, Precision::kFast, kMaxRows);
+    ASSERT_TRUE(linear.ok()) << linear.status();
+    ASSERT_THAT((*linear)->kernel_name(), HasSubstr("gemv-bf16-amx"));
+    const std::vector<float> x = RandomVector(static_cast<size_t>(kMaxRows) * kK, 14);
+    std::vector<float> alone(static_cast<size_t>(kMaxRows) * kN);
+    for (int i = 0; i < kMaxRows; ++i) (*linear)->Run(x.data() + i * kK, 1, alone.data() + i * kN);
+    for (int m : {2, 3, 15, 16, 17, 32, 47, 63}) {
+      std::vector<float> batch(static_cast<size_t>(m) * kN, std::nanf(""));
+      (*linear)->Run(x.data(), m, batch.data());
+      for (int64_t i = 0; i < m * kN; ++i) {
+        ASSERT_EQ(Bits(batch[i]), Bits(alone[i]))
+            << "m=" << m << " row " << i / kN << " col " << i % kN;
+      }
+    }
+  }
+}
+
 // The AMX-BF16 tiles and the AVX512-BF16 GEMV compute the same bf16 products over the
 // same BA16a64b2a layout: against a double sum of those products, both stay within f32
 // rounding (1e-5 of the sum of |products|; a misplaced pair or column is off by ~1).
