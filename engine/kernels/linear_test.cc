@@ -427,6 +427,24 @@ TEST(LinearNames, SayWhichPathRuns) {
   }
 }
 
+// Runs random x rows one at a time, then `max_rows` rows as steps of each of `row_counts`
+// rows: every output of a step must have the bits its row got alone.
+void ExpectEachRowGetsItsBitsAlone(Linear& linear, int max_rows, const std::vector<int>& row_counts,
+                                   uint32_t seed) {
+  const int64_t k = linear.in_features(), n = linear.out_features();
+  const std::vector<float> x = RandomVector(static_cast<size_t>(max_rows) * k, seed);
+  std::vector<float> alone(static_cast<size_t>(max_rows) * n);
+  for (int i = 0; i < max_rows; ++i) linear.Run(x.data() + i * k, 1, alone.data() + i * n);
+  for (int m : row_counts) {
+    std::vector<float> batch(static_cast<size_t>(m) * n, std::nanf(""));
+    linear.Run(x.data(), m, batch.data());
+    for (int64_t i = 0; i < m * n; ++i) {
+      ASSERT_EQ(Bits(batch[i]), Bits(alone[i]))
+          << "m=" << m << " row " << i / n << " col " << i % n;
+    }
+  }
+}
+
 // The int8 Q8_0 kernel sweeps a step's rows in three ways by their count (whole column
 // blocks below 8 rows, tiles taking turns group by group below 13, 32-group chunks above):
 // each applies every group's scales in the same order, so a row gets the same bits in a
@@ -439,19 +457,9 @@ TEST(Q8Kernel, EveryRowCountGivesEachRowItsBitsAlone) {
   auto linear = Linear::Create({w.view}, Precision::kFast, kMaxRows);
   ASSERT_TRUE(linear.ok()) << linear.status();
   ASSERT_THAT((*linear)->kernel_name(), HasSubstr("int8-vnni"));
-  const std::vector<float> x = RandomVector(static_cast<size_t>(kMaxRows) * kK, 31);
-  std::vector<float> alone(static_cast<size_t>(kMaxRows) * kN);
-  for (int i = 0; i < kMaxRows; ++i) {
-    (*linear)->Run(x.data() + i * kK, 1, alone.data() + i * kN);
-  }
-  for (int m = 2; m <= kMaxRows; ++m) {
-    std::vector<float> batch(static_cast<size_t>(m) * kN, std::nanf(""));
-    (*linear)->Run(x.data(), m, batch.data());
-    for (int64_t i = 0; i < m * kN; ++i) {
-      ASSERT_EQ(Bits(batch[i]), Bits(alone[i]))
-          << "m=" << m << " row " << i / kN << " col " << i % kN;
-    }
-  }
+  std::vector<int> row_counts;
+  for (int m = 2; m <= kMaxRows; ++m) row_counts.push_back(m);
+  ExpectEachRowGetsItsBitsAlone(**linear, kMaxRows, row_counts, 31);
 }
 
 // On AMX tiles each row's sums depend on that row alone: below oneDNN's 64-row buckets a
@@ -468,17 +476,7 @@ TEST(GemvBf16, AmxGivesEachRowItsBitsAloneBelow64Rows) {
     auto linear = Linear::Create({w.view}, Precision::kFast, kMaxRows);
     ASSERT_TRUE(linear.ok()) << linear.status();
     ASSERT_THAT((*linear)->kernel_name(), HasSubstr("gemv-bf16-amx"));
-    const std::vector<float> x = RandomVector(static_cast<size_t>(kMaxRows) * kK, 14);
-    std::vector<float> alone(static_cast<size_t>(kMaxRows) * kN);
-    for (int i = 0; i < kMaxRows; ++i) (*linear)->Run(x.data() + i * kK, 1, alone.data() + i * kN);
-    for (int m : {2, 3, 15, 16, 17, 32, 47, 63}) {
-      std::vector<float> batch(static_cast<size_t>(m) * kN, std::nanf(""));
-      (*linear)->Run(x.data(), m, batch.data());
-      for (int64_t i = 0; i < m * kN; ++i) {
-        ASSERT_EQ(Bits(batch[i]), Bits(alone[i]))
-            << "m=" << m << " row " << i / kN << " col " << i % kN;
-      }
-    }
+    ExpectEachRowGetsItsBitsAlone(**linear, kMaxRows, {2, 3, 15, 16, 17, 32, 47, 63}, 14);
   }
 }
 
