@@ -96,7 +96,6 @@ const std::vector<Shape> kShapes = {
     {256, 2, 1},
 };
 
-// Decode rows, whole prefills and mid-sequence chunks of sequences of lengths 1..300.
 // Each KV head's part of a block is one run of memory, in K and in V, and the heads' parts
 // tile the block: attention with one KV head reads a block's part in one sweep. Within a
 // block, consecutive slots are 1 apart in K and head_dim apart in V, which the kernel's
@@ -132,6 +131,7 @@ TEST(KvLayoutTest, EachKvHeadsPartOfABlockIsOneRun) {
   }
 }
 
+// Decode rows, whole prefills and mid-sequence chunks of sequences of lengths 1..300.
 TEST_P(AttentionTest, MatchesReference) {
   const std::vector<int> lengths = {1, 15, 16, 17, 100, 300};
   for (const Shape& s : kShapes) {

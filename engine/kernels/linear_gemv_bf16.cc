@@ -16,7 +16,7 @@ namespace {
 
 #define QUILL_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
 
-constexpr int kBlockCols = 64;
+constexpr int kBlockCols = kGemvBf16BlockCols;
 constexpr int kMaxRows = 6;  // x rows per register tile (6 x 4 accumulators of 32 zmm)
 // k pairs per pass when rows need several tiles: 32 KiB of weights, which the later tiles
 // reread from L1 (48 KiB on Zen 5) while the first tiles prefetch the next chunk into L2.

@@ -33,7 +33,7 @@ namespace {
 
 #define QUILL_AMX_BF16 __attribute__((target("avx512f,avx512bw,amx-tile,amx-bf16")))
 
-constexpr int kBlockCols = 64;     // the GEMV layout's column block
+constexpr int kBlockCols = kGemvBf16BlockCols;
 constexpr int kTileRows = 16;      // x rows per tile
 constexpr int kPairsPerTile = 16;  // k pairs of one tile multiply (32 bf16 of k)
 constexpr int kPairBytes = kBlockCols * 2 * sizeof(uint16_t);  // one k pair of a block

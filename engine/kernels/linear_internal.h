@@ -141,6 +141,8 @@ absl::StatusOr<std::unique_ptr<Linear>> CreateFastLinear(absl::Span<const Weight
                                                          int max_tokens,
                                                          std::shared_ptr<LinearScratch> scratch);
 
+// The column block of oneDNN's BA16a64b2a layout, which both bf16 GEMVs read.
+inline constexpr int kGemvBf16BlockCols = 64;
 // bf16 GEMV over oneDNN's BA16a64b2a weights layout: w holds n_padded/64 column blocks,
 // each [k_padded/2 pairs][64 columns][2] bf16 (k_padded % 32 == 0, zero padded). x is m
 // rows of k_padded bf16 with row stride x_stride (zero past k). Parallel over column blocks.
