@@ -17,7 +17,8 @@ namespace quill::engine::kernels {
 namespace {
 
 using internal::Exp512;
-using internal::ReduceAdd512;
+using internal::ReduceAdd512x8;
+using internal::ReduceMax512x8;
 using internal::TailMask;
 using internal::Tanh512;
 using internal::UseAvx512;
@@ -246,27 +247,48 @@ struct Avx512Attention {
     return c == kChunks - 1 ? last : static_cast<__mmask16>(0xffff);
   }
 
-  // Online softmax step for one head: scores become weights exp(s - new max); returns the
-  // factor that rescales what was accumulated before (0 on the first tile).
-  QUILL_AVX512_TARGET static float Softmax(float* scores, int skip, int count, int padded,
-                                           float* running_max, float* running_sum) {
-    __m512 tile_max = _mm512_set1_ps(kNegInf);
-    for (int g = 0; g < padded; g += 16) {
-      tile_max = _mm512_max_ps(tile_max, _mm512_load_ps(scores + g));
+  // Online softmax step for heads [0, n) (n <= kMaxBlockHeads): each head's scores become
+  // weights exp(s - new max), and alpha[j] the factor that rescales what head j accumulated
+  // before (0 on the first tile). The heads' horizontal max and sum reductions run
+  // together (Reduce512x8), and each step for all heads before the next, so their latency
+  // chains overlap; each head's arithmetic is the same as one head alone.
+  QUILL_AVX512_TARGET static void Softmax(float (*scores)[kTile], int n, int skip, int count,
+                                          int padded, float* running_max, float* running_sum,
+                                          float* alpha) {
+    static_assert(kMaxBlockHeads == 8);
+    __m512 lanes[kMaxBlockHeads];
+    for (int j = 0; j < kMaxBlockHeads; ++j) {
+      __m512 tile_max = _mm512_set1_ps(kNegInf);
+      for (int g = 0; j < n && g < padded; g += 16) {
+        tile_max = _mm512_max_ps(tile_max, _mm512_load_ps(scores[j] + g));
+      }
+      lanes[j] = tile_max;
     }
-    const float new_max = std::max(*running_max, _mm512_reduce_max_ps(tile_max));
-    const float alpha = std::exp(*running_max - new_max);
-    *running_max = new_max;
-    const __m512 vmax = _mm512_set1_ps(new_max);
-    __m512 sum = _mm512_setzero_ps();
-    for (int g = 0; g < padded; g += 16) {
-      const __m512 p = _mm512_maskz_mov_ps(LaneRange(skip - g, count - g),
-                                           Exp512(_mm512_sub_ps(_mm512_load_ps(scores + g), vmax)));
-      _mm512_store_ps(scores + g, p);
-      sum = _mm512_add_ps(sum, p);
+    float tile_max[kMaxBlockHeads];
+    ReduceMax512x8(lanes, tile_max);
+    float new_max[kMaxBlockHeads];
+    for (int j = 0; j < n; ++j) {
+      new_max[j] = std::max(running_max[j], tile_max[j]);
+      alpha[j] = std::exp(running_max[j] - new_max[j]);
+      running_max[j] = new_max[j];
     }
-    *running_sum = std::fma(*running_sum, alpha, ReduceAdd512(sum));
-    return alpha;
+    for (int j = 0; j < kMaxBlockHeads; ++j) {
+      __m512 sum = _mm512_setzero_ps();
+      if (j < n) {
+        const __m512 vmax = _mm512_set1_ps(new_max[j]);
+        for (int g = 0; g < padded; g += 16) {
+          const __m512 p =
+              _mm512_maskz_mov_ps(LaneRange(skip - g, count - g),
+                                  Exp512(_mm512_sub_ps(_mm512_load_ps(scores[j] + g), vmax)));
+          _mm512_store_ps(scores[j] + g, p);
+          sum = _mm512_add_ps(sum, p);
+        }
+      }
+      lanes[j] = sum;
+    }
+    float tile_sum[kMaxBlockHeads];
+    ReduceAdd512x8(lanes, tile_sum);
+    for (int j = 0; j < n; ++j) running_sum[j] = std::fma(running_sum[j], alpha[j], tile_sum[j]);
   }
 
   // acc[h] = acc[h] * alpha[h] + sum_i weights[h][i] * V_i over chunks [c0, c0 + kChunksPerPass)
@@ -349,8 +371,9 @@ struct Avx512Attention {
                                            float (*acc)[kChunks * 16]) {
     KeyScores<KvT>::Scores(q, n, it.layout.head_dim, key_cols, key_stride, skip, count, padded / 16,
                            next_cols, (next_count + 15) / 16, it.scale, it.softcap, scores + first);
-    for (int j = first; j < first + n; ++j) {
-      alpha[j] = Softmax(scores[j], skip, count, padded, &running_max[j], &running_sum[j]);
+    for (int j = first; j < first + n; j += kMaxBlockHeads) {
+      Softmax(scores + j, std::min(kMaxBlockHeads, first + n - j), skip, count, padded,
+              running_max + j, running_sum + j, alpha + j);
     }
     for (int j = first; j < first + n; j += kMaxBlockHeads) {
       HeadsValuesN(std::min(kMaxBlockHeads, first + n - j),
