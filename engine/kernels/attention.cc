@@ -258,9 +258,11 @@ struct Avx512Attention {
     static_assert(kMaxBlockHeads == 8);
     __m512 lanes[kMaxBlockHeads];
     for (int j = 0; j < kMaxBlockHeads; ++j) {
-      __m512 tile_max = _mm512_set1_ps(kNegInf);
-      for (int g = 0; j < n && g < padded; g += 16) {
-        tile_max = _mm512_max_ps(tile_max, _mm512_load_ps(scores[j] + g));
+      __m512 tile_max = _mm512_set1_ps(kNegInf);  // heads past n: ignored
+      if (j < n) {
+        for (int g = 0; g < padded; g += 16) {
+          tile_max = _mm512_max_ps(tile_max, _mm512_load_ps(scores[j] + g));
+        }
       }
       lanes[j] = tile_max;
     }

@@ -79,13 +79,14 @@ QUILL_AVX512_TARGET inline float ReduceAdd512(__m512 v) {
 // has ReduceAdd512(v[j])'s bits.
 template <typename Op>
 QUILL_AVX512_TARGET inline void Reduce512x8(const __m512 (&v)[8], Op op, float (&out)[8]) {
-  // Halves: [lo256 + hi256 of v[2i] | of v[2i + 1]] (quarters 0 1 of each, with 2 3).
+  // half[i]: v[2i]'s lanes l + (l + 8), l < 8, then v[2i + 1]'s.
   __m512 half[4];
   for (int i = 0; i < 4; ++i) {
     half[i] = op(_mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0x44),
                  _mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0xEE));
   }
-  // Quarters: 128-bit quarter q holds the 4-lane fold of v[4 * (i / 2) + q].
+  // 128-bit quarter q of quarter_lo: v[q]'s 8 lanes folded to 4 (l + (l + 4)); of
+  // quarter_hi: v[4 + q]'s.
   const __m512 quarter_lo = op(_mm512_shuffle_f32x4(half[0], half[1], 0x88),
                                _mm512_shuffle_f32x4(half[0], half[1], 0xDD));
   const __m512 quarter_hi = op(_mm512_shuffle_f32x4(half[2], half[3], 0x88),
