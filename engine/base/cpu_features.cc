@@ -44,8 +44,6 @@ CpuFeatures Detect() {
   // AMX-TILE (EDX bit 24) and AMX-BF16 (22), and XCR0's tile config and data (17, 18).
   const bool amx_os = (xcr0_lo & 0x60000) == 0x60000;
   const bool amx_cpu = ((edx >> 24) & 1) && ((edx >> 22) & 1);
-  f.amx_bf16 = f.avx512f && amx_cpu && amx_os && !EnvIsOne("QUILL_DISABLE_AMX") &&
-               !EnvIsOne("QUILL_DISABLE_AVX512") && RequestAmxTileData();
   if (__get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx)) {
     f.avx512_bf16 = zmm_ok && ((eax >> 5) & 1);
   }
@@ -53,6 +51,9 @@ CpuFeatures Detect() {
   if (EnvIsOne("QUILL_DISABLE_AVX512")) {
     f.avx512f = f.avx512bw = f.avx512vl = f.avx512_bf16 = f.avx512_vnni = false;
   }
+  // Decided last: avx512f already says whether QUILL_DISABLE_AVX512 turned AVX-512 off.
+  f.amx_bf16 =
+      f.avx512f && amx_cpu && amx_os && !EnvIsOne("QUILL_DISABLE_AMX") && RequestAmxTileData();
   return f;
 }
 
