@@ -37,13 +37,18 @@ for round in $(seq 1 "$rounds"); do
   /usr/bin/python3 - "$log" "$round" "$bench" "$client" <<'PY'
 import re, sys
 path, rnd, bench, client = sys.argv[1:5]
+# A decode step of the one request alone; fields between prefill= and predicted_ms= (the
+# queue's running/paused/waiting counts) are skipped, so that lines the engine adds later
+# still match.
 step = re.compile(r"\[\d{4}-\d\d-\d\d \d\d:(\d\d):(\d\d\.\d+)\] .*engine step: decode=1 drafts=0 "
-                  r"prefill=0 predicted_ms=[\d.]+ ms=([\d.]+)")
+                  r"prefill=0 (?:\w+=\d+ )*predicted_ms=[\d.]+ ms=([\d.]+)")
 rows = [(int(m.group(1)) * 60 + float(m.group(2)), float(m.group(3)))
         for m in map(step.search, open(path)) if m]
 def median(xs):
     xs = sorted(xs)
     return xs[len(xs) // 2]
+if not rows:
+    sys.exit(f"{path}: no decode-step trace lines matched (did the engine-step line change?)")
 forward = median([ms for _, ms in rows])
 # Consecutive decode steps of one request; a gap over 1 s is a new request or the hour wrap.
 gaps = [(b - a) * 1e3 for (a, _), (b, _) in zip(rows, rows[1:]) if 0 < b - a < 1]
