@@ -5,13 +5,14 @@
 //
 // pp<N>: one Forward() over N prompt tokens (tokens/s). tg<N>: N single-token Forward()
 // steps after a 4-token prompt (tg<N> @ d<D>: after a D-token prompt, to see decode at
-// depth). bd<B>: B sequences decoding together, one batched Forward() per step (aggregate
-// tokens/s). Before the models, the machine's read bandwidth is measured with the same
-// thread count; each tg row shows the bytes it moves (weights + the KV it reads) per second
-// and their fraction of that bandwidth (with --interleave, of the bandwidth read between
-// the same repetition's steps). Each bd row shows its step time against the first bd row's
-// and its matmul rate against the CPU's peak rate of the kernels' dot-product instruction:
-// a step that reads the weights once is bandwidth-bound while that share stays low.
+// depth; a "depth ratio" line after the table divides its rate by tg<N>'s). bd<B>: B
+// sequences decoding together, one batched Forward() per step (aggregate tokens/s). Before
+// the models, the machine's read bandwidth is measured with the same thread count; each tg
+// row shows the bytes it moves (weights + the KV it reads) per second and their fraction of
+// that bandwidth (with --interleave, of the bandwidth read between the same repetition's
+// steps). Each bd row shows its step time against the first bd row's and its matmul rate
+// against the CPU's peak rate of the kernels' dot-product instruction: a step that reads the
+// weights once is bandwidth-bound while that share stays low.
 
 #include <malloc.h>
 #include <omp.h>
@@ -165,6 +166,7 @@ struct TgCase {
   std::string test;         // e.g. "tg128 @ d4096"
   double bytes_per_token;   // packed weights + the KV a step reads (mean over the test)
   const std::string* path;  // the model file, for error messages
+  int depth;                // the --depth it stands for (its prompt is at least 4 tokens)
 };
 
 // One pp test: a model's forward pass over an `n`-token prompt; and what its row prints.
@@ -607,6 +609,12 @@ int Main(int argc, char** argv) {
                 s.stddev, MiB(rss), last_column.c_str());
     std::fflush(stdout);
   };
+  // Every tg row's mean rate, for the depth ratios printed last.
+  struct TgMean {
+    TgCase tc;
+    double mean;
+  };
+  std::vector<TgMean> tg_means;
   // `bandwidth_per_rep`: the read bandwidth measured alongside each repetition (interleaved
   // runs); otherwise the one measured first.
   auto print_tg_row = [&](const TgCase& tc, const absl::StatusOr<std::vector<double>>& r,
@@ -618,6 +626,7 @@ int Main(int argc, char** argv) {
       return;
     }
     const Stats s = Summarize(*r);
+    tg_means.push_back({tc, s.mean});
     std::string reads = absl::StrFormat("%.1f GB/s", tc.bytes_per_token * s.mean / 1e9);
     if (bandwidth_per_rep.size() == r->size()) {
       double fraction = 0;
@@ -755,7 +764,8 @@ int Main(int argc, char** argv) {
                           prefix_for(element),
                           test,
                           decode_bytes(prompt_len, n, element),
-                          &path};
+                          &path,
+                          depth};
           if (interleave) {
             interleaved.push_back(tc);
           } else {
@@ -804,6 +814,19 @@ int Main(int argc, char** argv) {
       print_tg_row(interleaved[i],
                    all.ok() ? absl::StatusOr<std::vector<double>>(all->rates[i]) : all.status(),
                    rss, all.ok() ? all->read_bandwidth : std::vector<double>());
+    }
+  }
+  // Decode at depth against decode after the short prompt (same model, length and KV
+  // element): what a long context costs.
+  for (const TgMean& deep : tg_means) {
+    if (deep.tc.depth == 0) continue;
+    for (const TgMean& shallow : tg_means) {
+      if (shallow.tc.depth == 0 && *shallow.tc.path == *deep.tc.path && shallow.tc.n == deep.tc.n &&
+          shallow.tc.element == deep.tc.element) {
+        std::printf("depth ratio: %s kv %s: %s / tg%d = %.3f\n", Basename(*deep.tc.path).c_str(),
+                    kernels::KvElementName(deep.tc.element), deep.tc.test.c_str(), deep.tc.n,
+                    deep.mean / shallow.mean);
+      }
     }
   }
   return rc;
