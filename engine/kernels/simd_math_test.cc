@@ -28,14 +28,14 @@ TEST(TailMaskTest, SelectsTheFirstNLanesUpToSixteen) {
 void FillVectors(std::mt19937& rng, bool with_infinities, float (&values)[8][16]) {
   std::uniform_real_distribution<float> mantissa(-1.0f, 1.0f);
   std::uniform_int_distribution<int> exponent(-20, 20);
-  std::uniform_int_distribution<int> lane(0, 63);
   for (auto& vector : values) {
     for (float& v : vector) v = std::ldexp(mantissa(rng), exponent(rng));
   }
   if (with_infinities) {
+    std::uniform_int_distribution<int> vector(0, 7), lane(0, 15);
     const float inf = std::numeric_limits<float>::infinity();
-    values[lane(rng) % 8][lane(rng) % 16] = -inf;
-    values[lane(rng) % 8][lane(rng) % 16] = inf;
+    values[vector(rng)][lane(rng)] = -inf;
+    values[vector(rng)][lane(rng)] = inf;
   }
 }
 

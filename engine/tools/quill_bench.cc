@@ -826,6 +826,7 @@ int Main(int argc, char** argv) {
         std::printf("depth ratio: %s kv %s: %s / tg%d = %.3f\n", Basename(*deep.tc.path).c_str(),
                     kernels::KvElementName(deep.tc.element), deep.tc.test.c_str(), deep.tc.n,
                     deep.mean / shallow.mean);
+        break;  // one depth-0 row per model, length and element
       }
     }
   }
