@@ -77,8 +77,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   auto config = quill::engine::ModelConfig::FromGguf(gguf);
   if (config.ok() && config->Validate().ok()) {
-    const auto accounting =
-        quill::engine::ComputeAccounting(*config, config->context_length, /*kv_element_bytes=*/4);
+    const auto accounting = quill::engine::ComputeAccounting(
+        *config, config->context_length, quill::engine::kernels::KvElement::kF32);
     QUILL_CHECK(accounting.total_params > 0 && accounting.kv_bytes_per_token > 0);
     auto decoder = quill::engine::ResolveDecoder(gguf, *config);
     if (decoder.ok()) QUILL_CHECK(!quill::engine::DecoderSummary(*decoder).empty());

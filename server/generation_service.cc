@@ -171,8 +171,8 @@ v1::ModelInfo BuildModelInfo(const engine::Engine& engine, const RequestLimits& 
   const engine::ModelConfig& config = model.config();
   const engine::Tokenizer& tokenizer = model.tokenizer();
   // K and V as the cache stores them: f32 in exact mode, f16 in fast mode.
-  const engine::ModelAccounting accounting = engine::ComputeAccounting(
-      config, config.context_length, engine::kernels::KvElementBytes(model.kv_element()));
+  const engine::ModelAccounting accounting =
+      engine::ComputeAccounting(config, config.context_length, model.kv_element());
   const engine::EngineOptions& options = engine.options();
   const engine::EngineGauges gauges = engine.gauges();
 

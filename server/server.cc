@@ -260,6 +260,7 @@ absl::Status Server::LoadModelAndEngine() {
   engine::ModelOptions model_options;
   model_options.path = options_.model_path;
   model_options.precision = options_.precision;
+  model_options.kv_element = options_.kv_cache_type;
   model_options.max_batch_tokens = options_.engine.max_batch_tokens;
   const absl::Time start = absl::Now();
   // Loading packs the weights in OpenMP loops. It runs on a thread that then exits, taking
@@ -288,8 +289,8 @@ absl::Status Server::LoadModelAndEngine() {
                                      draft_model.status().message()));
   }
   const engine::ModelConfig& config = (*model)->config();
-  const engine::ModelAccounting accounting = engine::ComputeAccounting(
-      config, config.context_length, engine::kernels::KvElementBytes((*model)->kv_element()));
+  const engine::ModelAccounting accounting =
+      engine::ComputeAccounting(config, config.context_length, (*model)->kv_element());
   spdlog::info(
       "loaded model path={} name=\"{}\" architecture={} params={} non_embedding_params={} "
       "layers={} d_model={} heads={}/{} context={} vocab={} weight_type={} precision={} "

@@ -97,6 +97,15 @@ absl::StatusOr<engine::kernels::Precision> ParsePrecision(absl::string_view text
       absl::StrCat("precision must be 'fast' or 'exact', got '", text, "'"));
 }
 
+absl::StatusOr<std::optional<engine::kernels::KvElement>> ParseKvCacheType(absl::string_view text) {
+  const std::string s = absl::AsciiStrToLower(text);
+  if (s == "auto") return std::nullopt;
+  engine::kernels::KvElement element;
+  if (engine::kernels::KvElementFromName(s, &element)) return element;
+  return absl::InvalidArgumentError(
+      absl::StrCat("kv cache type must be 'auto', 'f32', 'f16' or 'q8', got '", text, "'"));
+}
+
 absl::string_view PrecisionName(engine::kernels::Precision precision) {
   return precision == engine::kernels::Precision::kExact ? "exact" : "fast";
 }

@@ -8,6 +8,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "engine/kernels/kv_element.h"
 #include "engine/kernels/linear.h"
 #include "engine/runtime/engine.h"
 #include "server/security/tls_files.h"
@@ -23,6 +24,9 @@ struct ServerOptions {
   // a template that does not parse fails Server::Create.
   std::string chat_template_path;
   engine::kernels::Precision precision = engine::kernels::Precision::kFast;
+  // What the KV cache stores (also the draft model's); unset: the precision's own (f32
+  // exact, f16 fast). See ParseKvCacheType.
+  std::optional<engine::kernels::KvElement> kv_cache_type;
   // Speculative decoding's draft model (same vocabulary); empty = n-gram drafting. Loaded
   // with the served model's precision and batch size; needs engine.spec_tokens > 0.
   std::string draft_model_path;
@@ -84,6 +88,10 @@ std::string HumanBytes(int64_t bytes);
 // "fast" / "exact".
 absl::StatusOr<engine::kernels::Precision> ParsePrecision(absl::string_view text);
 absl::string_view PrecisionName(engine::kernels::Precision precision);
+
+// --kv-cache-type: "auto" (nullopt: the precision's own), "f32", "f16" or "q8". Whether the
+// element suits the precision and the model is Model::Load's to say.
+absl::StatusOr<std::optional<engine::kernels::KvElement>> ParseKvCacheType(absl::string_view text);
 
 // The candidates for the built-in model when --model is not given, in order:
 // $QUILL_MODEL (if `env_model` is not empty), <exe dir>/../share/quill/models/kjv-1m.gguf,

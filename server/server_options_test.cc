@@ -72,6 +72,15 @@ TEST(PrecisionTest, ParsesBothNames) {
   EXPECT_EQ(PrecisionName(engine::kernels::Precision::kFast), "fast");
 }
 
+TEST(KvCacheTypeTest, ParsesAutoAndEachElement) {
+  EXPECT_EQ(*ParseKvCacheType("auto"), std::nullopt);
+  EXPECT_EQ(*ParseKvCacheType("f32"), engine::kernels::KvElement::kF32);
+  EXPECT_EQ(*ParseKvCacheType("F16"), engine::kernels::KvElement::kF16);
+  EXPECT_EQ(*ParseKvCacheType("q8"), engine::kernels::KvElement::kQ8);
+  EXPECT_EQ(ParseKvCacheType("q4").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseKvCacheType("").status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(DefaultModelTest, CandidateOrder) {
   EXPECT_THAT(DefaultModelCandidates("/opt/quill/bin/quill-server", "/m/env.gguf"),
               ::testing::ElementsAre("/m/env.gguf",

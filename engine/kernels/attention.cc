@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -27,7 +29,7 @@ using internal::UseAvx512;
 // the query's chunk or batch: the online-softmax rescaling points, and so the rounding,
 // depend only on the query's own position.
 constexpr int kTile = 64;
-constexpr int kMaxHeadDim = 256;
+constexpr int kMaxHeadDim = kMaxKvHeadDim;
 // Query heads handled by one work item (they share each tile's K/V rows).
 constexpr int kMaxHeadsPerItem = 64;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
@@ -54,6 +56,39 @@ struct Item {
   bool prefetch;
 };
 
+// A q8 cache's element type in the kernels (keys are really offset-binary uint8).
+using Q8 = int8_t;
+template <typename KvT>
+constexpr bool kIsQ8 = std::is_same_v<KvT, Q8>;
+
+// An item's query heads quantized as q8 rows, for scores against a q8 cache: head h's
+// codes, 4 to a word (one VNNI step's broadcast), and what turns its integer dot with a
+// stored key (codes + 128) into a score.
+struct QueryQ8 {
+  alignas(64) int32_t words[kMaxHeadsPerItem * kMaxHeadDim / 4];  // head h at h * head_dim / 4
+  int32_t bias[kMaxHeadsPerItem];  // 128 * the sum of the codes: the keys' +128 adds that
+  float factor[kMaxHeadsPerItem];  // the query's scale * the score scale
+};
+
+// Quantizes heads [0, n) of the query row q into qq.
+void QuantizeQuery(const float* q, int n, int head_dim, float scale, QueryQ8* qq) {
+  for (int h = 0; h < n; ++h) {
+    int8_t* codes = reinterpret_cast<int8_t*>(qq->words + h * head_dim / 4);
+    const float q_scale = QuantizeRowQ8(q + static_cast<int64_t>(h) * head_dim, head_dim, codes);
+    int32_t sum = 0;
+    for (int d = 0; d < head_dim; ++d) sum += codes[d];
+    qq->bias[h] = 128 * sum;
+    qq->factor[h] = q_scale * scale;
+  }
+}
+
+// The scales of a q8 cache's keys or values of 16 (or fewer) consecutive slots of one
+// block, starting at block position r, whose KV head's part of the block starts at `part`.
+inline const float* ScalesQ8(const Q8* part, const KvLayout& layout, int r) {
+  return reinterpret_cast<const float*>(part + int64_t{layout.block_size} * layout.head_dim +
+                                        r * 4);
+}
+
 // The first tile of a query whose keys start at `first_key`: tiles always start at
 // multiples of kTile, so the rounding depends only on the query's position.
 inline int FirstTile(int32_t first_key) { return first_key / kTile * kTile; }
@@ -75,6 +110,8 @@ template <typename KvT>
 void TileSlots(const Item& it, int t0, int count, const KvT** keys, const KvT** values) {
   const int bs = it.layout.block_size;
   const int hd = it.layout.head_dim;
+  // A q8 key's 4 dimensions sit side by side, so its next slot's are 4 bytes on.
+  constexpr int kKeyStep = kIsQ8<KvT> ? 4 : 1;
   for (int i = 0; i < count;) {
     const int pos = t0 + i;
     const int in_block = pos % bs;
@@ -82,7 +119,8 @@ void TileSlots(const Item& it, int t0, int count, const KvT** keys, const KvT** 
     const KvT* key = static_cast<const KvT*>(it.k_cache) + it.layout.KeyIndex(slot, 0, 0);
     const KvT* value = static_cast<const KvT*>(it.v_cache) + it.layout.ValueIndex(slot, 0, 0);
     for (const int end = std::min(count, i + bs - in_block); i < end; ++i) {
-      keys[i] = key++;
+      keys[i] = key;
+      key += kKeyStep;
       values[i] = value;
       value += hd;
     }
@@ -107,6 +145,7 @@ inline void PrefetchIntoL1(const void* p) { __builtin_prefetch(p, /*rw=*/0, /*lo
 // A cached value widened to f32 (exact for both element types).
 inline float KvToFloat(float v) { return v; }
 inline float KvToFloat(uint16_t h) { return Fp16ToFloat(h); }
+inline float KvToFloat(Q8 code) { return code; }  // a q8 value's code: its scale comes apart
 
 // 16 cached values (lanes outside `m` zero) widened to f32.
 QUILL_AVX512_TARGET inline __m512 LoadKv16(const float* p, __mmask16 m) {
@@ -114,6 +153,9 @@ QUILL_AVX512_TARGET inline __m512 LoadKv16(const float* p, __mmask16 m) {
 }
 QUILL_AVX512_TARGET inline __m512 LoadKv16(const uint16_t* p, __mmask16 m) {
   return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p));
+}
+QUILL_AVX512_TARGET inline __m512 LoadKv16(const Q8* p, __mmask16 m) {
+  return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, p)));
 }
 
 // ---- AVX-512 ---------------------------------------------------------------------------
@@ -133,20 +175,39 @@ constexpr int kMaxAccumulators = 16;
 // Scores of up to 8 query heads against groups of 16 keys with the keys in lanes: group g's
 // column d (this KV head's dimension d) is 16 contiguous values at cols[g] + d * stride.
 // Every score is one FMA chain over head_dim in order, from zero, times the scale: the
-// portable path's arithmetic, whatever the grouping.
+// portable path's arithmetic, whatever the grouping. For a q8 cache (KvT = Q8), group g's
+// dimensions 4e..4e+3 are one 64-byte line at cols[g] + e * 4 * stride, and each score is
+// an exact integer dot (VNNI) scaled afterwards.
+// The registers a score pass accumulates in: f32 FMAs, or q8's int32 dot products. (A
+// specialization, not std::conditional_t: vector types lose their attributes as template
+// arguments.)
+template <bool kQ8>
+struct DotVector {
+  using type = __m512;
+};
+template <>
+struct DotVector<true> {
+  using type = __m512i;
+};
+
 template <typename KvT>
 struct KeyScores {
+  static constexpr bool kQ8 = kIsQ8<KvT>;
+  // A query head's row as the loops read it: f32, or q8 codes 4 to a word.
+  using Query = std::conditional_t<kQ8, int32_t, float>;
+  using Dots = typename DotVector<kQ8>::type;
+
   // Heads [0, kHeads) x groups [g0, g0 + kGroups). Prefetches column d of next_cols[g0,
   // next_groups) (the next tile's groups) as it reads column d. Inlined by force: called
   // on its own, GCC stored the f32 accumulators to the stack on every step of the d loop
   // (f32 decode 1.4x slower).
   template <int kHeads, int kGroups>
   [[gnu::always_inline]] QUILL_AVX512_TARGET static void Block(
-      const float* q, int head_dim, const KvT* const* cols, int64_t stride, int g0,
-      const KvT* const* next_cols, int next_groups, __m512 (*dots)[kTile / 16]) {
-    __m512 acc[kHeads][kGroups];
+      const Query* q, int head_dim, const KvT* const* cols, int64_t stride, int g0,
+      const KvT* const* next_cols, int next_groups, Dots (*dots)[kTile / 16]) {
+    Dots acc[kHeads][kGroups];
     for (int h = 0; h < kHeads; ++h) {
-      for (int g = 0; g < kGroups; ++g) acc[h][g] = _mm512_setzero_ps();
+      for (int g = 0; g < kGroups; ++g) acc[h][g] = Dots{};
     }
     // Groups the next tile lacks prefetch this tile's lines again (in L1 already), so the d
     // loop has no branch.
@@ -154,13 +215,28 @@ struct KeyScores {
     for (int g = 0; g < kGroups; ++g) {
       prefetch[g] = g0 + g < next_groups ? next_cols[g0 + g] : cols[g0 + g];
     }
-    for (int d = 0; d < head_dim; ++d) {
-      for (int g = 0; g < kGroups; ++g) PrefetchIntoL1(prefetch[g] + d * stride);
-      __m512 k[kGroups];
-      for (int g = 0; g < kGroups; ++g) k[g] = LoadKv16(cols[g0 + g] + d * stride, 0xffff);
-      for (int h = 0; h < kHeads; ++h) {
-        const __m512 qd = _mm512_set1_ps(q[h * head_dim + d]);
-        for (int g = 0; g < kGroups; ++g) acc[h][g] = _mm512_fmadd_ps(qd, k[g], acc[h][g]);
+    if constexpr (kQ8) {
+      const int words = head_dim / 4;
+      for (int e = 0; e < words; ++e) {
+        for (int g = 0; g < kGroups; ++g) PrefetchIntoL1(prefetch[g] + e * 4 * stride);
+        __m512i k[kGroups];
+        for (int g = 0; g < kGroups; ++g) {
+          k[g] = _mm512_loadu_si512(cols[g0 + g] + e * 4 * stride);
+        }
+        for (int h = 0; h < kHeads; ++h) {
+          const __m512i qe = _mm512_set1_epi32(q[h * words + e]);
+          for (int g = 0; g < kGroups; ++g) acc[h][g] = _mm512_dpbusd_epi32(acc[h][g], k[g], qe);
+        }
+      }
+    } else {
+      for (int d = 0; d < head_dim; ++d) {
+        for (int g = 0; g < kGroups; ++g) PrefetchIntoL1(prefetch[g] + d * stride);
+        __m512 k[kGroups];
+        for (int g = 0; g < kGroups; ++g) k[g] = LoadKv16(cols[g0 + g] + d * stride, 0xffff);
+        for (int h = 0; h < kHeads; ++h) {
+          const __m512 qd = _mm512_set1_ps(q[h * head_dim + d]);
+          for (int g = 0; g < kGroups; ++g) acc[h][g] = _mm512_fmadd_ps(qd, k[g], acc[h][g]);
+        }
       }
     }
     for (int h = 0; h < kHeads; ++h) {
@@ -172,9 +248,9 @@ struct KeyScores {
   // kMaxAccumulators allow (the pack kGroups counts them).
   template <int kHeads, int... kGroups>
   QUILL_AVX512_TARGET static void Heads(int groups, std::integer_sequence<int, kGroups...>,
-                                        const float* q, int head_dim, const KvT* const* cols,
+                                        const Query* q, int head_dim, const KvT* const* cols,
                                         int64_t stride, const KvT* const* next_cols,
-                                        int next_groups, __m512 (*dots)[kTile / 16]) {
+                                        int next_groups, Dots (*dots)[kTile / 16]) {
     constexpr int kPass = sizeof...(kGroups);
     for (int g0 = 0; g0 < groups; g0 += kPass) {
       const int n = std::min(kPass, groups - g0);
@@ -187,9 +263,9 @@ struct KeyScores {
 
   template <int... kHeads>
   QUILL_AVX512_TARGET static void HeadsN(int n, std::integer_sequence<int, kHeads...>, int groups,
-                                         const float* q, int head_dim, const KvT* const* cols,
+                                         const Query* q, int head_dim, const KvT* const* cols,
                                          int64_t stride, const KvT* const* next_cols,
-                                         int next_groups, __m512 (*dots)[kTile / 16]) {
+                                         int next_groups, Dots (*dots)[kTile / 16]) {
     ((n == kHeads + 1
           ? Heads<kHeads + 1>(
                 groups,
@@ -208,27 +284,42 @@ struct KeyScores {
                          Tanh512(_mm512_mul_ps(s, _mm512_set1_ps(1.0f / softcap))));
   }
 
-  // scores[h][0, 16 * groups) for `num_heads` heads starting at q: scaled (and capped)
-  // dots for keys [skip, count), -inf elsewhere. The first 8 heads' passes prefetch the
-  // same columns of next_cols[0, next_groups).
-  QUILL_AVX512_TARGET static void Scores(const float* q, int num_heads, int head_dim,
-                                         const KvT* const* cols, int64_t stride, int skip,
-                                         int count, int groups, const KvT* const* next_cols,
-                                         int next_groups, float scale_value, float softcap,
-                                         float (*scores)[kTile]) {
-    const __m512 scale = _mm512_set1_ps(scale_value);
+  // scores[h][0, 16 * groups) for `num_heads` heads starting at q (for q8: qq's heads from
+  // `first`): scaled (and capped) dots for keys [skip, count), -inf elsewhere. The first 8
+  // heads' passes prefetch the same columns of next_cols[0, next_groups).
+  QUILL_AVX512_TARGET static void Scores(const float* q, const QueryQ8* qq, int first,
+                                         int num_heads, int head_dim, const KvT* const* cols,
+                                         int64_t stride, int skip, int count, int groups,
+                                         const KvT* const* next_cols, int next_groups,
+                                         float scale_value, float softcap, float (*scores)[kTile]) {
     const __m512 neg_inf = _mm512_set1_ps(kNegInf);
-    __m512 dots[kMaxBlockHeads][kTile / 16];
+    Dots dots[kMaxBlockHeads][kTile / 16];
     for (int h = 0; h < num_heads; h += kMaxBlockHeads) {
-      const float* qh = q + static_cast<int64_t>(h) * head_dim;
       const int n = std::min(kMaxBlockHeads, num_heads - h);
+      const Query* qh;
+      if constexpr (kQ8) {
+        qh = qq->words + (first + h) * head_dim / 4;
+      } else {
+        qh = q + static_cast<int64_t>(h) * head_dim;
+      }
       HeadsN(n, std::make_integer_sequence<int, kMaxBlockHeads>{}, groups, qh, head_dim, cols,
              stride, next_cols, h == 0 ? next_groups : 0, dots);
       for (int j = 0; j < n; ++j) {
         for (int g = 0; g < groups; ++g) {
+          __m512 s;
+          if constexpr (kQ8) {
+            // (dot * key scale) * (query scale * scale), as the portable path rounds it.
+            const __m512 dot = _mm512_cvtepi32_ps(
+                _mm512_sub_epi32(dots[j][g], _mm512_set1_epi32(qq->bias[first + h + j])));
+            const __m512 key_scales = _mm512_loadu_ps(
+                reinterpret_cast<const float*>(cols[g] + int64_t{stride} * head_dim));
+            s = Finish(_mm512_mul_ps(dot, key_scales), _mm512_set1_ps(qq->factor[first + h + j]),
+                       softcap);
+          } else {
+            s = Finish(dots[j][g], _mm512_set1_ps(scale_value), softcap);
+          }
           _mm512_store_ps(scores[h + j] + 16 * g,
-                          _mm512_mask_mov_ps(neg_inf, LaneRange(skip - 16 * g, count - 16 * g),
-                                             Finish(dots[j][g], scale, softcap)));
+                          _mm512_mask_mov_ps(neg_inf, LaneRange(skip - 16 * g, count - 16 * g), s));
         }
       }
     }
@@ -363,19 +454,34 @@ struct Avx512Attention {
   // key_cols[g] + d * key_stride (group g of 16 keys), its value rows at v_rows[i] + offset.
   // The passes of the first 8 heads prefetch the next tile's keys and values, next_cols[g]
   // (its (next_count + 15) / 16 groups) and next_rows[i] + offset (i < next_count).
-  QUILL_AVX512_TARGET static void HeadTile(const float* q, int first, int n,
-                                           const KvT* const* key_cols, int64_t key_stride,
+  // For a q8 cache, qq holds the item's quantized heads and t0 is the tile's first position.
+  QUILL_AVX512_TARGET static void HeadTile(const float* q, const QueryQ8* qq, int t0, int first,
+                                           int n, const KvT* const* key_cols, int64_t key_stride,
                                            const KvT* const* v_rows, int64_t offset, int skip,
                                            int count, int padded, __mmask16 last, const Item& it,
                                            const KvT* const* next_cols, const KvT* const* next_rows,
                                            int next_count, float (*scores)[kTile], float* alpha,
                                            float* running_max, float* running_sum,
                                            float (*acc)[kChunks * 16]) {
-    KeyScores<KvT>::Scores(q, n, it.layout.head_dim, key_cols, key_stride, skip, count, padded / 16,
-                           next_cols, (next_count + 15) / 16, it.scale, it.softcap, scores + first);
+    KeyScores<KvT>::Scores(q, qq, first, n, it.layout.head_dim, key_cols, key_stride, skip, count,
+                           padded / 16, next_cols, (next_count + 15) / 16, it.scale, it.softcap,
+                           scores + first);
     for (int j = first; j < first + n; j += kMaxBlockHeads) {
       Softmax(scores + j, std::min(kMaxBlockHeads, first + n - j), skip, count, padded,
               running_max + j, running_sum + j, alpha + j);
+    }
+    if constexpr (kIsQ8<KvT>) {
+      // P.V weighs each value's codes by its probability times its scale.
+      const int bs = it.layout.block_size, hd = it.layout.head_dim;
+      for (int g = 0; 16 * g < padded; ++g) {
+        const int r = (t0 + 16 * g) % bs;
+        const __m512 value_scales =
+            _mm512_loadu_ps(ScalesQ8(v_rows[16 * g] + offset - r * hd, it.layout, r));
+        for (int j = first; j < first + n; ++j) {
+          _mm512_store_ps(scores[j] + 16 * g,
+                          _mm512_mul_ps(_mm512_load_ps(scores[j] + 16 * g), value_scales));
+        }
+      }
     }
     for (int j = first; j < first + n; j += kMaxBlockHeads) {
       HeadsValuesN(std::min(kMaxBlockHeads, first + n - j),
@@ -444,6 +550,11 @@ struct Avx512Attention {
       running_sum[h] = 0.0f;
       for (int c = 0; c < kChunks; ++c) _mm512_store_ps(acc[h] + 16 * c, _mm512_setzero_ps());
     }
+    QueryQ8 query_q8;
+    if constexpr (kIsQ8<KvT>) {
+      QuantizeQuery(it.q + static_cast<int64_t>(it.head_begin) * hd, num_heads, hd, it.scale,
+                    &query_q8);
+    }
     const int first_tile = FirstTile(it.first_key);
     TileSlots(it, first_tile, std::min(kTile, it.num_keys - first_tile), keys, v_rows);
     for (int t0 = first_tile; t0 < it.num_keys; t0 += kTile) {
@@ -469,15 +580,22 @@ struct Avx512Attention {
           for (int g = 0; g < groups; ++g) head_cols[g] = keys[16 * g] + offset;
           for (int g = 0; 16 * g < prefetch_keys; ++g) {
             next_head_cols[g] = next_keys[16 * g] + offset;
+            if constexpr (kIsQ8<KvT>) {
+              // The next tile's key and value scales: a line per 16 keys each.
+              const int r = (t0 + kTile + 16 * g) % bs;
+              PrefetchIntoL1(next_head_cols[g] + bs * hd);
+              PrefetchIntoL1(ScalesQ8(next_v_rows[16 * g] + offset - r * hd, it.layout, r));
+            }
           }
-          HeadTile(q, first, n, head_cols, bs, v_rows, offset, skip, count, padded, last, it,
-                   next_head_cols, next_v_rows, prefetch_keys, scores, alpha, running_max,
+          HeadTile(q, &query_q8, t0, first, n, head_cols, bs, v_rows, offset, skip, count, padded,
+                   last, it, next_head_cols, next_v_rows, prefetch_keys, scores, alpha, running_max,
                    running_sum, acc);
-        } else {
+        } else if constexpr (!kIsQ8<KvT>) {  // q8 needs blocks of 16k slots (PagedAttention)
           GatherKeys(keys, bs, offset, hd, groups, count, wide_k);
           WidenRows(v_rows, offset, skip, count, last, wide_v);
-          Wide::HeadTile(q, first, n, wide_cols, kTile, wide_v_rows, 0, skip, count, padded, last,
-                         it, nullptr, nullptr, 0, scores, alpha, running_max, running_sum, acc);
+          Wide::HeadTile(q, nullptr, t0, first, n, wide_cols, kTile, wide_v_rows, 0, skip, count,
+                         padded, last, it, nullptr, nullptr, 0, scores, alpha, running_max,
+                         running_sum, acc);
         }
         h = end;
       }
@@ -509,17 +627,22 @@ AttendFn PickAvx512(int chunks, std::integer_sequence<int, kChunks...>) {
 
 // The same tiles and online softmax in scalar code; each dot product and output sum runs in
 // a fixed order, so it too is batch-invariant. Its scores are the AVX-512 path's bits (the
-// same FMA chain over head_dim); exp and tanh differ.
+// same FMA chain over head_dim, or for q8 the same integer dot and scalings); exp and tanh
+// differ.
 template <typename KvT>
 void AttendPortable(const Item& it) {
   float scores[kTile];
   const KvT* keys[kTile];
   const KvT* v_rows[kTile];
   float acc[kMaxHeadDim];
+  int8_t q_codes[kMaxHeadDim];
   const int hd = it.layout.head_dim;
+  const int bs = it.layout.block_size;
   for (int h = it.head_begin; h < it.head_end; ++h) {
     const float* q = it.q + static_cast<int64_t>(h) * hd;
     const int64_t offset = h / it.group * it.layout.head_stride();
+    float q_factor = 0.0f;  // q8: the query's scale * the score scale
+    if constexpr (kIsQ8<KvT>) q_factor = QuantizeRowQ8(q, hd, q_codes) * it.scale;
     float running_max = kNegInf;
     float running_sum = 0.0f;
     std::fill(acc, acc + hd, 0.0f);
@@ -530,11 +653,19 @@ void AttendPortable(const Item& it) {
       float tile_max = kNegInf;
       for (int i = skip; i < count; ++i) {
         const KvT* k = keys[i] + offset;
-        float dot = 0.0f;
-        for (int d = 0; d < hd; ++d) {
-          dot = std::fma(q[d], KvToFloat(k[d * it.layout.block_size]), dot);
+        if constexpr (kIsQ8<KvT>) {
+          int32_t dot = 0;
+          for (int d = 0; d < hd; ++d) {
+            dot += q_codes[d] * (static_cast<uint8_t>(k[d / 4 * 4 * bs + d % 4]) - 128);
+          }
+          float key_scale;
+          std::memcpy(&key_scale, k + int64_t{bs} * hd, sizeof key_scale);
+          scores[i] = static_cast<float>(dot) * key_scale * q_factor;
+        } else {
+          float dot = 0.0f;
+          for (int d = 0; d < hd; ++d) dot = std::fma(q[d], KvToFloat(k[d * bs]), dot);
+          scores[i] = dot * it.scale;
         }
-        scores[i] = dot * it.scale;
         if (it.softcap > 0.0f) scores[i] = it.softcap * std::tanh(scores[i] / it.softcap);
         tile_max = std::max(tile_max, scores[i]);
       }
@@ -550,7 +681,12 @@ void AttendPortable(const Item& it) {
       for (int d = 0; d < hd; ++d) acc[d] *= alpha;
       for (int i = skip; i < count; ++i) {
         const KvT* v = v_rows[i] + offset;
-        for (int d = 0; d < hd; ++d) acc[d] = std::fma(scores[i], KvToFloat(v[d]), acc[d]);
+        float weight = scores[i];
+        if constexpr (kIsQ8<KvT>) {
+          const int r = (t0 + i) % bs;
+          weight *= *ScalesQ8(v - int64_t{r} * hd, it.layout, r);
+        }
+        for (int d = 0; d < hd; ++d) acc[d] = std::fma(weight, KvToFloat(v[d]), acc[d]);
       }
     }
     float* out = it.out + static_cast<int64_t>(h) * hd;
@@ -635,13 +771,20 @@ void PagedAttention(const float* q, const void* k_cache, const void* v_cache,
   const int64_t total = first_item[sequences.size()];
   const int64_t* starts = first_item.data();
 
-  const bool f16 = layout.element == KvElement::kF16;
-  AttendFn attend = f16 ? &AttendPortable<uint16_t> : &AttendPortable<float>;
-  if (UseAvx512()) {
-    constexpr auto kChunkCounts = std::make_integer_sequence<int, kMaxHeadDim / 16>{};
-    const int chunks = (hd + 15) / 16;
-    attend =
-        f16 ? PickAvx512<uint16_t>(chunks, kChunkCounts) : PickAvx512<float>(chunks, kChunkCounts);
+  AttendFn attend = nullptr;
+  constexpr auto kChunkCounts = std::make_integer_sequence<int, kMaxHeadDim / 16>{};
+  const int chunks = (hd + 15) / 16;
+  switch (layout.element) {
+    case KvElement::kF32:
+      attend = UseAvx512() ? PickAvx512<float>(chunks, kChunkCounts) : &AttendPortable<float>;
+      break;
+    case KvElement::kF16:
+      attend = UseAvx512() ? PickAvx512<uint16_t>(chunks, kChunkCounts) : &AttendPortable<uint16_t>;
+      break;
+    case KvElement::kQ8:
+      QUILL_CHECK(layout.block_size % 16 == 0 && hd % 4 == 0);
+      attend = UseAvx512() ? PickAvx512<Q8>(chunks, kChunkCounts) : &AttendPortable<Q8>;
+      break;
   }
   const int64_t row = static_cast<int64_t>(n_heads) * hd;
 

@@ -1,7 +1,8 @@
 // Microbenchmark of PagedAttention at TinyLlama's shape (32 query heads, 4 KV heads,
 // head_dim 64, 16-token blocks): decode batches at 512 tokens of context, and one prefill.
-// Each case runs on an f32 and on an f16 cache (exact and fast mode's KV elements), rounds
-// of the two interleaved so that the host's drift hits both alike.
+// Each case runs on an f32, an f16 and a q8 cache (exact mode's KV element, fast mode's
+// default and its opt-in), rounds of the three interleaved so that the host's drift hits
+// all alike.
 // Usage: quill-attention-bench [--iters=N] [--cases=...]. Prints microseconds per call and a
 // hash of the output bits, equal across builds whose kernels compute the same bits.
 #include <omp.h>
@@ -75,9 +76,12 @@ struct Timing {
   uint64_t output_hash;  // of the last call's output bits: equal across builds that agree
 };
 
-// One cache of each element type holding the same (f16-representable) values.
+constexpr KvElement kElements[] = {KvElement::kF32, KvElement::kF16, KvElement::kQ8};
+constexpr int kNumElements = 3;
+
+// One cache of each element type holding the same values (as each element stores them).
 struct Caches {
-  std::unique_ptr<void, FreeDeleter> k[2], v[2];  // [0] f32, [1] f16
+  std::unique_ptr<void, FreeDeleter> k[kNumElements], v[kNumElements];
 };
 
 // Whether --cases selects the case `name`.
@@ -103,19 +107,31 @@ uint64_t HashBits(const std::vector<float>& values) {
 std::vector<Timing> TimeCase(const Case& c, int iters) {
   const int blocks_per_seq = (c.context + kBlock - 1) / kBlock;
   const int blocks = c.sequences * blocks_per_seq;
-  const int64_t layer_floats = int64_t{blocks} * kBlock * kKvHeads * kHeadDim;
-  const int64_t cache_floats = layer_floats * c.layers;
+  const int64_t slots = int64_t{blocks} * kBlock;
   std::mt19937_64 rng(1);
   std::uniform_real_distribution<float> dist(-1, 1);
   Caches caches;
-  std::vector<float> values(cache_floats);
-  for (int e = 0; e < 2; ++e) {
-    const KvElement element = e == 0 ? KvElement::kF32 : KvElement::kF16;
-    caches.k[e] = HugeArray(cache_floats * KvElementBytes(element));
-    caches.v[e] = HugeArray(cache_floats * KvElementBytes(element));
-    for (auto* arena : {&caches.k[e], &caches.v[e]}) {
-      for (float& x : values) x = dist(rng);
-      StoreKvRow(values.data(), cache_floats, element, arena->get(), 0);
+  int64_t layer_bytes[kNumElements];
+  std::vector<float> row(kHeadDim);
+  for (int e = 0; e < kNumElements; ++e) {
+    const KvLayout layout{kBlock, kKvHeads, kHeadDim, kElements[e]};
+    layer_bytes[e] = slots * layout.row() * KvElementBytes(kElements[e]);
+    caches.k[e] = HugeArray(layer_bytes[e] * c.layers);
+    caches.v[e] = HugeArray(layer_bytes[e] * c.layers);
+  }
+  for (int layer = 0; layer < c.layers; ++layer) {
+    for (int64_t slot = 0; slot < slots; ++slot) {
+      for (int kv = 0; kv < kKvHeads; ++kv) {
+        for (bool key : {true, false}) {
+          for (float& x : row) x = dist(rng);
+          for (int e = 0; e < kNumElements; ++e) {
+            const KvLayout layout{kBlock, kKvHeads, kHeadDim, kElements[e]};
+            char* arena = static_cast<char*>(key ? caches.k[e].get() : caches.v[e].get()) +
+                          layer_bytes[e] * layer;
+            (key ? StoreKey : StoreValue)(row.data(), layout, arena, slot, kv);
+          }
+        }
+      }
     }
   }
   std::vector<int32_t> ids(blocks);
@@ -130,22 +146,20 @@ std::vector<Timing> TimeCase(const Case& c, int iters) {
   std::vector<float> q(int64_t{rows} * kHeads * kHeadDim), out(q.size());
   for (float& x : q) x = dist(rng);
   const float scale = 1.0f / std::sqrt(static_cast<float>(kHeadDim));
-  int layer[2] = {0, 0};
+  int layer[kNumElements] = {};
   auto call = [&](int e) {
-    const KvElement element = e == 0 ? KvElement::kF32 : KvElement::kF16;
-    const KvLayout layout{kBlock, kKvHeads, kHeadDim, element};
-    const int64_t offset = layer_floats * layer[e] * KvElementBytes(element);
+    const KvLayout layout{kBlock, kKvHeads, kHeadDim, kElements[e]};
+    const int64_t offset = layer_bytes[e] * layer[e];
     layer[e] = (layer[e] + 1) % c.layers;
     PagedAttention(q.data(), static_cast<const char*>(caches.k[e].get()) + offset,
                    static_cast<const char*>(caches.v[e].get()) + offset, layout, seqs, kHeads,
                    scale, out.data());
   };
-  call(0);  // warm up caches and the thread pool
-  call(1);
-  std::vector<double> times[2];
-  double cpu[2] = {0, 0};
+  for (int e = 0; e < kNumElements; ++e) call(e);  // warm up caches and the thread pool
+  std::vector<double> times[kNumElements];
+  double cpu[kNumElements] = {};
   for (int i = 0; i < iters; ++i) {
-    for (int e = 0; e < 2; ++e) {
+    for (int e = 0; e < kNumElements; ++e) {
       const double cpu0 = CpuMicros();
       const auto t0 = std::chrono::steady_clock::now();
       call(e);
@@ -155,7 +169,7 @@ std::vector<Timing> TimeCase(const Case& c, int iters) {
     }
   }
   std::vector<Timing> result;
-  for (int e = 0; e < 2; ++e) {
+  for (int e = 0; e < kNumElements; ++e) {
     std::sort(times[e].begin(), times[e].end());
     call(e);
     result.push_back({times[e][times[e].size() / 2], cpu[e] / iters, HashBits(out)});
@@ -183,15 +197,17 @@ int main(int argc, char** argv) {
     const double pairs = c.new_tokens == 1
                              ? double(c.sequences) * c.context
                              : double(c.sequences) * c.new_tokens * (c.new_tokens + 1) / 2;
-    for (int e = 0; e < 2; ++e) {
+    for (int e = 0; e < quill::engine::kernels::kNumElements; ++e) {
       const quill::engine::kernels::Timing& t = timings[e];
       const double gflops = pairs * 32 * 64 * 4 / (t.wall_us * 1e3);
       std::printf("  %-27s kv %s %10.1f us/call (cpu %10.1f us)  %6.1f GFLOP/s  output %016llx\n",
-                  c.name, e == 0 ? "f32" : "f16", t.wall_us, t.cpu_us, gflops,
-                  static_cast<unsigned long long>(t.output_hash));
+                  c.name,
+                  quill::engine::kernels::KvElementName(quill::engine::kernels::kElements[e]),
+                  t.wall_us, t.cpu_us, gflops, static_cast<unsigned long long>(t.output_hash));
     }
-    if (timings[0].wall_us > 0) {
-      std::printf("  %-27s f16/f32 time %.2fx\n", c.name, timings[1].wall_us / timings[0].wall_us);
+    if (timings[0].wall_us > 0 && timings[1].wall_us > 0) {
+      std::printf("  %-27s f16/f32 time %.2fx, q8/f16 %.2fx\n", c.name,
+                  timings[1].wall_us / timings[0].wall_us, timings[2].wall_us / timings[1].wall_us);
     }
   }
   return 0;

@@ -468,6 +468,198 @@ TEST_P(AttentionTest, BlockSizeNeverChangesTheBits) {
   }
 }
 
+// ---- q8 cache ----
+
+// c's K and V stored in the element's arena (every slot, owned or not), with the layout.
+struct StoredCache {
+  KvLayout layout;
+  std::vector<uint8_t> k, v;
+};
+
+StoredCache Store(const PagedCache& c, KvElement element) {
+  StoredCache stored;
+  stored.layout = c.layout;
+  stored.layout.element = element;
+  const KvLayout& from = c.layout;
+  const int64_t slots = static_cast<int64_t>(c.k.size()) / from.row();
+  const int64_t bytes = slots * stored.layout.row() * KvElementBytes(element);
+  stored.k.assign(bytes, 0xEE);
+  stored.v.assign(bytes, 0xEE);
+  std::vector<float> key(from.head_dim), value(from.head_dim);
+  for (int64_t slot = 0; slot < slots; ++slot) {
+    for (int kv = 0; kv < from.num_kv_heads; ++kv) {
+      for (int d = 0; d < from.head_dim; ++d) {
+        key[d] = c.k[from.KeyIndex(slot, kv, d)];
+        value[d] = c.v[from.ValueIndex(slot, kv, d)];
+      }
+      StoreKey(key.data(), stored.layout, stored.k.data(), slot, kv);
+      StoreValue(value.data(), stored.layout, stored.v.data(), slot, kv);
+    }
+  }
+  return stored;
+}
+
+// What a q8 cache holds, decoded from its bytes as kv_element.h lays them out: code *
+// scale, with keys offset by 128.
+PagedCache Dequantized(const PagedCache& c, const StoredCache& q8) {
+  PagedCache d = c;
+  const KvLayout& l = q8.layout;
+  const int64_t slots = static_cast<int64_t>(c.k.size()) / c.layout.row();
+  for (int64_t slot = 0; slot < slots; ++slot) {
+    for (int kv = 0; kv < l.num_kv_heads; ++kv) {
+      float k_scale, v_scale;
+      std::memcpy(&k_scale, q8.k.data() + l.ScaleIndex(slot, kv), 4);
+      std::memcpy(&v_scale, q8.v.data() + l.ScaleIndex(slot, kv), 4);
+      for (int i = 0; i < l.head_dim; ++i) {
+        d.k[c.layout.KeyIndex(slot, kv, i)] = (q8.k[l.KeyIndex(slot, kv, i)] - 128) * k_scale;
+        d.v[c.layout.ValueIndex(slot, kv, i)] =
+            static_cast<int8_t>(q8.v[l.ValueIndex(slot, kv, i)]) * v_scale;
+      }
+    }
+  }
+  return d;
+}
+
+// Each query head replaced by its q8 row's values (code * scale), as a q8 score sees it.
+std::vector<float> DequantizedQueries(const std::vector<float>& q, int head_dim) {
+  std::vector<float> out(q.size());
+  std::vector<int8_t> codes(head_dim);
+  for (size_t h = 0; h < q.size(); h += head_dim) {
+    const float scale = QuantizeRowQ8(q.data() + h, head_dim, codes.data());
+    for (int d = 0; d < head_dim; ++d) out[h + d] = codes[d] * scale;
+  }
+  return out;
+}
+
+std::vector<float> RunStored(const StoredCache& c, const std::vector<float>& q,
+                             const std::vector<AttentionSequence>& seqs, int n_heads,
+                             const AttentionParams& params) {
+  std::vector<float> out(q.size(), std::nanf(""));
+  PagedAttention(q.data(), c.k.data(), c.v.data(), c.layout, seqs, n_heads, params, out.data());
+  return out;
+}
+
+// A q8 cache computes attention over the values it holds: the reference (in double) over
+// the dequantized keys, values and queries agrees to rounding, with soft-caps and windows,
+// for decode rows, whole prefills and chunks, GQA, MQA and MHA.
+TEST_P(AttentionTest, Q8MatchesReferenceOnItsDequantizedValues) {
+  const std::vector<int> lengths = {1, 15, 16, 17, 100, 300};
+  for (const Shape& s :
+       {Shape{64, 32, 4}, Shape{32, 4, 2}, Shape{128, 4, 2}, Shape{64, 8, 1}, Shape{64, 4, 4},
+        Shape{8, 4, 2}, Shape{4, 2, 2}, Shape{24, 6, 3}, Shape{256, 2, 1}}) {
+    SCOPED_TRACE(ShapeName(s));
+    const PagedCache c = MakeCache(lengths, s.n_kv, s.head_dim, s.head_dim * 13 + s.n_heads);
+    const StoredCache q8 = Store(c, KvElement::kQ8);
+    const PagedCache dequantized = Dequantized(c, q8);
+    std::vector<AttentionSequence> seqs;
+    int rows = 0;
+    auto add = [&](int i, int first_pos, int num_q) {
+      seqs.push_back({c.tables[i].data(), rows, num_q, first_pos});
+      rows += num_q;
+    };
+    for (int i = 0; i < 6; ++i) add(i, 0, lengths[i]);
+    for (int i = 0; i < 6; ++i) add(i, lengths[i] - 1, 1);
+    add(5, 250, 50);
+    const std::vector<float> q = RandomVector(int64_t{rows} * s.n_heads * s.head_dim, 78, -2, 2);
+    const std::vector<float> q_values = DequantizedQueries(q, s.head_dim);
+    for (const AttentionParams params :
+         {AttentionParams{0.125f}, AttentionParams{0.25f, 10.0f, 0},
+          AttentionParams{0.25f, 0.0f, 5}, AttentionParams{0.2f, 30.0f, 70}}) {
+      SCOPED_TRACE("softcap " + std::to_string(params.softcap) + " window " +
+                   std::to_string(params.window));
+      const std::vector<float> got = RunStored(q8, q, seqs, s.n_heads, params);
+      // The reference is slow; both path instances share its result.
+      static std::map<std::string, std::vector<float>>* cache =
+          new std::map<std::string, std::vector<float>>();
+      std::vector<float>& want = (*cache)[ShapeName(s) + "/" + std::to_string(params.softcap) +
+                                          "/" + std::to_string(params.window)];
+      if (want.empty()) want = RunAttention(true, dequantized, q_values, seqs, s.n_heads, params);
+      EXPECT_LT(MaxAbsDiff(got, want), 1e-5);
+    }
+  }
+}
+
+// Quantizing is the only difference from the f16 cache: on the same random K, V and queries
+// the outputs differ by little (the outputs are averages of values in [-1, 1]).
+TEST_P(AttentionTest, Q8StaysCloseToF16) {
+  const Shape s{64, 32, 4};
+  const std::vector<int> lengths = {1000};
+  const PagedCache c = MakeCache(lengths, s.n_kv, s.head_dim, 5);
+  const std::vector<AttentionSequence> seqs = {{c.tables[0].data(), 0, 1, 999}};
+  const std::vector<float> q = RandomVector(int64_t{s.n_heads} * s.head_dim, 6, -2, 2);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
+  const StoredCache f16 = Store(c, KvElement::kF16);
+  const StoredCache q8 = Store(c, KvElement::kQ8);
+  const std::vector<float> want = RunStored(f16, q, seqs, s.n_heads, {scale});
+  const std::vector<float> got = RunStored(q8, q, seqs, s.n_heads, {scale});
+  const double diff = MaxAbsDiff(got, want);
+  EXPECT_LT(diff, 2e-3);
+  EXPECT_GT(diff, 0.0);  // it did quantize
+}
+
+// The same query gives the same bits alone, inside a batch with other sequences' decode
+// rows and a prefill, in a whole and in a chunked prefill, and on one thread; and the
+// block size (any multiple of 16) never changes them. Unowned slots hold NaN rows, which
+// lanes past a sequence's last key read and must not leak.
+TEST_P(AttentionTest, Q8BatchInvariantBitForBit) {
+  for (const Shape& s : {Shape{64, 32, 4}, Shape{128, 4, 2}, Shape{8, 4, 2}}) {
+    SCOPED_TRACE(ShapeName(s));
+    const std::vector<int> lengths = {300, 1, 17, 100};
+    const PagedCache base = MakeCache(lengths, s.n_kv, s.head_dim, 51);
+    const int row = s.n_heads * s.head_dim;
+    const float scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
+    const std::vector<float> q0 = RandomVector(300 * row, 52, -2, 2);
+    const PagedCache c = Relayout(base, lengths, 16);
+    const StoredCache q8 = Store(c, KvElement::kQ8);
+    const AttentionParams params{scale};
+
+    const std::vector<AttentionSequence> whole = {{c.tables[0].data(), 0, 300, 0}};
+    const std::vector<float> ref = RunStored(q8, q0, whole, s.n_heads, params);
+    for (const float x : ref) ASSERT_FALSE(std::isnan(x));
+
+    std::vector<float> chunked(q0.size());
+    for (auto [begin, end] : {std::pair{0, 100}, std::pair{100, 163}, std::pair{163, 300}}) {
+      const std::vector<float> qc(q0.begin() + begin * row, q0.begin() + end * row);
+      const std::vector<AttentionSequence> chunk = {{c.tables[0].data(), 0, end - begin, begin}};
+      const std::vector<float> out = RunStored(q8, qc, chunk, s.n_heads, params);
+      std::copy(out.begin(), out.end(), chunked.begin() + begin * row);
+    }
+    EXPECT_EQ(std::memcmp(chunked.data(), ref.data(), ref.size() * 4), 0) << "chunked";
+
+    for (int pos : {0, 15, 16, 64, 65, 299}) {
+      const std::vector<float> qp(q0.begin() + pos * row, q0.begin() + (pos + 1) * row);
+      const std::vector<AttentionSequence> alone = {{c.tables[0].data(), 0, 1, pos}};
+      const std::vector<float> one = RunStored(q8, qp, alone, s.n_heads, params);
+      EXPECT_EQ(std::memcmp(one.data(), ref.data() + pos * row, row * 4), 0) << "alone " << pos;
+
+      const std::vector<AttentionSequence> batch = {{c.tables[1].data(), 0, 1, 0},
+                                                    {c.tables[0].data(), 1, 1, pos},
+                                                    {c.tables[3].data(), 2, 100, 0},
+                                                    {c.tables[2].data(), 102, 1, 16}};
+      std::vector<float> qb = RandomVector(103 * row, 53 + pos, -2, 2);
+      std::copy(qp.begin(), qp.end(), qb.begin() + row);
+      const std::vector<float> batched = RunStored(q8, qb, batch, s.n_heads, params);
+      EXPECT_EQ(std::memcmp(batched.data() + row, ref.data() + pos * row, row * 4), 0)
+          << "in batch " << pos;
+    }
+
+    const int threads = omp_get_max_threads();
+    omp_set_num_threads(1);
+    const std::vector<float> single = RunStored(q8, q0, whole, s.n_heads, params);
+    omp_set_num_threads(threads);
+    EXPECT_EQ(std::memcmp(single.data(), ref.data(), ref.size() * 4), 0) << "one thread";
+
+    for (int block_size : {32, 48}) {
+      const PagedCache other = Relayout(base, lengths, block_size);
+      const StoredCache other_q8 = Store(other, KvElement::kQ8);
+      const std::vector<AttentionSequence> seqs = {{other.tables[0].data(), 0, 300, 0}};
+      const std::vector<float> got = RunStored(other_q8, q0, seqs, s.n_heads, params);
+      EXPECT_EQ(std::memcmp(got.data(), ref.data(), ref.size() * 4), 0)
+          << "blocks of " << block_size;
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Paths, AttentionTest, ::testing::Values(Path::kAvx512, Path::kPortable),
                          [](const ::testing::TestParamInfo<Path>& info) {
                            return std::string(PathName(info.param));

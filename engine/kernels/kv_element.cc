@@ -3,8 +3,11 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <limits>
 
+#include "engine/base/check.h"
 #include "engine/base/float16.h"
 #include "engine/kernels/simd_math.h"
 
@@ -28,9 +31,90 @@ QUILL_AVX512_TARGET void StoreF16Avx512(const float* row, int64_t n, uint16_t* o
   }
 }
 
+// The q8 code of x for a row whose largest magnitude gives inv = 127 / max|x|: x's
+// clamped value times inv, rounded to nearest even (as _mm512_cvtps_epi32 does).
+inline int8_t CodeQ8(float x, float inv) {
+  return static_cast<int8_t>(std::nearbyint(std::clamp(x, -kF16Max, kF16Max) * inv));
+}
+
+QUILL_AVX512_TARGET float QuantizeRowQ8Avx512(const float* x, int64_t n, int8_t* codes) {
+  const __m512 lo = _mm512_set1_ps(-kF16Max), hi = _mm512_set1_ps(kF16Max);
+  __m512 amax = _mm512_setzero_ps();
+  __mmask16 nan = 0;
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = internal::TailMask(static_cast<int>(std::min<int64_t>(16, n - i)));
+    const __m512 v = _mm512_maskz_loadu_ps(m, x + i);
+    nan |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+    amax = _mm512_max_ps(amax, _mm512_abs_ps(_mm512_min_ps(hi, _mm512_max_ps(lo, v))));
+  }
+  const float max_abs = _mm512_reduce_max_ps(amax);
+  if (nan != 0 || max_abs == 0.0f) {
+    std::memset(codes, 0, n);
+    return nan != 0 ? std::numeric_limits<float>::quiet_NaN() : 0.0f;
+  }
+  const __m512 inv = _mm512_set1_ps(127.0f / max_abs);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = internal::TailMask(static_cast<int>(std::min<int64_t>(16, n - i)));
+    const __m512 v = _mm512_min_ps(hi, _mm512_max_ps(lo, _mm512_maskz_loadu_ps(m, x + i)));
+    _mm512_mask_cvtsepi32_storeu_epi8(codes + i, m, _mm512_cvtps_epi32(_mm512_mul_ps(v, inv)));
+  }
+  return max_abs / 127.0f;
+}
+
 }  // namespace
 
+float QuantizeRowQ8(const float* x, int64_t n, int8_t* codes) {
+  if (internal::UseAvx512()) return QuantizeRowQ8Avx512(x, n, codes);
+  float max_abs = 0.0f;
+  for (int64_t i = 0; i < n; ++i) {
+    if (std::isnan(x[i])) {
+      std::memset(codes, 0, n);
+      return std::numeric_limits<float>::quiet_NaN();
+    }
+    max_abs = std::max(max_abs, std::fabs(std::clamp(x[i], -kF16Max, kF16Max)));
+  }
+  if (max_abs == 0.0f) {
+    std::memset(codes, 0, n);
+    return 0.0f;
+  }
+  const float inv = 127.0f / max_abs;
+  for (int64_t i = 0; i < n; ++i) codes[i] = CodeQ8(x[i], inv);
+  return max_abs / 127.0f;
+}
+
+void StoreKey(const float* row, const KvLayout& layout, void* k_arena, int64_t slot, int kv) {
+  const int hd = layout.head_dim;
+  if (layout.element != KvElement::kQ8) {
+    StoreKvStrided(row, hd, layout.element, k_arena, layout.KeyIndex(slot, kv, 0),
+                   layout.block_size);
+    return;
+  }
+  QUILL_CHECK(hd <= kMaxKvHeadDim && hd % 4 == 0);
+  int8_t codes[kMaxKvHeadDim];
+  const float scale = QuantizeRowQ8(row, hd, codes);
+  uint8_t* arena = static_cast<uint8_t*>(k_arena);
+  // Offset binary (code + 128): the VNNI dot product takes its first operand unsigned.
+  uint8_t* key = arena + layout.KeyIndex(slot, kv, 0);
+  for (int d = 0; d < hd; d += 4) {
+    for (int i = 0; i < 4; ++i) key[i] = static_cast<uint8_t>(codes[d + i] + 128);
+    key += int64_t{layout.block_size} * 4;
+  }
+  std::memcpy(arena + layout.ScaleIndex(slot, kv), &scale, sizeof scale);
+}
+
+void StoreValue(const float* row, const KvLayout& layout, void* v_arena, int64_t slot, int kv) {
+  if (layout.element != KvElement::kQ8) {
+    StoreKvRow(row, layout.head_dim, layout.element, v_arena, layout.ValueIndex(slot, kv, 0));
+    return;
+  }
+  uint8_t* arena = static_cast<uint8_t*>(v_arena);
+  const float scale = QuantizeRowQ8(
+      row, layout.head_dim, reinterpret_cast<int8_t*>(arena + layout.ValueIndex(slot, kv, 0)));
+  std::memcpy(arena + layout.ScaleIndex(slot, kv), &scale, sizeof scale);
+}
+
 void StoreKvRow(const float* row, int64_t n, KvElement element, void* arena, int64_t offset) {
+  QUILL_CHECK(element != KvElement::kQ8);
   if (element == KvElement::kF32) {
     std::memcpy(static_cast<float*>(arena) + offset, row, n * sizeof(float));
     return;
@@ -45,6 +129,7 @@ void StoreKvRow(const float* row, int64_t n, KvElement element, void* arena, int
 
 void StoreKvStrided(const float* row, int64_t n, KvElement element, void* arena, int64_t offset,
                     int64_t stride) {
+  QUILL_CHECK(element != KvElement::kQ8);
   if (element == KvElement::kF32) {
     float* out = static_cast<float*>(arena) + offset;
     for (int64_t i = 0; i < n; ++i) out[i * stride] = row[i];

@@ -1,11 +1,14 @@
 #include "engine/kernels/kv_element.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <string>
 #include <vector>
 
+#include "engine/base/cpu_features.h"
 #include "engine/base/float16.h"
 #include "engine/kernels/kernel_test_util.h"
 #include "gtest/gtest.h"
@@ -25,6 +28,11 @@ TEST(KvElementBytesTest, SizesAndNames) {
   EXPECT_EQ(KvElementBytes(KvElement::kF16), 2);
   EXPECT_STREQ(KvElementName(KvElement::kF32), "f32");
   EXPECT_STREQ(KvElementName(KvElement::kF16), "f16");
+  EXPECT_EQ(KvElementBytes(KvElement::kQ8), 1);
+  EXPECT_STREQ(KvElementName(KvElement::kQ8), "q8");
+  EXPECT_EQ(KvRowBytes(KvElement::kF32, 64), 256);
+  EXPECT_EQ(KvRowBytes(KvElement::kF16, 64), 128);
+  EXPECT_EQ(KvRowBytes(KvElement::kQ8, 64), 68);  // 64 codes and an f32 scale
 }
 
 // Values the f16 encoding treats differently: a tie (1 + 2^-11 rounds to even), the largest
@@ -102,6 +110,159 @@ TEST_P(KvElementTest, StridedStoreWritesTheRowsValuesApart) {
       }
     }
   }
+}
+
+// A q8 row: scale = max|x| / 127 (x clamped to +-65504 first), codes round(x / scale) in
+// [-127, 127] with the largest magnitude at +-127, each value within half a step of
+// code * scale; rows of every length (the vector path masks its tail).
+TEST_P(KvElementTest, Q8RowsTakeTheNearestCodeOfTheirScale) {
+  for (int n : {1, 4, 15, 16, 17, 64, 100, 256}) {
+    for (float range : {1.0f, 300.0f, 1e-3f}) {
+      const std::vector<float> x = RandomVector(n, n * 7 + 1, -range, range);
+      std::vector<int8_t> codes(n + 1, 99);
+      const float scale = QuantizeRowQ8(x.data(), n, codes.data());
+      float max_abs = 0.0f;
+      for (float v : x) max_abs = std::fmax(max_abs, std::fabs(v));
+      ASSERT_EQ(scale, max_abs / 127.0f) << "n " << n;
+      bool at_limit = false;
+      for (int i = 0; i < n; ++i) {
+        ASSERT_GE(codes[i], -127);
+        ASSERT_LE(codes[i], 127);
+        ASSERT_LE(std::fabs(codes[i] * scale - x[i]), scale * 0.5f * 1.0001f)
+            << "n " << n << " value " << x[i] << " code " << int{codes[i]};
+        at_limit |= codes[i] == 127 || codes[i] == -127;
+      }
+      EXPECT_TRUE(at_limit);
+      EXPECT_EQ(codes[n], 99) << "wrote past the row";
+    }
+  }
+}
+
+TEST_P(KvElementTest, Q8ZerosNaNAndInfinities) {
+  std::vector<int8_t> codes(17, 5);
+  const std::vector<float> zeros(17, 0.0f);
+  EXPECT_EQ(QuantizeRowQ8(zeros.data(), 17, codes.data()), 0.0f);
+  for (int8_t c : codes) EXPECT_EQ(c, 0);
+
+  std::vector<float> with_nan = RandomVector(17, 9);
+  with_nan[16] = std::nanf("");
+  EXPECT_TRUE(std::isnan(QuantizeRowQ8(with_nan.data(), 17, codes.data())));
+
+  // Infinities saturate as f16 does: the scale stays finite.
+  std::vector<float> with_inf = RandomVector(17, 10);
+  with_inf[3] = std::numeric_limits<float>::infinity();
+  with_inf[5] = -std::numeric_limits<float>::infinity();
+  const float scale = QuantizeRowQ8(with_inf.data(), 17, codes.data());
+  EXPECT_EQ(scale, 65504.0f / 127.0f);
+  EXPECT_EQ(codes[3], 127);
+  EXPECT_EQ(codes[5], -127);
+}
+
+// Both paths give the same codes and scale bits: a cache written on one machine reads the
+// same on another, and the AVX-512 and portable attention quantize queries alike.
+TEST(KvElementQ8Test, PathsAgreeBitForBit) {
+  if (!HasAvx512Bf16()) GTEST_SKIP() << "CPU lacks AVX-512 (or QUILL_DISABLE_AVX512=1)";
+  for (int n : {3, 16, 64, 129}) {
+    // Values on ties of the rounding too (multiples of half a step).
+    std::vector<float> x = RandomVector(n, n, -5.0f, 5.0f);
+    for (int i = 0; i < n; i += 3) x[i] = (i % 7 - 3) * 0.5f * (5.0f / 127.0f);
+    x[0] = 5.0f;
+    std::vector<int8_t> fast(n), portable(n);
+    const float fast_scale = QuantizeRowQ8(x.data(), n, fast.data());
+    internal::force_portable_for_testing = true;
+    const float portable_scale = QuantizeRowQ8(x.data(), n, portable.data());
+    internal::force_portable_for_testing = false;
+    EXPECT_EQ(std::memcmp(&fast_scale, &portable_scale, 4), 0) << "n " << n;
+    EXPECT_EQ(fast, portable) << "n " << n;
+  }
+}
+
+// The q8 layout: in each KV head's part of a block, keys are [head_dim / 4][block_size][4]
+// (a slot's 4 dimensions side by side, consecutive slots 4 bytes apart), values
+// [block_size][head_dim], then the part's block_size f32 scales; together they fill the
+// part exactly once.
+TEST(KvLayoutQ8Test, EachKvHeadsPartHoldsItsCodesThenItsScales) {
+  for (const KvLayout& layout :
+       {KvLayout{16, 4, 64, KvElement::kQ8}, KvLayout{32, 2, 8, KvElement::kQ8},
+        KvLayout{16, 1, 4, KvElement::kQ8}}) {
+    const int bs = layout.block_size, hd = layout.head_dim;
+    ASSERT_EQ(layout.head_stride(), int64_t{bs} * (hd + 4));
+    const int64_t block = 2;
+    const int64_t block_begin = block * bs * layout.row();
+    for (bool keys : {true, false}) {
+      SCOPED_TRACE(std::string(keys ? "K" : "V") + " block_size " + std::to_string(bs));
+      std::vector<int> seen(bs * layout.row(), 0);
+      for (int kv = 0; kv < layout.num_kv_heads; ++kv) {
+        const int64_t part = block_begin + kv * layout.head_stride();
+        for (int i = 0; i < bs; ++i) {
+          const int64_t slot = block * bs + i;
+          for (int d = 0; d < hd; ++d) {
+            const int64_t at = keys ? layout.KeyIndex(slot, kv, d) : layout.ValueIndex(slot, kv, d);
+            ASSERT_GE(at, part);
+            ASSERT_LT(at, part + int64_t{bs} * hd);
+            ++seen[at - block_begin];
+            if (keys && d % 4 > 0) {
+              EXPECT_EQ(at - layout.KeyIndex(slot, kv, d - 1), 1);
+            }
+            if (keys && i > 0) {
+              EXPECT_EQ(at - layout.KeyIndex(slot - 1, kv, d), 4);
+            }
+          }
+          const int64_t scale = layout.ScaleIndex(slot, kv);
+          EXPECT_EQ(scale, part + int64_t{bs} * hd + 4 * i);
+          for (int b = 0; b < 4; ++b) ++seen[scale + b - block_begin];
+        }
+      }
+      EXPECT_EQ(std::count(seen.begin(), seen.end(), 1), static_cast<int64_t>(seen.size()));
+    }
+  }
+}
+
+// StoreKey / StoreValue write a q8 row's codes (keys + 128) and scale where the layout puts
+// them and nothing else; for f32 and f16 they write what StoreKvStrided / StoreKvRow write.
+TEST_P(KvElementTest, StoreKeyAndValueWriteWhereTheLayoutSays) {
+  const std::vector<float> row = RandomVector(8, 31, -3.0f, 3.0f);
+  std::vector<int8_t> codes(8);
+  const float scale = QuantizeRowQ8(row.data(), 8, codes.data());
+  const KvLayout q8{16, 2, 8, KvElement::kQ8};
+  const int64_t bytes = 3 * 16 * q8.row();
+  std::vector<uint8_t> k(bytes, 0xEE), v(bytes, 0xEE);
+  const int64_t slot = 37;
+  StoreKey(row.data(), q8, k.data(), slot, 1);
+  StoreValue(row.data(), q8, v.data(), slot, 1);
+  std::vector<bool> written(bytes, false);
+  for (int d = 0; d < 8; ++d) {
+    EXPECT_EQ(k[q8.KeyIndex(slot, 1, d)], codes[d] + 128);
+    EXPECT_EQ(static_cast<int8_t>(v[q8.ValueIndex(slot, 1, d)]), codes[d]);
+    written[q8.KeyIndex(slot, 1, d)] = true;
+  }
+  float k_scale, v_scale;
+  std::memcpy(&k_scale, k.data() + q8.ScaleIndex(slot, 1), 4);
+  std::memcpy(&v_scale, v.data() + q8.ScaleIndex(slot, 1), 4);
+  EXPECT_EQ(k_scale, scale);
+  EXPECT_EQ(v_scale, scale);
+  for (int64_t e = 0; e < bytes; ++e) {
+    const bool key_byte =
+        written[e] || (e >= q8.ScaleIndex(slot, 1) && e < q8.ScaleIndex(slot, 1) + 4);
+    if (!key_byte) {
+      ASSERT_EQ(k[e], 0xEE) << "K byte " << e;
+    }
+    const bool value_byte = (e >= q8.ValueIndex(slot, 1, 0) && e < q8.ValueIndex(slot, 1, 8)) ||
+                            (e >= q8.ScaleIndex(slot, 1) && e < q8.ScaleIndex(slot, 1) + 4);
+    if (!value_byte) {
+      ASSERT_EQ(v[e], 0xEE) << "V byte " << e;
+    }
+  }
+
+  const KvLayout f16{16, 2, 8, KvElement::kF16};
+  std::vector<uint16_t> k16(3 * 16 * f16.row(), 0), strided(k16.size(), 0);
+  StoreKey(row.data(), f16, k16.data(), slot, 1);
+  StoreKvStrided(row.data(), 8, KvElement::kF16, strided.data(), f16.KeyIndex(slot, 1, 0), 16);
+  EXPECT_EQ(k16, strided);
+  std::vector<uint16_t> v16(k16.size(), 0), plain(k16.size(), 0);
+  StoreValue(row.data(), f16, v16.data(), slot, 1);
+  StoreKvRow(row.data(), 8, KvElement::kF16, plain.data(), f16.ValueIndex(slot, 1, 0));
+  EXPECT_EQ(v16, plain);
 }
 
 INSTANTIATE_TEST_SUITE_P(Paths, KvElementTest, ::testing::Values(Path::kAvx512, Path::kPortable),

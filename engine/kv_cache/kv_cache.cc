@@ -36,6 +36,15 @@ absl::StatusOr<std::unique_ptr<KvCache>> KvCache::Create(const KvCacheOptions& o
                      " num_kv_heads=", options.num_kv_heads, " head_dim=", options.head_dim,
                      " block_size_tokens=", options.block_size_tokens));
   }
+  if (options.element == kernels::KvElement::kQ8 &&
+      (options.block_size_tokens % 16 != 0 || options.head_dim % 4 != 0 ||
+       options.head_dim > kernels::kMaxKvHeadDim)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a q8 kv cache needs blocks of a multiple of 16 tokens and a head size that is a "
+        "multiple of 4 (at most ",
+        kernels::kMaxKvHeadDim, "): block_size_tokens=", options.block_size_tokens,
+        " head_dim=", options.head_dim));
+  }
   // Everything in int64: layers * heads * head_dim * block size can exceed int32.
   const int64_t block_bytes = options.bytes_per_token() * options.block_size_tokens;
   if (options.budget_bytes < block_bytes) {
@@ -56,8 +65,7 @@ KvCache::KvCache(const KvCacheOptions& options, int num_blocks)
   layout_.num_kv_heads = options.num_kv_heads;
   layout_.head_dim = options.head_dim;
   layout_.element = options.element;
-  arena_elements_ = static_cast<int64_t>(num_blocks) * options.block_size_tokens *
-                    options.num_kv_heads * options.head_dim;
+  arena_elements_ = static_cast<int64_t>(num_blocks) * options.block_size_tokens * layout_.row();
 }
 
 KvCache::~KvCache() = default;

@@ -17,12 +17,15 @@ struct KvCacheOptions {
   int num_kv_heads = 0;
   int head_dim = 0;
   int block_size_tokens = 16;
-  kernels::KvElement element = kernels::KvElement::kF32;  // f16 in fast mode (kv_element.h)
+  // f16 in fast mode, or q8 there on request (kv_element.h); q8 needs block_size_tokens
+  // % 16 == 0 and head_dim % 4 == 0.
+  kernels::KvElement element = kernels::KvElement::kF32;
   int64_t budget_bytes = 0;  // K and V of all layers; num_blocks = budget / block_bytes
 
-  // 2 (K and V) * layers * kv_heads * head_dim * element bytes (4 for f32, 2 for f16).
+  // 2 (K and V) * layers * kv_heads * a head's row (head_dim * 4 bytes for f32, * 2 for
+  // f16, head_dim + a 4-byte scale for q8).
   int64_t bytes_per_token() const {
-    return int64_t{2} * num_layers * num_kv_heads * head_dim * kernels::KvElementBytes(element);
+    return int64_t{2} * num_layers * num_kv_heads * kernels::KvRowBytes(element, head_dim);
   }
   // The budget of the fewest whole blocks that hold `tokens` tokens.
   int64_t BudgetForTokens(int64_t tokens) const {

@@ -407,6 +407,36 @@ TEST_F(BatchInvarianceTest, FastF16KvKeepsTheGreedyTokensOfAnF32Kv) {
   }
 }
 
+// The opt-in q8 cache (8-bit K/V and queries) on the trained model: against an f32 cache
+// fed the same tokens, every greedy choice the f32 run decides by a clear margin stays the
+// same; and batched with the other sequences it picks the tokens it picks alone.
+TEST_F(BatchInvarianceTest, FastQ8KvKjvKeepsTheGreedyTokens) {
+  Load("kjv-1m.gguf", Precision::kFast);
+  if (IsSkipped()) return;
+  const int steps = 24;
+  kv_element_ = kernels::KvElement::kF32;
+  const RunResult f32 = RunTogether(steps, nullptr);
+  kv_element_ = kernels::KvElement::kQ8;
+  const RunResult q8 = RunTogether(steps, &f32);
+  int near_tie_flips = 0;
+  const int mismatches = DecidedArgmaxMismatches(f32, q8, &near_tie_flips);
+  const double diff = MaxDiffAll(f32, q8);
+
+  const RunResult together = RunTogether(steps, nullptr);
+  const RunResult alone = RunAlone(steps, 0, nullptr);
+  kv_element_.reset();
+  for (int s = 0; s < num_seqs_; ++s) {
+    EXPECT_EQ(together.tokens[s], alone.tokens[s]) << "seq " << s;
+  }
+  const double batch_diff = MaxDiffAll(together, alone);
+  std::cout << absl::StrFormat(
+      "[kv-q8] kjv-1m fast: q8 against f32 K/V, max|d| logits %.3g, argmax mismatches %d of "
+      "%d (and %d near ties flipped); batched against alone max|d| %.3g\n",
+      diff, mismatches, num_seqs_ * (steps + 1), near_tie_flips, batch_diff);
+  EXPECT_EQ(mismatches, 0);
+  EXPECT_GT(diff, 0.0) << "the q8 cache should round K/V";
+}
+
 TEST_F(BatchInvarianceTest, FastMiniBf16SameArgmax) {
   Load("mini-random-bf16.gguf", Precision::kFast);
   if (IsSkipped()) return;

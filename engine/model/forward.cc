@@ -112,7 +112,6 @@ void ForwardPass::QueryKeyValue(int l, int T, int n_logits, KvCache& cache) {
   void* kc = cache.k_data(l);
   void* vc = cache.v_data(l);
   const kernels::KvLayout& layout = cache.layout();
-  const kernels::KvElement element = layout.element;
   const float* qkv = qkv_.data();
   float* k = k_.data();
   const int64_t* slots = slots_.data();
@@ -121,8 +120,7 @@ void ForwardPass::QueryKeyValue(int l, int T, int n_logits, KvCache& cache) {
     const float* row = qkv + t * qkv_dim;
     std::memcpy(k + t * kv_dim, row + q_dim, kv_dim * sizeof(float));
     for (int kv = 0; kv < n_kv_; ++kv) {
-      kernels::StoreKvRow(row + q_dim + kv_dim + kv * head_dim_, head_dim_, element, vc,
-                          layout.ValueIndex(slots[t], kv, 0));
+      kernels::StoreValue(row + q_dim + kv_dim + kv * head_dim_, layout, vc, slots[t], kv);
     }
   });
   const int q_rows = last ? n_logits : T;
@@ -134,8 +132,8 @@ void ForwardPass::QueryKeyValue(int l, int T, int n_logits, KvCache& cache) {
   if (rope) kernels::Rope(k, positions_.data(), T, n_kv_, head_dim_, rope_);
   for (int t = 0; t < T; ++t) {
     for (int kv = 0; kv < n_kv_; ++kv) {
-      kernels::StoreKvStrided(k + static_cast<size_t>(t) * kv_dim + kv * head_dim_, head_dim_,
-                              element, kc, layout.KeyIndex(slots[t], kv, 0), layout.block_size);
+      kernels::StoreKey(k + static_cast<size_t>(t) * kv_dim + kv * head_dim_, layout, kc, slots[t],
+                        kv);
     }
   }
   if (!rope || q_rows == 0) return;

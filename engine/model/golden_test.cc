@@ -4,7 +4,12 @@
 //   exact mode: prompt_ids (tokenizing `prompt`), every greedy_ids, and every last_logits
 //               within max|d| <= 1e-3 * max(1, max|logit|);
 //   fast mode:  kjv-1m's greedy_ids, and elsewhere the top-1 token of every last_logits,
-//               with max|d| printed so regressions are visible.
+//               with max|d| printed so regressions are visible;
+//   fast mode with a q8 KV cache (--kv-cache-type=q8, lossy by design): kjv-1m's
+//               greedy_ids, and elsewhere max|d| <= 0.1 * max(1, max|logit|). The
+//               random-weight fixtures' tiny heads and flat logits turn the 8-bit keys' and
+//               values' rounding into top-1 flips (gpt2-tiny: one of 6), so top-1 is
+//               reported there (greedy prefix match), not required.
 // The forward pass is fed the golden prompt_ids, so the logits check does not depend on
 // the tokenizer; the tokenizer is checked against prompt_ids separately.
 
@@ -58,6 +63,7 @@ TokenId Argmax(const std::vector<float>& x) {
 struct GoldenCase {
   const char* file;
   Precision precision;
+  bool kv_q8 = false;  // fast mode with a q8 KV cache
 };
 
 std::string CaseName(const ::testing::TestParamInfo<GoldenCase>& info) {
@@ -65,7 +71,8 @@ std::string CaseName(const ::testing::TestParamInfo<GoldenCase>& info) {
   for (char& ch : name) {
     if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
   }
-  return name + (info.param.precision == Precision::kExact ? "_exact" : "_fast");
+  return name + (info.param.precision == Precision::kExact ? "_exact" : "_fast") +
+         (info.param.kv_q8 ? "_kvq8" : "");
 }
 
 class GoldenTest : public ::testing::TestWithParam<GoldenCase> {};
@@ -87,6 +94,7 @@ TEST_P(GoldenTest, MatchesReference) {
   ModelOptions options;
   options.path = (fs::path(shared) / "models" / model_name).string();
   options.precision = precision;
+  if (GetParam().kv_q8) options.kv_element = kernels::KvElement::kQ8;
   options.max_batch_tokens = 64;
   auto model_or = Model::Load(options);
   ASSERT_TRUE(model_or.ok()) << model_or.status();
@@ -143,6 +151,8 @@ TEST_P(GoldenTest, MatchesReference) {
       worst_rel = std::max(worst_rel, max_diff / max_ref);
       if (exact) {
         EXPECT_LE(max_diff, 1e-3 * max_ref) << "last_logits differ";
+      } else if (GetParam().kv_q8) {
+        EXPECT_LE(max_diff, 0.1 * max_ref) << "last_logits differ";
       } else {
         EXPECT_EQ(Argmax(logits), Argmax(ref)) << "top-1 differs (max|d| " << max_diff << ")";
       }
@@ -165,14 +175,15 @@ TEST_P(GoldenTest, MatchesReference) {
     cache.Release(seq);
   }
 
-  const std::string tag = absl::StrFormat("%s_%s", model_name, exact ? "exact" : "fast");
+  const std::string mode = exact ? "exact" : GetParam().kv_q8 ? "fast, kv q8" : "fast";
+  const std::string tag = absl::StrFormat("%s_%s", model_name, mode);
   RecordProperty(tag + "_max_abs_diff", absl::StrFormat("%.3g", worst_abs));
   RecordProperty(tag + "_max_rel_diff", absl::StrFormat("%.3g", worst_rel));
   std::cout << absl::StrFormat(
-                   "[golden] %-30s %-5s prompt_ids %d/%d; last_logits max|d| %.3g (relative "
+                   "[golden] %-30s %-11s prompt_ids %d/%d; last_logits max|d| %.3g (relative "
                    "%.3g); greedy prefix match %d/%d; kernels: %s\n",
-                   model_name, exact ? "exact" : "fast", prompts_match, cases, worst_abs, worst_rel,
-                   greedy_match, greedy_total, model.kernel_summary())
+                   model_name, mode, prompts_match, cases, worst_abs, worst_rel, greedy_match,
+                   greedy_total, model.kernel_summary())
             << std::flush;
 }
 
@@ -181,6 +192,7 @@ std::vector<GoldenCase> AllCases() {
   for (Precision p : {Precision::kExact, Precision::kFast}) {
     for (const char* file : kGoldenFiles) cases.push_back({file, p});
   }
+  for (const char* file : kGoldenFiles) cases.push_back({file, Precision::kFast, true});
   return cases;
 }
 

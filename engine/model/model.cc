@@ -36,6 +36,12 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const ModelOptions& options) 
     return absl::InvalidArgumentError(
         absl::StrCat("max_batch_tokens must be positive, got ", options.max_batch_tokens));
   }
+  const bool exact = options.precision == kernels::Precision::kExact;
+  if (exact && options.kv_element.value_or(kernels::KvElement::kF32) != kernels::KvElement::kF32) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("exact precision keeps the KV cache in f32, not ",
+                     kernels::KvElementName(*options.kv_element)));
+  }
   auto impl = std::make_unique<Impl>();
   impl->options = options;
   QUILL_ASSIGN_OR_RETURN(impl->file, GgufFile::Open(options.path));
@@ -43,6 +49,12 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const ModelOptions& options) 
   QUILL_ASSIGN_OR_RETURN(impl->config, ModelConfig::FromGguf(file));
   const ModelConfig& c = impl->config;
   QUILL_RETURN_IF_ERROR(c.Validate());
+  if (options.kv_element == kernels::KvElement::kQ8 &&
+      (c.head_dim % 4 != 0 || c.head_dim > kernels::kMaxKvHeadDim)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a q8 KV cache needs a head size that is a multiple of 4 (at most ",
+                     kernels::kMaxKvHeadDim, "); this model's is ", c.head_dim));
+  }
   QUILL_ASSIGN_OR_RETURN(impl->tokenizer, Tokenizer::FromGguf(file));
   // Kept as text for the chat layer, which parses it: a bad template (or a value that is
   // not a string) must not stop raw prompts from working.
@@ -87,6 +99,7 @@ int Model::step_token_multiple(int tokens) const {
 }
 
 kernels::KvElement Model::kv_element() const {
+  if (impl_->options.kv_element.has_value()) return *impl_->options.kv_element;
   return impl_->options.precision == kernels::Precision::kExact ? kernels::KvElement::kF32
                                                                 : kernels::KvElement::kF16;
 }

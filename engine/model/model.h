@@ -22,6 +22,9 @@ struct ModelOptions {
   std::string path;
   kernels::Precision precision = kernels::Precision::kFast;
   int max_batch_tokens = 512;  // most tokens one Forward() may carry (sizes all scratch)
+  // What the KV cache stores; unset: f32 in exact mode, f16 in fast mode. Exact mode takes
+  // only f32 (its logits are bit-exact); q8 needs a head size that is a multiple of 4.
+  std::optional<kernels::KvElement> kv_element;
 };
 
 // A loaded decoder-only model of any supported family (ModelConfig::decoder says how it

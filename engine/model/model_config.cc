@@ -215,7 +215,7 @@ float ModelConfig::attention_scale() const {
 }
 
 ModelAccounting ComputeAccounting(const ModelConfig& config, int64_t context,
-                                  int kv_element_bytes) {
+                                  kernels::KvElement kv_element) {
   const DecoderDescription& dd = config.decoder;
   const int64_t d = config.embedding_length;
   const int64_t q_width = config.head_count * config.head_dim;
@@ -249,7 +249,8 @@ ModelAccounting ComputeAccounting(const ModelConfig& config, int64_t context,
     attended += window > 0 ? std::min(context, window) : context;
   }
   a.flops_per_token = 2 * (a.non_embedding_params + vocab * d) + 4 * attended * q_width;
-  a.kv_bytes_per_token = 2 * config.block_count * kv_width * kv_element_bytes;
+  a.kv_bytes_per_token = 2 * config.block_count * config.head_count_kv *
+                         kernels::KvRowBytes(kv_element, static_cast<int>(config.head_dim));
   return a;
 }
 

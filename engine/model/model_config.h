@@ -5,6 +5,7 @@
 
 #include "absl/status/statusor.h"
 #include "engine/gguf/gguf_file.h"
+#include "engine/kernels/kv_element.h"
 #include "engine/model/decoder_description.h"
 
 namespace quill::engine {
@@ -54,12 +55,12 @@ struct ModelAccounting {
   int64_t total_params = 0;         // everything, incl. final norm
   int64_t non_embedding_params = 0;  // total minus token and position embeddings and untied head
   int64_t flops_per_token = 0;       // 2 * non-embedding params + LM head, plus attention term
-  int64_t kv_bytes_per_token = 0;   // 2 * layers * kv_heads * head_dim * kv_element_bytes
+  int64_t kv_bytes_per_token = 0;    // 2 * layers * kv_heads * KvRowBytes(kv_element, head_dim)
 };
 
 // `context` is the attention context the FLOPs term assumes (a sliding-window layer sees
-// at most its window); `kv_element_bytes` is 2 for an fp16 cache, 4 for f32.
+// at most its window); `kv_element` is what the KV cache stores.
 ModelAccounting ComputeAccounting(const ModelConfig& config, int64_t context,
-                                  int kv_element_bytes);
+                                  kernels::KvElement kv_element);
 
 }  // namespace quill::engine

@@ -59,7 +59,7 @@ ModelConfig Qwen25_7B() {
 TEST(ModelAccountingTest, Llama31_8B) {
   const ModelConfig config = Llama31_8B();
   ASSERT_TRUE(config.Validate().ok()) << config.Validate();
-  const ModelAccounting a = ComputeAccounting(config, 8192, 2);
+  const ModelAccounting a = ComputeAccounting(config, 8192, kernels::KvElement::kF16);
   EXPECT_EQ(a.params_per_block, 218112000);
   EXPECT_EQ(a.embedding_params, 525336576);
   EXPECT_EQ(a.output_params, 525336576);
@@ -68,13 +68,15 @@ TEST(ModelAccountingTest, Llama31_8B) {
   EXPECT_EQ(a.kv_bytes_per_token, 131072);  // 128 KiB per token in fp16
   // 2 * (6,979,588,096 + 525,336,576) + 4 * 32 * 8192 * 4096, worked by hand.
   EXPECT_EQ(a.flops_per_token, 15009849344 + 4294967296);
-  EXPECT_EQ(ComputeAccounting(config, 8192, 4).kv_bytes_per_token, 262144);
+  EXPECT_EQ(ComputeAccounting(config, 8192, kernels::KvElement::kF32).kv_bytes_per_token, 262144);
+  // q8: 128 codes and a 4-byte scale per head row: 2 * 32 layers * 8 heads * 132 bytes.
+  EXPECT_EQ(ComputeAccounting(config, 8192, kernels::KvElement::kQ8).kv_bytes_per_token, 67584);
 }
 
 TEST(ModelAccountingTest, Qwen25_7B) {
   const ModelConfig config = Qwen25_7B();
   ASSERT_TRUE(config.Validate().ok()) << config.Validate();
-  const ModelAccounting a = ComputeAccounting(config, 0, 2);
+  const ModelAccounting a = ComputeAccounting(config, 0, kernels::KvElement::kF16);
   EXPECT_EQ(a.params_per_block, 233057792);
   EXPECT_EQ(a.total_params, 7615616512);  // the published "7.61B"
   EXPECT_EQ(a.non_embedding_params, 6525621760);  // model card: 6.53B
@@ -86,7 +88,7 @@ TEST(ModelAccountingTest, Qwen25_7B) {
 TEST(ModelAccountingTest, TiedEmbeddingsHaveNoOutputParams) {
   ModelConfig config = Llama31_8B();
   config.tied_embeddings = true;
-  const ModelAccounting a = ComputeAccounting(config, 0, 2);
+  const ModelAccounting a = ComputeAccounting(config, 0, kernels::KvElement::kF16);
   EXPECT_EQ(a.output_params, 0);
   EXPECT_EQ(a.total_params, 8030261248 - 525336576);
   EXPECT_EQ(a.non_embedding_params, 6979588096);
@@ -118,7 +120,7 @@ TEST(ModelAccountingTest, Gemma2_2B) {
   c.tied_embeddings = true;
   c.decoder.sliding_window = 4096;
   ASSERT_TRUE(c.Validate().ok()) << c.Validate();
-  const ModelAccounting a = ComputeAccounting(c, 8192, 2);
+  const ModelAccounting a = ComputeAccounting(c, 8192, kernels::KvElement::kF16);
   // q 2304*2048 = 4,718,592; k, v 2 * 2304*1024 = 4,718,592; o 2048*2304 = 4,718,592;
   // gate, up, down 3 * 2304*9216 = 63,700,992; four norms 4 * 2304 = 9,216.
   EXPECT_EQ(a.params_per_block, 77865984);
@@ -150,7 +152,7 @@ TEST(ModelAccountingTest, Gpt2_124M) {
   c.context_length = 1024;
   c.tied_embeddings = true;
   ASSERT_TRUE(c.Validate().ok()) << c.Validate();
-  const ModelAccounting a = ComputeAccounting(c, 1024, 2);
+  const ModelAccounting a = ComputeAccounting(c, 1024, kernels::KvElement::kF16);
   // ln_1 1536; c_attn 768*2304 + 2304 = 1,771,776; c_proj 768*768 + 768 = 590,592;
   // ln_2 1536; c_fc 768*3072 + 3072 = 2,362,368; c_proj 3072*768 + 768 = 2,360,064.
   EXPECT_EQ(a.params_per_block, 7087872);
@@ -179,7 +181,7 @@ TEST(ModelAccountingTest, Qwen2_0_5B) {
   c.rope_dimension_count = 64;
   c.tied_embeddings = true;
   ASSERT_TRUE(c.Validate().ok()) << c.Validate();
-  const ModelAccounting a = ComputeAccounting(c, 0, 2);
+  const ModelAccounting a = ComputeAccounting(c, 0, kernels::KvElement::kF16);
   // q 896*896 + 896 = 803,712; k, v 2 * (896*128 + 128) = 229,632; o 896*896 = 802,816;
   // gate, up, down 3 * 896*4864 = 13,074,432; two norms 1792.
   EXPECT_EQ(a.params_per_block, 14912384);
@@ -204,7 +206,7 @@ TEST(ModelAccountingTest, Llama32_1B) {
   c.tied_embeddings = true;
   c.decoder.rope_freq_factors = true;
   ASSERT_TRUE(c.Validate().ok()) << c.Validate();
-  const ModelAccounting a = ComputeAccounting(c, 8192, 2);
+  const ModelAccounting a = ComputeAccounting(c, 8192, kernels::KvElement::kF16);
   // q 2048*2048 = 4,194,304; k, v 2 * 2048*512 = 2,097,152; o 4,194,304;
   // gate, up, down 3 * 2048*8192 = 50,331,648; two norms 4096.
   EXPECT_EQ(a.params_per_block, 60821504);
@@ -290,7 +292,9 @@ TEST(ModelConfigTest, KjvFromGguf) {
   EXPECT_FLOAT_EQ(config->rope_freq_base, 10000.0f);
   EXPECT_FLOAT_EQ(config->norm_eps, 1e-5f);
   EXPECT_FALSE(config->tied_embeddings);
-  EXPECT_EQ(ComputeAccounting(*config, config->context_length, 2).total_params, 1049728);  // README
+  EXPECT_EQ(
+      ComputeAccounting(*config, config->context_length, kernels::KvElement::kF16).total_params,
+      1049728);  // README
 }
 
 TEST(ModelConfigTest, OtherSharedModels) {
@@ -364,7 +368,7 @@ TEST(ModelConfigTest, FamilyModelsFromGguf) {
     EXPECT_TRUE(c.tied_embeddings);
     // Per block: q 96*128 + k, v 2 * 96*64 + o 128*96 = 36,864; gate, up, down 3 * 96*256
     // = 73,728; four norms 384. 4 * 110,976 + 32000*96 + 96 (final norm).
-    const ModelAccounting a = ComputeAccounting(c, 512, 2);
+    const ModelAccounting a = ComputeAccounting(c, 512, kernels::KvElement::kF16);
     EXPECT_EQ(a.total_params, 4 * 110976 + 3072000 + 96);
     EXPECT_EQ(a.non_embedding_params, 4 * 110976 + 96);  // 444,000
     // 2 * (444,000 + 3,072,000 LM head) = 7,032,000; attention 4 * (q width 4*32 = 128) *
@@ -389,7 +393,7 @@ TEST(ModelConfigTest, FamilyModelsFromGguf) {
     EXPECT_TRUE(c.tied_embeddings);
     // Per block: two LayerNorms 256; qkv 64*192 + 192; o 64*64 + 64; up 64*256 + 256;
     // down 256*64 + 64 = 49,984. 2 blocks + wte 50257*64 + wpe 128*64 + final LayerNorm 128.
-    const ModelAccounting a = ComputeAccounting(c, 128, 2);
+    const ModelAccounting a = ComputeAccounting(c, 128, kernels::KvElement::kF16);
     EXPECT_EQ(a.total_params, 2 * 49984 + 3216448 + 8192 + 128);
     EXPECT_EQ(a.position_params, 8192);                 // wpe 128 * 64
     EXPECT_EQ(a.non_embedding_params, 2 * 49984 + 128);  // 100,096: no wte, no wpe
@@ -405,7 +409,7 @@ TEST(ModelConfigTest, FamilyModelsFromGguf) {
     EXPECT_FLOAT_EQ(c.rope_freq_base, 1e6f);
     EXPECT_TRUE(c.tied_embeddings);
     // Per block: q 64*64 + 64; k, v 2 * (64*32 + 32); o 64*64; 3 * 64*160; norms 128 = 43,264.
-    const ModelAccounting a = ComputeAccounting(c, 64, 2);
+    const ModelAccounting a = ComputeAccounting(c, 64, kernels::KvElement::kF16);
     EXPECT_EQ(a.total_params, 2 * 43264 + 151936 * 64 + 64);
     EXPECT_EQ(a.non_embedding_params, 2 * 43264 + 64);  // 86,592, the biases included
     // 2 * (86,592 + 9,723,904 LM head) = 19,620,992; attention 4 * 2 layers * 64 * 64.
@@ -420,7 +424,7 @@ TEST(ModelConfigTest, FamilyModelsFromGguf) {
     EXPECT_FLOAT_EQ(c.rope_freq_base, 5e5f);
     EXPECT_TRUE(c.tied_embeddings);
     // Per block: q, o 2 * 64*64; k, v 2 * 64*32; 3 * 64*192; norms 128 = 49,280.
-    const ModelAccounting a = ComputeAccounting(c, 64, 2);
+    const ModelAccounting a = ComputeAccounting(c, 64, kernels::KvElement::kF16);
     EXPECT_EQ(a.total_params, 2 * 49280 + 128256 * 64 + 64);
     EXPECT_EQ(a.non_embedding_params, 2 * 49280 + 64);  // 98,624; rope_freqs is no parameter
     // 2 * (98,624 + 8,208,384 LM head) = 16,614,016; attention 4 * 2 layers * 64 * 64.
@@ -525,7 +529,7 @@ TEST(ModelConfigFixtureTest, TiedModelAccepted) {
   auto c = Load(f);
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_TRUE(c->tied_embeddings);
-  EXPECT_EQ(ComputeAccounting(*c, 64, 2).output_params, 0);
+  EXPECT_EQ(ComputeAccounting(*c, 64, kernels::KvElement::kF16).output_params, 0);
 }
 
 // Gemma 2 without its optional keys gets llama.cpp's defaults: soft-caps 50 / 30 and a

@@ -66,7 +66,7 @@ ABSL_FLAG(int, reps, 3, "Repetitions per test (after one warm-up run).");
 ABSL_FLAG(int, threads, 0, "OpenMP threads (alias -t); 0 = $OMP_NUM_THREADS, else 2.");
 ABSL_FLAG(bool, exact, false, "Benchmark the exact (f32) kernels instead of the fast ones.");
 ABSL_FLAG(std::string, kv, "",
-          "KV cache elements for the tg tests, comma-separated: f32, f16 or both (default: the "
+          "KV cache elements for the tg tests, comma-separated: f32, f16, q8 (default: the "
           "mode's own, f32 exact and f16 fast).");
 ABSL_FLAG(bool, interleave, false,
           "Run the tests of every model together after loading all models, so that the host's "
@@ -143,12 +143,13 @@ TokenId Argmax(const float* x, int64_t n) {
   return static_cast<TokenId>(std::max_element(x, x + n) - x);
 }
 
-// --kv's elements; false if one is neither f32 nor f16.
+// --kv's elements; false if one is not an element's name.
 bool ParseKvElements(const std::string& text, std::vector<kernels::KvElement>* out) {
   out->clear();
   for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipEmpty())) {
-    if (part != "f32" && part != "f16") return false;
-    out->push_back(part == "f16" ? kernels::KvElement::kF16 : kernels::KvElement::kF32);
+    kernels::KvElement element;
+    if (!kernels::KvElementFromName({part.data(), part.size()}, &element)) return false;
+    out->push_back(element);
   }
   return true;
 }
@@ -544,7 +545,7 @@ int Main(int argc, char** argv) {
   }
   std::vector<kernels::KvElement> kv_elements;
   if (!ParseKvElements(absl::GetFlag(FLAGS_kv), &kv_elements)) {
-    std::fprintf(stderr, "quill-bench: --kv takes f32, f16 or both (comma-separated), not \"%s\"\n",
+    std::fprintf(stderr, "quill-bench: --kv takes f32, f16 and q8 (comma-separated), not \"%s\"\n",
                  absl::GetFlag(FLAGS_kv).c_str());
     return kUsage;
   }
@@ -672,7 +673,8 @@ int Main(int argc, char** argv) {
       for (const GgufTensorInfo& t : (*file)->tensors()) tensor_bytes += t.size_bytes;
     }
     const ModelConfig& c = model.config();
-    const int64_t params = ComputeAccounting(c, c.context_length, 4).total_params;
+    const int64_t params =
+        ComputeAccounting(c, c.context_length, kernels::KvElement::kF32).total_params;
     // The mode column names the KV element too (the tg rows may compare two).
     auto prefix_for = [&](kernels::KvElement element) {
       return absl::StrFormat("| %s | %s | %.2f GiB | %s | %s, kv %s | %d |", Basename(path),
@@ -700,7 +702,7 @@ int Main(int argc, char** argv) {
       const double peak = compute_peak(dot);
       // A sequence's operations per step: the matmuls, and attention at the steps' mean depth.
       const double ops_per_token = static_cast<double>(
-          ComputeAccounting(c, bd_prompt + bd_steps / 2, /*kv_element_bytes=*/2).flops_per_token);
+          ComputeAccounting(c, bd_prompt + bd_steps / 2, kernels::KvElement::kF16).flops_per_token);
       double first_step_ms = 0;
       int first_n = 0;
       for (int n : bd) {

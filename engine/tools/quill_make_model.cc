@@ -276,7 +276,8 @@ class ModelMaker {
       return absl::InternalError(
           absl::StrCat("the written file does not load back: ", config.status().ToString()));
     }
-    const ModelAccounting a = ComputeAccounting(*config, config->context_length, 2);
+    const ModelAccounting a =
+        ComputeAccounting(*config, config->context_length, kernels::KvElement::kF16);
     const double seconds = std::chrono::duration<double>(Clock::now() - start_).count();
     std::fprintf(stderr,
                  "quill-make-model: wrote %s: %llu bytes, %lld tensors, %lld parameters "

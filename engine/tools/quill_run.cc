@@ -204,8 +204,9 @@ int RunInfo(const std::string& path) {
   const ModelConfig& c = *config;
   const int64_t context =
       absl::GetFlag(FLAGS_info_context) > 0 ? absl::GetFlag(FLAGS_info_context) : c.context_length;
-  const ModelAccounting f32 = ComputeAccounting(c, context, 4);
-  const ModelAccounting f16 = ComputeAccounting(c, context, 2);
+  const ModelAccounting f32 = ComputeAccounting(c, context, kernels::KvElement::kF32);
+  const ModelAccounting f16 = ComputeAccounting(c, context, kernels::KvElement::kF16);
+  const ModelAccounting q8 = ComputeAccounting(c, context, kernels::KvElement::kQ8);
   std::map<std::string, int> types;
   for (const GgufTensorInfo& t : (*file)->tensors()) types[GgmlTypeName(t.type)]++;
   std::vector<std::string> type_list;
@@ -240,8 +241,9 @@ int RunInfo(const std::string& path) {
   std::printf("  per block          %s\n", Commas(f32.params_per_block).c_str());
   std::printf("FLOPs per token      %s (at context %ld)\n", Commas(f32.flops_per_token).c_str(),
               static_cast<long>(context));
-  std::printf("KV bytes per token   %s (f32, as Quill stores it); %s (fp16)\n",
-              Commas(f32.kv_bytes_per_token).c_str(), Commas(f16.kv_bytes_per_token).c_str());
+  std::printf("KV bytes per token   %s (f32, exact mode); %s (f16, fast mode); %s (q8)\n",
+              Commas(f32.kv_bytes_per_token).c_str(), Commas(f16.kv_bytes_per_token).c_str(),
+              Commas(q8.kv_bytes_per_token).c_str());
   return kOk;
 }
 

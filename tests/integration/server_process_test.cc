@@ -341,6 +341,60 @@ TEST_F(ServerProcessTest, LoadingLeavesNoOpenMpThreadsBehind) {
   ASSERT_TRUE(code.ok()) << code.status();
 }
 
+// --kv-cache-type=q8 (here from the environment): the log and ModelInfo name the element
+// and its size per token (4 layers x 2 KV heads x (32 codes + a 4-byte scale), K and V),
+// and a generation streams; the greedy tokens equal an f16 server's on this model (the
+// golden test holds q8 to kjv-1m's greedy continuations).
+TEST_F(ServerProcessTest, Q8KvCacheServesAndReportsItsSize) {
+  std::vector<std::vector<int>> tokens;
+  for (const char* type : {"f16", "q8"}) {
+    SCOPED_TRACE(type);
+    absl::StatusOr<std::unique_ptr<Subprocess>> process =
+        Subprocess::Start({binary_, "--model", model_, "--host", "127.0.0.1", "--port", "0",
+                           "--metrics-port=-1", "--http-port=-1", "--threads", "2"},
+                          {{"QUILL_KV_CACHE_TYPE", type}});
+    ASSERT_TRUE(process.ok()) << process.status();
+    Subprocess& server = **process;
+    const int port = PortFrom(server, "listening on 127\\.0\\.0\\.1:([0-9]+)");
+    ASSERT_TRUE(server.WaitForOutput("serving quill.v1.Generator", absl::Seconds(30)).ok())
+        << server.output();
+    EXPECT_THAT(server.output(), HasSubstr(absl::StrCat("element=", type)));
+    std::unique_ptr<client::QuillClient> client =
+        client::QuillClient::Connect(absl::StrCat("127.0.0.1:", port));
+    absl::StatusOr<v1::ModelInfo> info = client->GetModelInfo();
+    ASSERT_TRUE(info.ok()) << info.status();
+    EXPECT_EQ(info->kv_bytes_per_token(),
+              std::string(type) == "q8" ? 2 * 4 * 2 * (32 + 4) : 2 * 4 * 2 * 32 * 2);
+    const Stream stream = Collect(*client, TextRequest("In the beginning", 24), absl::Seconds(60));
+    ASSERT_TRUE(stream.status.ok()) << stream.status;
+    tokens.push_back(stream.ids);
+    server.Signal(SIGTERM);
+    ASSERT_TRUE(server.Wait(absl::Seconds(30)).ok());
+  }
+  ASSERT_EQ(tokens.size(), 2u);
+  EXPECT_EQ(tokens[0].size(), 24u);
+  EXPECT_EQ(tokens[1], tokens[0]);
+}
+
+// q8 where it cannot work stops the server with the reason: exact precision (bit-exact
+// logits need f32) and blocks that are not a multiple of 16 tokens.
+TEST_F(ServerProcessTest, Q8KvCacheItCannotUseExitsNonZeroWithTheReason) {
+  for (const auto& [flag, reason] :
+       {std::pair<std::string, std::string>{"--precision=exact",
+                                            "exact precision keeps the KV cache in f32"},
+        std::pair<std::string, std::string>{"--kv-block-size=8", "multiple of 16 tokens"}}) {
+    int code = 0;
+    absl::StatusOr<std::string> out =
+        RunAndCapture({binary_, "--model", model_, "--kv-cache-type=q8", flag, "--port", "0",
+                       "--metrics-port", "0", "--http-port", "-1"},
+                      &code);
+    ASSERT_TRUE(out.ok()) << out.status();
+    EXPECT_NE(code, 0) << flag;
+    EXPECT_THAT(*out, HasSubstr(reason)) << flag;
+    EXPECT_THAT(*out, ::testing::Not(HasSubstr("serving quill.v1.Generator"))) << flag;
+  }
+}
+
 TEST_F(ServerProcessTest, MissingModelExitsNonZeroWithTheLoadersMessage) {
   int code = 0;
   absl::StatusOr<std::string> out =
@@ -393,6 +447,7 @@ TEST_F(ServerProcessTest, BadFlagValuesExitWithUsageErrors) {
   for (const std::vector<std::string>& args :
        {std::vector<std::string>{"--kv-cache-bytes", "lots"},
         std::vector<std::string>{"--precision", "fp8"},
+        std::vector<std::string>{"--kv-cache-type", "int4"},
         std::vector<std::string>{"--drain-timeout", "soon"},
         std::vector<std::string>{"--max-queue", "0"},
         std::vector<std::string>{"--spec-tokens=0", "--draft-model=" + model_}}) {
