@@ -142,6 +142,15 @@ void TileSlots(const Item& it, int t0, int count, const KvT** keys, const KvT** 
 // they made decode slower (1.2-1.5x at 22 layers).
 inline void PrefetchIntoL1(const void* p) { __builtin_prefetch(p, /*rw=*/0, /*locality=*/3); }
 
+// exp(old_max - new_max): what an online softmax multiplies its earlier sum and outputs by
+// when a tile raises the running max. Once a long context's max has settled, most tiles
+// leave it unchanged, and exp(0) is exactly 1: skipping the call there (a libm exp per
+// head and tile) keeps every bit. Infinite maxima still go through exp (inf - inf is NaN).
+inline float RescaleFactor(float old_max, float new_max) {
+  if (old_max == new_max && std::isfinite(old_max)) return 1.0f;
+  return std::exp(old_max - new_max);
+}
+
 // A cached value widened to f32 (exact for both element types).
 inline float KvToFloat(float v) { return v; }
 inline float KvToFloat(uint16_t h) { return Fp16ToFloat(h); }
@@ -362,7 +371,7 @@ struct Avx512Attention {
     float new_max[kMaxBlockHeads];
     for (int j = 0; j < n; ++j) {
       new_max[j] = std::max(running_max[j], tile_max[j]);
-      alpha[j] = std::exp(running_max[j] - new_max[j]);
+      alpha[j] = RescaleFactor(running_max[j], new_max[j]);
       running_max[j] = new_max[j];
     }
     for (int j = 0; j < kMaxBlockHeads; ++j) {
@@ -670,7 +679,7 @@ void AttendPortable(const Item& it) {
         tile_max = std::max(tile_max, scores[i]);
       }
       const float new_max = std::max(running_max, tile_max);
-      const float alpha = std::exp(running_max - new_max);
+      const float alpha = RescaleFactor(running_max, new_max);
       running_max = new_max;
       float sum = 0.0f;
       for (int i = skip; i < count; ++i) {
