@@ -192,6 +192,7 @@ v1::ModelInfo BuildModelInfo(const engine::Engine& engine, const RequestLimits& 
   info.set_parameter_count(accounting.total_params);
   info.set_non_embedding_parameter_count(accounting.non_embedding_params);
   info.set_kv_bytes_per_token(accounting.kv_bytes_per_token);
+  info.set_kv_cache_type(engine::kernels::KvElementName(model.kv_element()));
   info.set_weights_bytes(model.weight_bytes());
   info.set_mapped_weights_bytes(model.mapped_weight_bytes());
   if (absl::StatusOr<int64_t> rss = ReadResidentMemoryBytes(); rss.ok()) {

@@ -68,7 +68,11 @@ void PrintModelInfo(const quill::v1::ModelInfo& m) {
   row("Shape", absl::StrFormat("d_model %d, %d layers, %d heads / %d KV heads, ffn %d",
                                m.embedding_length(), m.block_count(), m.head_count(),
                                m.head_count_kv(), m.feed_forward_length()));
-  row("KV cache per token", Bytes(m.kv_bytes_per_token()));
+  // Older servers do not name the element: the size alone.
+  row("KV cache per token",
+      m.kv_cache_type().empty()
+          ? Bytes(m.kv_bytes_per_token())
+          : absl::StrFormat("%s (%s)", Bytes(m.kv_bytes_per_token()), m.kv_cache_type()));
   // Older servers do not send the RSS (0): no line rather than a wrong ratio.
   if (m.resident_memory_bytes() > 0) row("Memory", MemoryLine(m));
   std::cout << "Server limits\n";

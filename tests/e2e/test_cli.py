@@ -108,6 +108,7 @@ class CliTest(unittest.TestCase):
         # of K and V (4 layers x 2 KV heads x 32 dims), and the blocks fill the budget.
         self.assertEqual(info["precision"], "fast")
         self.assertEqual(info["kv_bytes_per_token"], 2 * 4 * 2 * 32 * 2)
+        self.assertEqual(info["kv_cache_type"], "f16")
         limits = info["limits"]
         self.assertEqual(limits["kv_cache_bytes"], limits["kv_cache_blocks"] *
                          limits["kv_block_size_tokens"] * info["kv_bytes_per_token"])
@@ -115,6 +116,7 @@ class CliTest(unittest.TestCase):
         self.assertEqual(human.returncode, 0, human.stderr)
         self.assertIn("Context                256 tokens", human.stdout)
         self.assertIn("4 layers, 4 heads / 2 KV heads", human.stdout)
+        self.assertIn("KV cache per token     1.00 KiB (f16)", human.stdout)
 
     def test_info_reports_memory(self):
         info = json.loads(self.server.cli("info", "--json").stdout)

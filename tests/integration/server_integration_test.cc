@@ -821,6 +821,7 @@ TEST_F(ServerTest, ModelInfoDescribesKjv) {
   EXPECT_EQ(info->feed_forward_length(), 384);
   EXPECT_EQ(info->parameter_count(), 1049728);
   EXPECT_EQ(info->kv_bytes_per_token(), 2 * 4 * 2 * 32 * 4);  // f32 K and V
+  EXPECT_EQ(info->kv_cache_type(), "f32");
   EXPECT_EQ(info->weight_type(), "F32");
   EXPECT_EQ(info->precision(), "exact");
   EXPECT_EQ(info->bos_token_id(), 1);

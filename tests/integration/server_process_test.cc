@@ -365,6 +365,7 @@ TEST_F(ServerProcessTest, Q8KvCacheServesAndReportsItsSize) {
     ASSERT_TRUE(info.ok()) << info.status();
     EXPECT_EQ(info->kv_bytes_per_token(),
               std::string(type) == "q8" ? 2 * 4 * 2 * (32 + 4) : 2 * 4 * 2 * 32 * 2);
+    EXPECT_EQ(info->kv_cache_type(), type);
     const Stream stream = Collect(*client, TextRequest("In the beginning", 24), absl::Seconds(60));
     ASSERT_TRUE(stream.status.ok()) << stream.status;
     tokens.push_back(stream.ids);
