@@ -86,6 +86,24 @@ std::vector<float> RunAttention(bool use_reference, const PagedCache& c,
   return RunAttention(use_reference, c, q, seqs, n_heads, AttentionParams{scale});
 }
 
+// One batch over c's 6 sequences (of `lengths`, the last at least 300 long): each as a
+// whole prefill, then a decode row of each, then a prefill chunk in the middle of sequence
+// 4 and the last chunk of sequence 5. *rows: the batch's query rows.
+std::vector<AttentionSequence> MixedBatch(const PagedCache& c, const std::vector<int>& lengths,
+                                          int* rows) {
+  std::vector<AttentionSequence> seqs;
+  *rows = 0;
+  auto add = [&](int i, int first_pos, int num_q) {
+    seqs.push_back({c.tables[i].data(), *rows, num_q, first_pos});
+    *rows += num_q;
+  };
+  for (int i = 0; i < 6; ++i) add(i, 0, lengths[i]);
+  for (int i = 0; i < 6; ++i) add(i, lengths[i] - 1, 1);
+  add(4, 40, 60);
+  add(5, 250, 50);
+  return seqs;
+}
+
 class AttentionTest : public PathTest {};
 
 const std::vector<Shape> kShapes = {
@@ -138,17 +156,8 @@ TEST_P(AttentionTest, MatchesReference) {
     SCOPED_TRACE(ShapeName(s));
     const PagedCache c = MakeCache(lengths, s.n_kv, s.head_dim, s.head_dim * 31 + s.n_heads);
     const float scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
-    // Batch: seq 0..5 as whole prefills; then decode rows of each; then chunks.
-    std::vector<AttentionSequence> seqs;
     int rows = 0;
-    auto add = [&](int i, int first_pos, int num_q) {
-      seqs.push_back({c.tables[i].data(), rows, num_q, first_pos});
-      rows += num_q;
-    };
-    for (int i = 0; i < 6; ++i) add(i, 0, lengths[i]);
-    for (int i = 0; i < 6; ++i) add(i, lengths[i] - 1, 1);
-    add(4, 40, 60);   // prefill chunk in the middle of a sequence
-    add(5, 250, 50);  // last chunk of the long one
+    const std::vector<AttentionSequence> seqs = MixedBatch(c, lengths, &rows);
     const std::vector<float> q = RandomVector(int64_t{rows} * s.n_heads * s.head_dim, 77, -2, 2);
     const std::vector<float> got = RunAttention(false, c, q, seqs, s.n_heads, scale);
     // The reference is slow; both path instances share its result.
@@ -551,15 +560,8 @@ TEST_P(AttentionTest, Q8MatchesReferenceOnItsDequantizedValues) {
     const PagedCache c = MakeCache(lengths, s.n_kv, s.head_dim, s.head_dim * 13 + s.n_heads);
     const StoredCache q8 = Store(c, KvElement::kQ8);
     const PagedCache dequantized = Dequantized(c, q8);
-    std::vector<AttentionSequence> seqs;
     int rows = 0;
-    auto add = [&](int i, int first_pos, int num_q) {
-      seqs.push_back({c.tables[i].data(), rows, num_q, first_pos});
-      rows += num_q;
-    };
-    for (int i = 0; i < 6; ++i) add(i, 0, lengths[i]);
-    for (int i = 0; i < 6; ++i) add(i, lengths[i] - 1, 1);
-    add(5, 250, 50);
+    const std::vector<AttentionSequence> seqs = MixedBatch(c, lengths, &rows);
     const std::vector<float> q = RandomVector(int64_t{rows} * s.n_heads * s.head_dim, 78, -2, 2);
     const std::vector<float> q_values = DequantizedQueries(q, s.head_dim);
     for (const AttentionParams params :
