@@ -15,6 +15,9 @@ namespace quill::engine::kernels {
 namespace {
 
 constexpr float kF16Max = 65504.0f;
+// A q8 row whose largest magnitude is below this stores as zeros: 127 / max|x| would
+// overflow to infinity near 3.7e-37 (and such values change no score).
+constexpr float kQ8Tiny = 1e-30f;
 
 inline uint16_t ToF16(float x) {
   return FloatToFp16(x != x ? x : std::clamp(x, -kF16Max, kF16Max));
@@ -48,7 +51,7 @@ QUILL_AVX512_TARGET float QuantizeRowQ8Avx512(const float* x, int64_t n, int8_t*
     amax = _mm512_max_ps(amax, _mm512_abs_ps(_mm512_min_ps(hi, _mm512_max_ps(lo, v))));
   }
   const float max_abs = _mm512_reduce_max_ps(amax);
-  if (nan != 0 || max_abs == 0.0f) {
+  if (nan != 0 || max_abs < kQ8Tiny) {
     std::memset(codes, 0, n);
     return nan != 0 ? std::numeric_limits<float>::quiet_NaN() : 0.0f;
   }
@@ -73,7 +76,7 @@ float QuantizeRowQ8(const float* x, int64_t n, int8_t* codes) {
     }
     max_abs = std::max(max_abs, std::fabs(std::clamp(x[i], -kF16Max, kF16Max)));
   }
-  if (max_abs == 0.0f) {
+  if (max_abs < kQ8Tiny) {
     std::memset(codes, 0, n);
     return 0.0f;
   }

@@ -98,7 +98,8 @@ struct KvLayout {
 //  - f16: rounded to nearest even, with values beyond the f16 range saturated to +-65504
 //    (an infinity would turn every later softmax over that key into NaN). NaN stays NaN.
 //  - q8: values clamped to +-65504 as for f16, then codes round(x * 127 / max|x|) and the
-//    scale max|x| / 127 (a row of zeros: codes and scale 0). A NaN makes the scale NaN.
+//    scale max|x| / 127 (a row with max|x| < 1e-30, zeros included: codes and scale 0). A
+//    NaN makes the scale NaN.
 void StoreKey(const float* row, const KvLayout& layout, void* k_arena, int64_t slot, int kv);
 void StoreValue(const float* row, const KvLayout& layout, void* v_arena, int64_t slot, int kv);
 
@@ -111,9 +112,9 @@ void StoreKvRow(const float* row, int64_t n, KvElement element, void* arena, int
 void StoreKvStrided(const float* row, int64_t n, KvElement element, void* arena, int64_t offset,
                     int64_t stride);
 
-// Quantizes n values as a q8 row: codes[i] = round(x[i] / scale) in [-127, 127]; returns
-// the scale (max|x| / 127 after clamping to +-65504; 0 for a row of zeros, NaN if x holds a
-// NaN). Attention quantizes its query heads with it too.
+// Quantizes n values as a q8 row: codes[i] = round(x[i] * 127 / max|x|) in [-127, 127];
+// returns the scale (max|x| / 127 after clamping to +-65504; 0 with all codes 0 when max|x|
+// < 1e-30, NaN if x holds a NaN). Attention quantizes its query heads with it too.
 float QuantizeRowQ8(const float* x, int64_t n, int8_t* codes);
 
 }  // namespace quill::engine::kernels

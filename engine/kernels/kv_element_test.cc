@@ -144,6 +144,15 @@ TEST_P(KvElementTest, Q8ZerosNaNAndInfinities) {
   EXPECT_EQ(QuantizeRowQ8(zeros.data(), 17, codes.data()), 0.0f);
   for (int8_t c : codes) EXPECT_EQ(c, 0);
 
+  // So tiny that 127 / max|x| overflows (subnormals among them): zeros, not garbage codes.
+  std::vector<float> tiny = RandomVector(17, 8, -1e-38f, 1e-38f);
+  tiny[2] = 1.4e-45f;
+  codes.assign(17, 5);
+  EXPECT_EQ(QuantizeRowQ8(tiny.data(), 17, codes.data()), 0.0f);
+  for (int8_t c : codes) EXPECT_EQ(c, 0);
+  std::vector<float> small = RandomVector(17, 8, -1e-20f, 1e-20f);
+  EXPECT_GT(QuantizeRowQ8(small.data(), 17, codes.data()), 0.0f);  // still quantized
+
   std::vector<float> with_nan = RandomVector(17, 9);
   with_nan[16] = std::nanf("");
   EXPECT_TRUE(std::isnan(QuantizeRowQ8(with_nan.data(), 17, codes.data())));
