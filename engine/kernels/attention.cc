@@ -82,11 +82,12 @@ void QuantizeQuery(const float* q, int n, int head_dim, float scale, QueryQ8* qq
   }
 }
 
-// The scales of a q8 cache's keys or values of 16 (or fewer) consecutive slots of one
-// block, starting at block position r, whose KV head's part of the block starts at `part`.
-inline const float* ScalesQ8(const Q8* part, const KvLayout& layout, int r) {
-  return reinterpret_cast<const float*>(part + int64_t{layout.block_size} * layout.head_dim +
-                                        r * 4);
+// The scale of the q8 value row `row`, the one at position r of its block (and those of
+// the block's next slots after it). A KV head's part of a block holds its rows and then
+// their scales, so the part starts r rows before `row`.
+inline const float* ValueScalesQ8(const Q8* row, const KvLayout& layout, int r) {
+  const int64_t hd = layout.head_dim;
+  return reinterpret_cast<const float*>(row + (layout.block_size - r) * hd + r * 4);
 }
 
 // The first tile of a query whose keys start at `first_key`: tiles always start at
@@ -481,11 +482,11 @@ struct Avx512Attention {
     }
     if constexpr (kIsQ8<KvT>) {
       // P.V weighs each value's codes by its probability times its scale.
-      const int bs = it.layout.block_size, hd = it.layout.head_dim;
+      const int bs = it.layout.block_size;
       for (int g = 0; 16 * g < padded; ++g) {
         const int r = (t0 + 16 * g) % bs;
         const __m512 value_scales =
-            _mm512_loadu_ps(ScalesQ8(v_rows[16 * g] + offset - r * hd, it.layout, r));
+            _mm512_loadu_ps(ValueScalesQ8(v_rows[16 * g] + offset, it.layout, r));
         for (int j = first; j < first + n; ++j) {
           _mm512_store_ps(scores[j] + 16 * g,
                           _mm512_mul_ps(_mm512_load_ps(scores[j] + 16 * g), value_scales));
@@ -593,7 +594,7 @@ struct Avx512Attention {
               // The next tile's key and value scales: a line per 16 keys each.
               const int r = (t0 + kTile + 16 * g) % bs;
               PrefetchIntoL1(next_head_cols[g] + bs * hd);
-              PrefetchIntoL1(ScalesQ8(next_v_rows[16 * g] + offset - r * hd, it.layout, r));
+              PrefetchIntoL1(ValueScalesQ8(next_v_rows[16 * g] + offset, it.layout, r));
             }
           }
           HeadTile(q, &query_q8, t0, first, n, head_cols, bs, v_rows, offset, skip, count, padded,
@@ -693,7 +694,7 @@ void AttendPortable(const Item& it) {
         float weight = scores[i];
         if constexpr (kIsQ8<KvT>) {
           const int r = (t0 + i) % bs;
-          weight *= *ScalesQ8(v - int64_t{r} * hd, it.layout, r);
+          weight *= *ValueScalesQ8(v, it.layout, r);
         }
         for (int d = 0; d < hd; ++d) acc[d] = std::fma(weight, KvToFloat(v[d]), acc[d]);
       }

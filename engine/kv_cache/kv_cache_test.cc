@@ -67,6 +67,32 @@ TEST(KvCacheTest, F16ElementsHalveTheBytesAndDoubleTheBlocks) {
   static_cast<uint16_t*>((*cache)->v_data(2))[elements - 1] = 0x3c00;
 }
 
+// q8: head_dim codes and a 4-byte scale per head row; blocks of 16k slots and heads of a
+// multiple of 4 only.
+TEST(KvCacheTest, Q8RowsAreCodesAndAScale) {
+  KvCacheOptions o = SmallOptions(10);
+  o.element = kernels::KvElement::kQ8;
+  auto cache = KvCache::Create(o);
+  ASSERT_TRUE(cache.ok()) << cache.status();
+  EXPECT_EQ((*cache)->bytes_per_token(), 2 * 3 * 2 * (8 + 4));
+  EXPECT_EQ((*cache)->layout().element, kernels::KvElement::kQ8);
+  // The last byte of the last slot (its scale's) is inside the arena (ASan checks the write).
+  const int64_t bytes = int64_t{(*cache)->num_blocks()} * 16 * (*cache)->layout().row();
+  static_cast<uint8_t*>((*cache)->k_data(2))[bytes - 1] = 1;
+  static_cast<uint8_t*>((*cache)->v_data(2))[bytes - 1] = 1;
+
+  for (const auto& [block_size, head_dim] :
+       {std::pair{8, 8}, std::pair{24, 8}, std::pair{16, 6}, std::pair{16, 260}}) {
+    KvCacheOptions bad = o;
+    bad.block_size_tokens = block_size;
+    bad.head_dim = head_dim;
+    bad.budget_bytes = int64_t{1} << 24;
+    const auto refused = KvCache::Create(bad);
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument)
+        << block_size << " " << head_dim;
+  }
+}
+
 TEST(KvCacheTest, BlocksForTokens) {
   auto cache = MakeCache(4);
   ASSERT_NE(cache, nullptr);

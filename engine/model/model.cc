@@ -49,12 +49,6 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const ModelOptions& options) 
   QUILL_ASSIGN_OR_RETURN(impl->config, ModelConfig::FromGguf(file));
   const ModelConfig& c = impl->config;
   QUILL_RETURN_IF_ERROR(c.Validate());
-  if (options.kv_element == kernels::KvElement::kQ8 &&
-      (c.head_dim % 4 != 0 || c.head_dim > kernels::kMaxKvHeadDim)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("a q8 KV cache needs a head size that is a multiple of 4 (at most ",
-                     kernels::kMaxKvHeadDim, "); this model's is ", c.head_dim));
-  }
   QUILL_ASSIGN_OR_RETURN(impl->tokenizer, Tokenizer::FromGguf(file));
   // Kept as text for the chat layer, which parses it: a bad template (or a value that is
   // not a string) must not stop raw prompts from working.
