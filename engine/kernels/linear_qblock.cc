@@ -49,6 +49,54 @@ QUILL_VNNI inline void Step(const uint8_t* gp, const __m512i* plane, const int8_
   }
 }
 
+// acc_v[i][h] += MR rows of x against group gi (along k) of one column block, at gp with its
+// scales at sc.
+template <QuantType T, int MR>
+__attribute__((always_inline)) QUILL_VNNI inline void TileGroup(const uint8_t* gp, int64_t gi,
+                                                                const float* sc,
+                                                                const QBlockXView& x,
+                                                                __m512 (&acc_v)[MR][2]) {
+  constexpr QBlockFormat f = QBlockFormatOf(T);
+  constexpr int kRegs = f.nibble_regs();
+  const int8_t* xq = x.q + gi * f.group_k;
+  __m512i s[MR][2];
+#pragma GCC unroll 4
+  for (int i = 0; i < MR; ++i) {
+    if constexpr (f.offset != 0) {
+      s[i][0] = s[i][1] = _mm512_set1_epi32(x.seed[i * x.groups + gi]);
+    } else {
+      s[i][0] = s[i][1] = _mm512_setzero_si512();
+    }
+  }
+  __m512i plane[2];
+  if constexpr (f.bits > 4) {
+    plane[0] = _mm512_loadu_si512(gp + (2 * kRegs + 0) * 64);
+    plane[1] = _mm512_loadu_si512(gp + (2 * kRegs + 1) * 64);
+  } else {
+    plane[0] = plane[1] = _mm512_setzero_si512();
+  }
+  Step<T, MR, 0>(gp, plane, xq, x.k, s);
+  Step<T, MR, 1>(gp, plane, xq, x.k, s);
+  if constexpr (kRegs == 4) {
+    Step<T, MR, 2>(gp, plane, xq, x.k, s);
+    Step<T, MR, 3>(gp, plane, xq, x.k, s);
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < MR; ++i) {
+    const __m512 dx = _mm512_set1_ps(x.d[i * x.groups + gi]);
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      const __m512 ws = _mm512_loadu_ps(sc + 16 * h);
+      acc_v[i][h] =
+          _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[i][h]), _mm512_mul_ps(ws, dx), acc_v[i][h]);
+      if constexpr (f.has_min) {
+        acc_v[i][h] = _mm512_fmadd_ps(_mm512_loadu_ps(sc + 32 + 16 * h),
+                                      _mm512_set1_ps(x.sum[i * x.groups + gi]), acc_v[i][h]);
+      }
+    }
+  }
+}
+
 // acc[MR][32] (+)= MR rows of x against super-blocks [sb0, sb1) of one column block, one
 // prefetch step per group.
 template <QuantType T, int MR>
@@ -56,7 +104,6 @@ QUILL_VNNI void Tile(const uint8_t* cb, int64_t sb0, int64_t sb1, const float* s
                      const QBlockXView& x, float* acc, bool init, L2Prefetch prefetch) {
   constexpr QBlockFormat f = QBlockFormatOf(T);
   constexpr int kVecs = f.has_min ? 2 : 1;
-  constexpr int kRegs = f.nibble_regs();
   __m512 acc_v[MR][2];
 #pragma GCC unroll 4
   for (int i = 0; i < MR; ++i)
@@ -64,48 +111,21 @@ QUILL_VNNI void Tile(const uint8_t* cb, int64_t sb0, int64_t sb1, const float* s
     for (int h = 0; h < 2; ++h)
       acc_v[i][h] = init ? _mm512_setzero_ps() : _mm512_loadu_ps(acc + i * 32 + 16 * h);
   for (int64_t sb = sb0; sb < sb1; ++sb) {
-    const uint8_t* groups = cb + sb * f.sb_bytes() + f.header;
     const float* sc = scales + (sb - sb0) * f.groups() * kVecs * 32;
-    for (int g = 0; g < f.groups(); ++g, sc += kVecs * 32) {
-      prefetch.Step();
-      const uint8_t* gp = groups + g * f.group_bytes();
-      const int64_t gi = sb * f.groups() + g;  // group index along k
-      const int8_t* xq = x.q + gi * f.group_k;
-      __m512i s[MR][2];
-#pragma GCC unroll 4
-      for (int i = 0; i < MR; ++i) {
-        if constexpr (f.offset != 0) {
-          s[i][0] = s[i][1] = _mm512_set1_epi32(x.seed[i * x.groups + gi]);
-        } else {
-          s[i][0] = s[i][1] = _mm512_setzero_si512();
-        }
+    const int n = f.short_tail() ? GroupsIn(f, x.k, sb) : f.groups();
+    if (n == f.groups()) {  // a constant count: a full super-block
+      const uint8_t* groups = cb + sb * f.sb_bytes() + f.header;
+      for (int g = 0; g < f.groups(); ++g) {
+        prefetch.Step();
+        TileGroup<T, MR>(groups + g * f.group_bytes(), sb * f.groups() + g, sc + g * kVecs * 32, x,
+                         acc_v);
       }
-      __m512i plane[2];
-      if constexpr (f.bits > 4) {
-        plane[0] = _mm512_loadu_si512(gp + (2 * kRegs + 0) * 64);
-        plane[1] = _mm512_loadu_si512(gp + (2 * kRegs + 1) * 64);
-      } else {
-        plane[0] = plane[1] = _mm512_setzero_si512();
-      }
-      Step<T, MR, 0>(gp, plane, xq, x.k, s);
-      Step<T, MR, 1>(gp, plane, xq, x.k, s);
-      if constexpr (kRegs == 4) {
-        Step<T, MR, 2>(gp, plane, xq, x.k, s);
-        Step<T, MR, 3>(gp, plane, xq, x.k, s);
-      }
-#pragma GCC unroll 4
-      for (int i = 0; i < MR; ++i) {
-        const __m512 dx = _mm512_set1_ps(x.d[i * x.groups + gi]);
-#pragma GCC unroll 2
-        for (int h = 0; h < 2; ++h) {
-          const __m512 ws = _mm512_loadu_ps(sc + 16 * h);
-          acc_v[i][h] =
-              _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[i][h]), _mm512_mul_ps(ws, dx), acc_v[i][h]);
-          if constexpr (f.has_min) {
-            acc_v[i][h] = _mm512_fmadd_ps(_mm512_loadu_ps(sc + 32 + 16 * h),
-                                          _mm512_set1_ps(x.sum[i * x.groups + gi]), acc_v[i][h]);
-          }
-        }
+    } else {  // a 32-value type's short last super-block
+      const uint8_t* groups = cb + sb * f.sb_bytes() + f.header_bytes(n);
+      for (int g = 0; g < n; ++g) {
+        prefetch.Step();
+        TileGroup<T, MR>(groups + g * f.group_bytes(), sb * f.groups() + g, sc + g * kVecs * 32, x,
+                         acc_v);
       }
     }
   }
@@ -128,19 +148,24 @@ QUILL_VNNI void ColumnBlock(const uint8_t* cb, int64_t sbs, const QBlockXView& x
   static_assert(kChunkSbs * f.groups() * (f.has_min ? 2 : 1) * 32 <= kMaxChunkScales);
   alignas(64) float scales[kMaxChunkScales];
   alignas(64) float acc[kQBlockChunkRows * kQBlockCols];
+  const int64_t block_bytes = ColumnBlockBytes(f, x.k);
+  const int64_t all_groups = x.k / f.group_k;
   for (int r0 = 0; r0 < rows; r0 += kQBlockChunkRows) {
     const int chunk = std::min(kQBlockChunkRows, rows - r0);
     for (int64_t sb0 = 0; sb0 < sbs; sb0 += kChunkSbs) {
       const int64_t sb1 = std::min(sbs, sb0 + kChunkSbs);
-      DecodeScales<T>(cb, sb0, sb1, scales);
-      const uint8_t* next = cb + sb1 * f.sb_bytes();
-      const int64_t after = (sbs - sb1) * f.sb_bytes() + next_bytes;  // readable past sb1
+      DecodeScales<T>(cb, sb0, sb1, x.k, scales);
+      const int64_t next_at =
+          std::min(sb1 * f.sb_bytes(), block_bytes);  // a short tail ends sooner
+      const uint8_t* next = cb + next_at;
+      const int64_t after = block_bytes - next_at + next_bytes;  // readable past sb1
       const int64_t fetch = r0 > 0 ? 0 : std::min(kChunkSbs * f.sb_bytes(), after);
+      const int64_t steps = std::min(sb1 * f.groups(), all_groups) - sb0 * f.groups();
       const int tiles = (chunk + kMR - 1) / kMR;
       for (int i = 0, t = 0; i < chunk; i += kMR, ++t) {
         const QBlockXView xi = x.AtRow(r0 + i);
         float* a = acc + i * kQBlockCols;
-        const L2Prefetch prefetch(next, fetch, t, tiles, (sb1 - sb0) * f.groups());
+        const L2Prefetch prefetch(next, fetch, t, tiles, steps);
         switch (std::min(kMR, chunk - i)) {
           case 1:
             Tile<T, 1>(cb, sb0, sb1, scales, xi, a, sb0 == 0, prefetch);
@@ -246,13 +271,13 @@ void QBlockGemm::RunColumnBlocks(bool decode, int rows, float* y, int64_t y_stri
     const Segment& s = segments_[blocks_[w].first];
     const int64_t cb = blocks_[w].second;
     const QBlockFormat f = QBlockFormatOf(s.type);
-    const int64_t sbs = k_ / f.sb_k;
+    const int64_t block_bytes = ColumnBlockBytes(f, k_);
     const int64_t col0 = s.first_col + cb * kQBlockCols;
     const int cols = static_cast<int>(std::min<int64_t>(kQBlockCols, s.first_col + s.cols - col0));
     const QBlockColumnFn column = decode ? QBlockDecodeColumnFor(s.type) : ColumnBlockFor(s.type);
-    const int64_t next_bytes = cb + 1 < s.col_blocks ? sbs * f.sb_bytes() : 0;
-    column(packed_.data() + s.packed_offset + cb * sbs * f.sb_bytes(), sbs, XViewOf(s), rows,
-           y + col0, y_stride, cols, next_bytes);
+    const int64_t next_bytes = cb + 1 < s.col_blocks ? block_bytes : 0;
+    column(packed_.data() + s.packed_offset + cb * block_bytes, SuperBlocks(f, k_), XViewOf(s),
+           rows, y + col0, y_stride, cols, next_bytes);
   });
 }
 

@@ -21,12 +21,22 @@
 // and y = f.
 //
 // Packed layout, per type segment (a run of fused parts of one type): column blocks of 32
-// outputs; per column block, for each GGUF block ("super-block": 32 values, or 256 for the
-// k-quants) in k order, a header then its groups. The bytes per column and super-block equal
-// the GGUF block size: nothing is widened.
-//   header: fp16 d[32] | fp16 m or dmin[32] (min types) | scale planes: byte p of every
-//           column's 12 packed 6-bit scale bytes (Q4_K, Q5_K: 12 x 32 bytes) or the
+// outputs; per column block, for each super-block of 256 values in k order, a header then
+// its groups. A k-quant's super-block is its GGUF block; the 32-value types (Q4_0 to Q5_1)
+// gather 8 GGUF blocks into one, and where k is not a multiple of 256 their last
+// super-block holds the k % 256 / 32 blocks that are left (its header as short). The bytes
+// per column block equal the GGUF blocks': nothing is widened.
+//   header: k-quants: fp16 d[32] | fp16 dmin[32] (Q4_K, Q5_K) | scale planes: byte p of
+//           every column's 12 packed 6-bit scale bytes (Q4_K, Q5_K: 12 x 32 bytes) or the
 //           columns' int8 scale of group p (Q6_K: 16 x 32 bytes).
+//           32-value types: per group in k order, fp16 d[32] | fp16 m[32] (min types).
+//           Gathering them (before, each 32-value block was a super-block, its scales in
+//           front of it) and running the full super-blocks' groups in a loop of constant
+//           count made the decode kernel at 1 row take 0.80-0.83x the time for Q5_0,
+//           0.87-0.90x for Q5_1 and 0.88-0.90x for Q4_0 (quill-linear-qblock-bench, Zen 5,
+//           2 threads, 2048 x 11264, 3 alternated runs; Q4_1 in linear_qblock_decode.cc),
+//           every output bit unchanged. A loop over a run-time count of 8 groups gained
+//           nothing.
 //   group:  for nibble register r (group/8 of them) and column half h (16 columns):
 //           64 bytes, column c's dword holds in byte j the 4-bit q of k = 8r + j (low
 //           nibble) and k = 8r + 4 + j (high nibble); then for 5/6-bit types one 64-byte
@@ -34,6 +44,7 @@
 //           (5-bit) or bits 2i, 2i + 1 (6-bit).
 // Columns past the end of a segment have zero scales and weights.
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -49,37 +60,59 @@ namespace quill::engine::kernels::linear_internal {
 
 // Shape of a block type in the packed layout.
 struct QBlockFormat {
-  int sb_k;     // values per GGUF block (super-block)
+  int sb_k;     // values per super-block (a full one)
+  int block_k;  // values per GGUF block: sb_k (k-quants) or 32 (8 to a super-block)
   int group_k;  // values per scale
   int bits;     // 4, 5 or 6
   bool has_min;
   int offset;  // subtracted from q (0 for the min types)
-  int header;  // header bytes per column block and super-block
+  int header;  // header bytes per column block and full super-block
   constexpr int groups() const { return sb_k / group_k; }
   constexpr int nibble_regs() const { return group_k / 8; }  // per column half
   constexpr int group_bytes() const { return 2 * 64 * (nibble_regs() + (bits > 4 ? 1 : 0)); }
   constexpr int sb_bytes() const { return header + groups() * group_bytes(); }
+  // Whether a super-block may hold fewer groups (the last one of a 32-value type).
+  constexpr bool short_tail() const { return block_k < sb_k; }
+  // Header bytes of a super-block of n groups (n == groups() unless short_tail()).
+  constexpr int header_bytes(int n) const {
+    return short_tail() ? n * (header / groups()) : header;
+  }
 };
 
 constexpr QBlockFormat QBlockFormatOf(quant::QuantType type) {
   switch (type) {
     case quant::QuantType::kQ4_0:
-      return {32, 32, 4, false, 8, 64};
+      return {256, 32, 32, 4, false, 8, 8 * 64};
     case quant::QuantType::kQ4_1:
-      return {32, 32, 4, true, 0, 128};
+      return {256, 32, 32, 4, true, 0, 8 * 128};
     case quant::QuantType::kQ5_0:
-      return {32, 32, 5, false, 16, 64};
+      return {256, 32, 32, 5, false, 16, 8 * 64};
     case quant::QuantType::kQ5_1:
-      return {32, 32, 5, true, 0, 128};
+      return {256, 32, 32, 5, true, 0, 8 * 128};
     case quant::QuantType::kQ4_K:
-      return {256, 32, 4, true, 0, 128 + 12 * 32};
+      return {256, 256, 32, 4, true, 0, 128 + 12 * 32};
     case quant::QuantType::kQ5_K:
-      return {256, 32, 5, true, 0, 128 + 12 * 32};
+      return {256, 256, 32, 5, true, 0, 128 + 12 * 32};
     case quant::QuantType::kQ6_K:
-      return {256, 16, 6, false, 32, 64 + 16 * 32};
+      return {256, 256, 16, 6, false, 32, 64 + 16 * 32};
     default:
-      return {0, 0, 0, false, 0, 0};
+      return {0, 0, 0, 0, false, 0, 0};
   }
+}
+
+// Super-blocks along k, the last one short where k % sb_k != 0 (32-value types only).
+constexpr int64_t SuperBlocks(const QBlockFormat& f, int64_t k) {
+  return (k + f.sb_k - 1) / f.sb_k;
+}
+// Groups in super-block sb.
+constexpr int GroupsIn(const QBlockFormat& f, int64_t k, int64_t sb) {
+  return static_cast<int>(std::min<int64_t>(f.groups(), (k - sb * f.sb_k) / f.group_k));
+}
+// Bytes of one column block: its full super-blocks, then the short one if any. Super-block
+// sb starts sb * sb_bytes() into it.
+constexpr int64_t ColumnBlockBytes(const QBlockFormat& f, int64_t k) {
+  const int tail = static_cast<int>(k % f.sb_k / f.group_k);
+  return k / f.sb_k * f.sb_bytes() + (tail > 0 ? f.header_bytes(tail) + tail * f.group_bytes() : 0);
 }
 
 // The types QBlockGemm serves.
@@ -158,8 +191,7 @@ class QBlockGemm {
 };
 
 // Repacks rows [0, rows) of one GGUF-encoded matrix of `type` (rows of `k` values) into
-// the layout above at `out` (col_blocks * k / super-block * 32 * block bytes). Exposed for
-// tests.
+// the layout above at `out` (col_blocks * ColumnBlockBytes bytes). Exposed for tests.
 void PackQBlockSegment(quant::QuantType type, absl::Span<const uint8_t* const> rows, int64_t k,
                        uint8_t* out);
 

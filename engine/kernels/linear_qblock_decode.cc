@@ -24,9 +24,13 @@ using quant::QuantType;
 
 constexpr int kDecodeMR = 4;  // rows per register tile
 // The weight stream is prefetched by StreamPrefetch: every line of it, headers included
-// (the Q4_K header is 8 of a super-block's 72 lines per column block, Q4_0's 1 of 9), 8 KiB
-// ahead, into L2. Only Q4_0 and Q4_1, the cheapest to unpack, go without it at 1 row.
-// Measured with quill-linear-qblock-bench (2 threads, the three TinyLlama shapes), each
+// (the header is 8 of a super-block's 72 lines per column block for Q4_K and Q4_0), 8 KiB
+// ahead, into L2, at every row count. Q4_0 and Q4_1, the cheapest to unpack, went without
+// it at 1 row while each of their 32-value blocks had its scales in front of it; with the
+// scales of 8 blocks gathered (linear_qblock.h) the prefetch pays for them too: Q4_1 at 1
+// row 0.295-0.298 ms with it against 0.317-0.345 without (quill-linear-qblock-bench, Zen 5,
+// 2 threads, 2048 x 11264, 3 alternated runs; the old layout without it swung 0.286-0.368).
+// Earlier, measured with quill-linear-qblock-bench (2 threads, the three TinyLlama shapes), each
 // variant alternated round by round with no software prefetch in one process; time with
 // over time without:
 // - Intel Xeon (stop 15, T0, group lines only): ~19 GB/s per core without, ~28 with.
@@ -41,9 +45,6 @@ constexpr int kDecodeMR = 4;  // rows per register tile
 //   0.90-0.94. quill-bench tg128, 3 pairs alternated with the old rule (from 3 rows):
 //   Q4_K_M 54-56 -> 73-76 t/s, Q6_K 42-43 -> 51-54, the Q4_0 control alike.
 // The hosts disagree at 1 row, and the second one's gain is the larger.
-constexpr int StreamPrefetchFromRows(QuantType type) {
-  return type == QuantType::kQ4_0 || type == QuantType::kQ4_1 ? 2 : 1;
-}
 
 // Nibble register R of a group (k-quads 2R and 2R + 1) for both column halves: even quads
 // into lo, odd quads into hi (4-bit types: 16x the value).
@@ -73,65 +74,86 @@ QUILL_VNNI inline void DecodeStep(const uint8_t* gp, const __m512i* plane, const
   }
 }
 
+// Group gi (along k) of one column block, at gp with its scales at sc: acc[i][h] += its
+// products with MR rows of x.
+template <QuantType T, int MR>
+__attribute__((always_inline)) QUILL_VNNI inline void DecodeGroup(const uint8_t* gp, int64_t gi,
+                                                                  const float* sc,
+                                                                  const QBlockXView& x,
+                                                                  __m512 (&acc)[MR][2]) {
+  constexpr QBlockFormat f = QBlockFormatOf(T);
+  constexpr int kRegs = f.nibble_regs();
+  const int8_t* xq = x.q + gi * f.group_k;
+  __m512i lo[MR][2], hi[MR][2];
+#pragma GCC unroll 4
+  for (int i = 0; i < MR; ++i) {
+    if constexpr (f.offset != 0) {
+      lo[i][0] = lo[i][1] = _mm512_set1_epi32(x.seed[i * x.groups + gi]);
+    } else {
+      lo[i][0] = lo[i][1] = _mm512_setzero_si512();
+    }
+    hi[i][0] = hi[i][1] = _mm512_setzero_si512();
+  }
+  __m512i plane[2];
+  if constexpr (f.bits > 4) {
+    plane[0] = _mm512_loadu_si512(gp + (2 * kRegs + 0) * 64);
+    plane[1] = _mm512_loadu_si512(gp + (2 * kRegs + 1) * 64);
+  } else {
+    plane[0] = plane[1] = _mm512_setzero_si512();
+  }
+  DecodeStep<T, MR, 0>(gp, plane, xq, x.k, lo, hi);
+  DecodeStep<T, MR, 1>(gp, plane, xq, x.k, lo, hi);
+  if constexpr (kRegs == 4) {
+    DecodeStep<T, MR, 2>(gp, plane, xq, x.k, lo, hi);
+    DecodeStep<T, MR, 3>(gp, plane, xq, x.k, lo, hi);
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < MR; ++i) {
+    const __m512 dx = _mm512_set1_ps(x.d[i * x.groups + gi]);
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      const __m512i s = f.bits == 4 ? _mm512_add_epi32(lo[i][h], _mm512_srai_epi32(hi[i][h], 4))
+                                    : _mm512_add_epi32(lo[i][h], hi[i][h]);
+      const __m512 ws = _mm512_load_ps(sc + 16 * h);
+      acc[i][h] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(ws, dx), acc[i][h]);
+      if constexpr (f.has_min) {
+        acc[i][h] = _mm512_fmadd_ps(_mm512_load_ps(sc + 32 + 16 * h),
+                                    _mm512_set1_ps(x.sum[i * x.groups + gi]), acc[i][h]);
+      }
+    }
+  }
+}
+
 // MR rows of x against one column block, all super-blocks; writes `cols` outputs per row.
 template <QuantType T, int MR>
 QUILL_VNNI void DecodeTile(const uint8_t* cb, int64_t sbs, const QBlockXView& x, float* y,
                            int64_t y_stride, int cols, bool prefetch) {
   constexpr QBlockFormat f = QBlockFormatOf(T);
   constexpr int kVecs = f.has_min ? 2 : 1;
-  constexpr int kRegs = f.nibble_regs();
   alignas(64) float scales[f.groups() * kVecs * 32];
   __m512 acc[MR][2];
 #pragma GCC unroll 4
   for (int i = 0; i < MR; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
   StreamPrefetch stream = prefetch ? StreamPrefetch(cb) : StreamPrefetch();
-  for (int64_t sb = 0; sb < sbs; ++sb) {
-    DecodeScales<T>(cb, sb, sb + 1, scales);
+  // Every super-block but a 32-value type's short last one: a constant group count.
+  const int64_t full = x.k / f.sb_k;
+  for (int64_t sb = 0; sb < full; ++sb) {
+    DecodeScales<T>(cb, sb, sb + 1, x.k, scales);
     const uint8_t* groups = cb + sb * f.sb_bytes() + f.header;
-    const float* sc = scales;
-    for (int g = 0; g < f.groups(); ++g, sc += kVecs * 32) {
+    for (int g = 0; g < f.groups(); ++g) {
       const uint8_t* gp = groups + g * f.group_bytes();
       stream.Through(gp + f.group_bytes());
-      const int64_t gi = sb * f.groups() + g;  // group index along k
-      const int8_t* xq = x.q + gi * f.group_k;
-      __m512i lo[MR][2], hi[MR][2];
-#pragma GCC unroll 4
-      for (int i = 0; i < MR; ++i) {
-        if constexpr (f.offset != 0) {
-          lo[i][0] = lo[i][1] = _mm512_set1_epi32(x.seed[i * x.groups + gi]);
-        } else {
-          lo[i][0] = lo[i][1] = _mm512_setzero_si512();
-        }
-        hi[i][0] = hi[i][1] = _mm512_setzero_si512();
-      }
-      __m512i plane[2];
-      if constexpr (f.bits > 4) {
-        plane[0] = _mm512_loadu_si512(gp + (2 * kRegs + 0) * 64);
-        plane[1] = _mm512_loadu_si512(gp + (2 * kRegs + 1) * 64);
-      } else {
-        plane[0] = plane[1] = _mm512_setzero_si512();
-      }
-      DecodeStep<T, MR, 0>(gp, plane, xq, x.k, lo, hi);
-      DecodeStep<T, MR, 1>(gp, plane, xq, x.k, lo, hi);
-      if constexpr (kRegs == 4) {
-        DecodeStep<T, MR, 2>(gp, plane, xq, x.k, lo, hi);
-        DecodeStep<T, MR, 3>(gp, plane, xq, x.k, lo, hi);
-      }
-#pragma GCC unroll 4
-      for (int i = 0; i < MR; ++i) {
-        const __m512 dx = _mm512_set1_ps(x.d[i * x.groups + gi]);
-#pragma GCC unroll 2
-        for (int h = 0; h < 2; ++h) {
-          const __m512i s = f.bits == 4 ? _mm512_add_epi32(lo[i][h], _mm512_srai_epi32(hi[i][h], 4))
-                                        : _mm512_add_epi32(lo[i][h], hi[i][h]);
-          const __m512 ws = _mm512_load_ps(sc + 16 * h);
-          acc[i][h] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(ws, dx), acc[i][h]);
-          if constexpr (f.has_min) {
-            acc[i][h] = _mm512_fmadd_ps(_mm512_load_ps(sc + 32 + 16 * h),
-                                        _mm512_set1_ps(x.sum[i * x.groups + gi]), acc[i][h]);
-          }
-        }
-      }
+      DecodeGroup<T, MR>(gp, sb * f.groups() + g, scales + g * kVecs * 32, x, acc);
+    }
+  }
+  if (f.short_tail() && full < sbs) {
+    DecodeScales<T>(cb, full, full + 1, x.k, scales);
+    const int n = GroupsIn(f, x.k, full);
+    const uint8_t* groups = cb + full * f.sb_bytes() + f.header_bytes(n);
+    for (int g = 0; g < n; ++g) {
+      const uint8_t* gp = groups + g * f.group_bytes();
+      stream.Through(gp + f.group_bytes());
+      DecodeGroup<T, MR>(gp, full * f.groups() + g, scales + g * kVecs * 32, x, acc);
     }
   }
   const __mmask16 m0 = static_cast<__mmask16>((1u << std::min(cols, 16)) - 1);
@@ -146,13 +168,12 @@ QUILL_VNNI void DecodeTile(const uint8_t* cb, int64_t sbs, const QBlockXView& x,
 template <QuantType T>
 QUILL_VNNI void DecodeColumn(const uint8_t* cb, int64_t sbs, const QBlockXView& x, int rows,
                              float* y, int64_t y_stride, int cols, int64_t /*next_bytes*/) {
-  const bool prefetch = rows >= StreamPrefetchFromRows(T);
   for (int i = 0; i < rows; i += kDecodeMR) {
     const QBlockXView xi = x.AtRow(i);
     float* yi = y + i * y_stride;
     // Only the first tile reads the block from memory; the later ones find it in L2 (their
     // prefetches left out: 0.87-1.03x the time at 5-16 rows, median 0.99).
-    const bool stream = prefetch && i == 0;
+    const bool stream = i == 0;
     switch (std::min(kDecodeMR, rows - i)) {
       case 1:
         DecodeTile<T, 1>(cb, sbs, xi, yi, y_stride, cols, stream);

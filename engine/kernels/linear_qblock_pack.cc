@@ -16,25 +16,38 @@
 namespace quill::engine::kernels::linear_internal {
 namespace {
 
-// One GGUF block of column c (0..31) into its column block's super-block at `dst`.
-void PackColumn(quant::QuantType type, const QBlockFormat& f, const uint8_t* block, int c,
+// Column c's (0..31) GGUF blocks of one super-block, `blocks` its first, into the super-block
+// at `dst`, which holds n groups.
+void PackColumn(quant::QuantType type, const QBlockFormat& f, const uint8_t* blocks, int n, int c,
                 uint8_t* dst) {
   const quant::BlockFields fields = quant::FieldsOf(type);
-  std::memcpy(dst + 2 * c, block + fields.d, 2);
-  if (type == quant::QuantType::kQ6_K) {
-    for (int p = 0; p < 16; ++p) dst[64 + 32 * p + c] = block[fields.scales + p];
-  } else {
-    if (f.has_min) std::memcpy(dst + 64 + 2 * c, block + fields.m, 2);
-    if (fields.scales >= 0) {
-      for (int p = 0; p < 12; ++p) dst[128 + 32 * p + c] = block[fields.scales + p];
-    }
-  }
   uint8_t q[quant::kSuperBlock];
-  quant::UnpackQuants(type, block, q);
+  if (f.short_tail()) {
+    // n blocks of one group each; group g's header entry is d[32] (then m[32]).
+    const int block_bytes = quant::BlockBytes(type);
+    const int entry = f.header / f.groups();
+    for (int g = 0; g < n; ++g) {
+      const uint8_t* block = blocks + g * block_bytes;
+      std::memcpy(dst + g * entry + 2 * c, block + fields.d, 2);
+      if (f.has_min) std::memcpy(dst + g * entry + 64 + 2 * c, block + fields.m, 2);
+      quant::UnpackQuants(type, block, q + g * f.block_k);
+    }
+  } else {
+    std::memcpy(dst + 2 * c, blocks + fields.d, 2);
+    if (type == quant::QuantType::kQ6_K) {
+      for (int p = 0; p < 16; ++p) dst[64 + 32 * p + c] = blocks[fields.scales + p];
+    } else {
+      if (f.has_min) std::memcpy(dst + 64 + 2 * c, blocks + fields.m, 2);
+      if (fields.scales >= 0) {
+        for (int p = 0; p < 12; ++p) dst[128 + 32 * p + c] = blocks[fields.scales + p];
+      }
+    }
+    quant::UnpackQuants(type, blocks, q);
+  }
   const int h = c / 16, lane = c % 16;
-  for (int g = 0; g < f.groups(); ++g) {
+  for (int g = 0; g < n; ++g) {
     const uint8_t* qg = q + g * f.group_k;
-    uint8_t* gp = dst + f.header + g * f.group_bytes();
+    uint8_t* gp = dst + f.header_bytes(n) + g * f.group_bytes();
     for (int r = 0; r < f.nibble_regs(); ++r) {
       uint8_t* word = gp + (2 * r + h) * 64 + 4 * lane;
       for (int j = 0; j < 4; ++j)
@@ -66,16 +79,17 @@ void PackQBlockSegment(quant::QuantType type, absl::Span<const uint8_t* const> r
                        uint8_t* out) {
   const QBlockFormat f = QBlockFormatOf(type);
   const int64_t n = static_cast<int64_t>(rows.size());
-  const int64_t sbs = k / f.sb_k;
+  const int64_t sbs = SuperBlocks(f, k);
   const int64_t col_blocks = (n + kQBlockCols - 1) / kQBlockCols;
-  const int block_bytes = quant::BlockBytes(type);
+  const int64_t sb_file_bytes = int64_t{f.sb_k / f.block_k} * quant::BlockBytes(type);
 #pragma omp parallel for schedule(static) if (n * k >= (1 << 16))
   for (int64_t cb = 0; cb < col_blocks; ++cb) {
     for (int64_t sb = 0; sb < sbs; ++sb) {
-      uint8_t* dst = out + (cb * sbs + sb) * f.sb_bytes();
-      std::memset(dst, 0, f.sb_bytes());
+      const int groups = GroupsIn(f, k, sb);
+      uint8_t* dst = out + cb * ColumnBlockBytes(f, k) + sb * f.sb_bytes();
+      std::memset(dst, 0, f.header_bytes(groups) + groups * f.group_bytes());
       for (int c = 0; c < kQBlockCols && cb * kQBlockCols + c < n; ++c)
-        PackColumn(type, f, rows[cb * kQBlockCols + c] + sb * block_bytes, c, dst);
+        PackColumn(type, f, rows[cb * kQBlockCols + c] + sb * sb_file_bytes, groups, c, dst);
     }
   }
 }
@@ -100,8 +114,7 @@ QBlockGemm::QBlockGemm(absl::Span<const WeightView> parts, int max_rows, LinearS
   for (Segment& s : segments_) {
     s.col_blocks = (s.cols + kQBlockCols - 1) / kQBlockCols;
     s.packed_offset = bytes;
-    bytes += static_cast<size_t>(s.col_blocks * (k_ / QBlockFormatOf(s.type).sb_k) *
-                                 QBlockFormatOf(s.type).sb_bytes());
+    bytes += static_cast<size_t>(s.col_blocks * ColumnBlockBytes(QBlockFormatOf(s.type), k_));
     size_t slot = 0;
     while (slot < x_types_.size() && x_types_[slot] != s.type) ++slot;
     if (slot == x_types_.size()) x_types_.push_back(s.type);

@@ -66,15 +66,34 @@ QUILL_VNNI inline __m512i UnpackQuad(__m512i nibbles, __m512i plane) {
   return q;
 }
 
-// Scale (and min) vectors of super-blocks [sb0, sb1) of one column block, per super-block
-// and group: ws[32] then (min types) wm[32].
+// out[0, 32) = the 32 fp16 values at in, widened.
+QUILL_VNNI inline void WidenFp16x32(const uint8_t* in, float* out) {
+  _mm512_storeu_ps(out, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(in))));
+  _mm512_storeu_ps(out + 16,
+                   _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + 32))));
+}
+
+// Scale (and min) vectors of super-blocks [sb0, sb1) of one column block (rows of k
+// values), per super-block and group: ws[32] then (min types) wm[32].
 template <quant::QuantType T>
-QUILL_VNNI inline void DecodeScales(const uint8_t* cb, int64_t sb0, int64_t sb1, float* out) {
+QUILL_VNNI inline void DecodeScales(const uint8_t* cb, int64_t sb0, int64_t sb1, int64_t k,
+                                    float* out) {
   constexpr QBlockFormat f = QBlockFormatOf(T);
   constexpr int kVecs = f.has_min ? 2 : 1;
   for (int64_t sb = sb0; sb < sb1; ++sb) {
     const uint8_t* h = cb + sb * f.sb_bytes();
     float* o = out + (sb - sb0) * f.groups() * kVecs * 32;
+    if constexpr (f.short_tail()) {
+      // Each group's fp16 d[32] (and m[32]) as they are: the 32-value types' scales. A full
+      // super-block's count is a constant (the loop unrolls).
+      const int vecs = GroupsIn(f, k, sb) * kVecs;
+      if (vecs == f.groups() * kVecs) {
+        for (int v = 0; v < f.groups() * kVecs; ++v) WidenFp16x32(h + 64 * v, o + 32 * v);
+      } else {
+        for (int v = 0; v < vecs; ++v) WidenFp16x32(h + 64 * v, o + 32 * v);
+      }
+      continue;
+    }
     __m512 d[2], m[2];
     for (int half = 0; half < 2; ++half) {
       d[half] =
@@ -83,10 +102,8 @@ QUILL_VNNI inline void DecodeScales(const uint8_t* cb, int64_t sb0, int64_t sb1,
         m[half] = _mm512_cvtph_ps(
             _mm256_loadu_si256(reinterpret_cast<const __m256i*>(h + 64 + 32 * half)));
         // The k-quants subtract dmin * m_j: keep -dmin (a sign flip, exact).
-        if constexpr (f.sb_k > 32) {
-          m[half] = _mm512_castsi512_ps(
-              _mm512_xor_si512(_mm512_castps_si512(m[half]), _mm512_set1_epi32(INT32_MIN)));
-        }
+        m[half] = _mm512_castsi512_ps(
+            _mm512_xor_si512(_mm512_castps_si512(m[half]), _mm512_set1_epi32(INT32_MIN)));
       }
     }
     if constexpr (T == quant::QuantType::kQ4_K || T == quant::QuantType::kQ5_K) {
@@ -127,11 +144,6 @@ QUILL_VNNI inline void DecodeScales(const uint8_t* cb, int64_t sb0, int64_t sb1,
           _mm512_storeu_ps(o + g * 32 + 16 * half,
                            _mm512_mul_ps(d[half], _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(s8))));
         }
-    } else {
-      for (int half = 0; half < 2; ++half) {
-        _mm512_storeu_ps(o + 16 * half, d[half]);
-        if constexpr (f.has_min) _mm512_storeu_ps(o + 32 + 16 * half, m[half]);
-      }
     }
   }
 }

@@ -650,13 +650,20 @@ TEST_P(QBlockKernel, DecodeAndTiledKernelsMatchScalarTwin) {
 }
 
 // Odd column counts (the last column block is partial) and rows of one and of several
-// super-blocks, including k that crosses the kernel's 1024-value scale pass.
+// GGUF blocks, including k that crosses the kernel's 1024-value scale pass. For the 32-value
+// types, whose packed super-blocks gather 8 blocks, k of 1, 3 and 5 blocks is a short
+// super-block alone, 480 a full one and a short one of 7, 1056 four full ones and one of 1.
 std::vector<QBlockParam> QBlockShapes() {
   std::vector<QBlockParam> params;
   for (WeightType type : kBlockTypes) {
     const int64_t sb = linear_internal::BlockElements(type);
-    for (const auto& [k, n] : std::vector<std::pair<int64_t, int64_t>>{
-             {sb, 1}, {3 * sb, 5}, {5 * sb, 33}, {2048, 100}, {sb == 32 ? 1056 : 1280, 31}})
+    for (const auto& [k, n] :
+         std::vector<std::pair<int64_t, int64_t>>{{sb, 1},
+                                                  {3 * sb, 5},
+                                                  {5 * sb, 33},
+                                                  {2048, 100},
+                                                  {sb == 32 ? 1056 : 1280, 31},
+                                                  {sb == 32 ? 480 : 2 * sb, 17}})
       params.emplace_back(type, k, n);
   }
   return params;
@@ -721,14 +728,19 @@ TEST(QBlockKernel, MixedTypePartsMatchEachPart) {
   }
 }
 
-// The packed copy has the GGUF bit width: bytes per column equal the GGUF row bytes.
+// The packed copy has the GGUF bit width: bytes per column equal the GGUF row bytes, also
+// where a 32-value type's last packed super-block is short (k = 480).
 TEST(QBlockKernel, PackedBytesEqualTheFileBytes) {
   if (!linear_internal::QBlockKernelAvailable()) GTEST_SKIP() << "no AVX512-VNNI";
   for (WeightType type : kBlockTypes) {
-    const TestWeight w = MakeWeight(type, 64, 512, 3);
-    auto linear = Linear::Create({w.view}, Precision::kFast, 16);
-    ASSERT_TRUE(linear.ok()) << linear.status();
-    EXPECT_EQ((*linear)->packed_bytes(), static_cast<int64_t>(w.bytes.size())) << TypeName(type);
+    for (int64_t k : {512, 480}) {
+      if (k % linear_internal::BlockElements(type) != 0) continue;
+      const TestWeight w = MakeWeight(type, 64, k, 3);
+      auto linear = Linear::Create({w.view}, Precision::kFast, 16);
+      ASSERT_TRUE(linear.ok()) << linear.status();
+      EXPECT_EQ((*linear)->packed_bytes(), static_cast<int64_t>(w.bytes.size()))
+          << TypeName(type) << " k=" << k;
+    }
   }
 }
 
