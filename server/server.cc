@@ -325,6 +325,8 @@ absl::Status Server::LoadModelAndEngine() {
   }
   engine_ = *std::move(engine);
   metrics_->SetModelWeightsBytes(weight_bytes);
+  metrics_->SetKvCacheInfo(engine::kernels::KvElementName(engine_->model().kv_element()),
+                           engine_->options().block_size_tokens);
   engine::Engine* e = engine_.get();
   metrics_->SetGaugeSource([e] { return e->gauges(); });
   gateway_->SetEngine(e, std::move(chat_template_));

@@ -3,6 +3,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "prometheus/text_serializer.h"
 #include "server/metrics/process_metrics.h"
 
@@ -194,6 +195,12 @@ QuillMetrics::QuillMetrics(bool per_tenant)
       gauge("quill_model_weights_bytes", "Bytes of model weights held in memory (as packed).");
   resident_memory_bytes_ = gauge("quill_process_resident_memory_bytes",
                                  "Resident set size of the server process, read at scrape time.");
+  kv_info_family_ = &prometheus::BuildGauge()
+                         .Name("quill_kv_cache_info")
+                         .Help(
+                             "Always 1: the KV cache's element type (type: f32, f16 or q8) "
+                             "and its block size in tokens, as labels.")
+                         .Register(r);
 
   if (per_tenant_) {
     tenant_requests_family_ =
@@ -341,6 +348,12 @@ void QuillMetrics::RecordDeadlineRefused(Api api, std::optional<absl::string_vie
 
 void QuillMetrics::SetModelWeightsBytes(int64_t bytes) {
   model_weights_bytes_->Set(static_cast<double>(bytes));
+}
+
+void QuillMetrics::SetKvCacheInfo(absl::string_view type, int block_size_tokens) {
+  kv_info_family_
+      ->Add({{"type", std::string(type)}, {"block_size_tokens", absl::StrCat(block_size_tokens)}})
+      .Set(1);
 }
 
 void QuillMetrics::SetGaugeSource(std::function<engine::EngineGauges()> source) {

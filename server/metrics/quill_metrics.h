@@ -66,6 +66,9 @@ class QuillMetrics final : public engine::EngineObserver {
   bool per_tenant() const { return per_tenant_; }
 
   void SetModelWeightsBytes(int64_t bytes);
+  // quill_kv_cache_info{type, block_size_tokens} = 1: what the KV cache stores (f32, f16 or
+  // q8) and its block size, for dashboards that compare servers. Call once, at startup.
+  void SetKvCacheInfo(absl::string_view type, int block_size_tokens);
   // Polled at each scrape for running/waiting/KV gauges. Must stay callable until the
   // exposer serving collectable() is destroyed, or be reset with nullptr first.
   void SetGaugeSource(std::function<engine::EngineGauges()> source) ABSL_LOCKS_EXCLUDED(mu_);
@@ -139,6 +142,7 @@ class QuillMetrics final : public engine::EngineObserver {
   prometheus::Gauge* kv_usage_ratio_;
   prometheus::Gauge* model_weights_bytes_;
   prometheus::Gauge* resident_memory_bytes_;
+  prometheus::Family<prometheus::Gauge>* kv_info_family_;  // one series once SetKvCacheInfo
 
   mutable absl::Mutex mu_;
   std::function<engine::EngineGauges()> gauge_source_ ABSL_GUARDED_BY(mu_);

@@ -157,8 +157,12 @@ TEST(QuillMetricsTest, StepsFeedPhaseHistogramsBatchTokensItlAndGauges) {
   step.inter_token_latencies = {};
   metrics.OnStep(step, gauges);
   metrics.SetModelWeightsBytes(4198912);
+  metrics.SetKvCacheInfo("q8", 32);
 
   PromText text = Parse(metrics);
+  EXPECT_EQ(text.Family("quill_kv_cache_info")->type, "gauge");
+  ASSERT_EQ(text.Family("quill_kv_cache_info")->samples.size(), 1u);
+  EXPECT_EQ(text.Value("quill_kv_cache_info", {{"type", "q8"}, {"block_size_tokens", "32"}}), 1.0);
   EXPECT_EQ(text.HistogramCount("quill_engine_step_duration_seconds", {{"phase", "mixed"}}), 1.0);
   EXPECT_EQ(text.HistogramCount("quill_engine_step_duration_seconds", {{"phase", "decode"}}), 1.0);
   EXPECT_EQ(text.HistogramCount("quill_engine_step_duration_seconds", {{"phase", "prefill"}}), 0.0);

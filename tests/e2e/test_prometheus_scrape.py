@@ -1,8 +1,8 @@
 #!/usr/bin/python3
 """A real Prometheus (Debian's /usr/bin/prometheus) scrapes a live quill-server every
 second, with Quill's recording rules loaded; after a few streamed requests its query API
-must return generated tokens, a TTFT median and the recorded generation rate and
-prefix-cache hit ratio."""
+must return generated tokens, a TTFT median, the recorded generation rate and prefix-cache
+hit ratio, and the KV cache's type and block size as `quill info` reports them."""
 
 import json
 import math
@@ -75,6 +75,17 @@ class PrometheusScrapeTest(unittest.TestCase):
                 print("generated tokens %g, TTFT p50 %.2f ms, recorded rate %.1f tok/s, prefix-cache hit "
                       "ratio %.2f" % (tokens[0], ttft[0] * 1e3, recorded[0], hit_ratio[0]))
                 self.assertGreater(ttft[0], 0)
+                # The KV cache's element and block size as labels: what `quill info` reports.
+                info = run([CLI, "info", "--addr", server.addr, "--json"])
+                self.assertEqual(info.returncode, 0, info.stderr)
+                model = json.loads(info.stdout)
+                kv_info = query(base, "quill_kv_cache_info")
+                self.assertEqual(len(kv_info), 1, kv_info)
+                labels, value = kv_info[0]
+                self.assertEqual(value, 1)
+                self.assertEqual(labels.get("type"), model["kv_cache_type"])
+                self.assertEqual(labels.get("block_size_tokens"),
+                                 str(model["limits"]["kv_block_size_tokens"]))
             finally:
                 stop.set()
                 if traffic is not None:

@@ -341,24 +341,34 @@ TEST_F(ServerProcessTest, LoadingLeavesNoOpenMpThreadsBehind) {
   ASSERT_TRUE(code.ok()) << code.status();
 }
 
-// --kv-cache-type=q8 (here from the environment): the log and ModelInfo name the element
-// and its size per token (4 layers x 2 KV heads x (32 codes + a 4-byte scale), K and V),
-// and a generation streams; the greedy tokens equal an f16 server's on this model (the
-// golden test holds q8 to kjv-1m's greedy continuations).
+// --kv-cache-type=q8 (here from the environment): the log, ModelInfo and the
+// quill_kv_cache_info metric name the element, ModelInfo its size per token (4 layers x 2
+// KV heads x (32 codes + a 4-byte scale), K and V), and a generation streams; the greedy
+// tokens equal an f16 server's on this model (the golden test holds q8 to kjv-1m's greedy
+// continuations).
 TEST_F(ServerProcessTest, Q8KvCacheServesAndReportsItsSize) {
   std::vector<std::vector<int>> tokens;
   for (const char* type : {"f16", "q8"}) {
     SCOPED_TRACE(type);
     absl::StatusOr<std::unique_ptr<Subprocess>> process =
         Subprocess::Start({binary_, "--model", model_, "--host", "127.0.0.1", "--port", "0",
-                           "--metrics-port=-1", "--http-port=-1", "--threads", "2"},
+                           "--metrics-port", "0", "--http-port=-1", "--threads", "2"},
                           {{"QUILL_KV_CACHE_TYPE", type}});
     ASSERT_TRUE(process.ok()) << process.status();
     Subprocess& server = **process;
     const int port = PortFrom(server, "listening on 127\\.0\\.0\\.1:([0-9]+)");
+    const int metrics_port = PortFrom(server, "metrics on http://127\\.0\\.0\\.1:([0-9]+)/metrics");
     ASSERT_TRUE(server.WaitForOutput("serving quill.v1.Generator", absl::Seconds(30)).ok())
         << server.output();
     EXPECT_THAT(server.output(), HasSubstr(absl::StrCat("element=", type)));
+    absl::StatusOr<PromText> metrics = ScrapeMetrics(metrics_port);
+    ASSERT_TRUE(metrics.ok()) << metrics.status();
+    const PromFamily* kv_info = metrics->Family("quill_kv_cache_info");
+    ASSERT_NE(kv_info, nullptr);
+    EXPECT_EQ(kv_info->samples.size(), 1u);  // only this server's cache
+    EXPECT_EQ(
+        Metric(*metrics, "quill_kv_cache_info", {{"type", type}, {"block_size_tokens", "16"}}),
+        1.0);
     std::unique_ptr<client::QuillClient> client =
         client::QuillClient::Connect(absl::StrCat("127.0.0.1:", port));
     absl::StatusOr<v1::ModelInfo> info = client->GetModelInfo();
