@@ -69,32 +69,14 @@ __attribute__((always_inline)) QUILL_VNNI inline void TileGroup(const uint8_t* g
     }
   }
   __m512i plane[2];
-  if constexpr (f.bits > 4) {
-    plane[0] = _mm512_loadu_si512(gp + (2 * kRegs + 0) * 64);
-    plane[1] = _mm512_loadu_si512(gp + (2 * kRegs + 1) * 64);
-  } else {
-    plane[0] = plane[1] = _mm512_setzero_si512();
-  }
+  LoadPlanes<T>(gp, plane);
   Step<T, MR, 0>(gp, plane, xq, x.k, s);
   Step<T, MR, 1>(gp, plane, xq, x.k, s);
   if constexpr (kRegs == 4) {
     Step<T, MR, 2>(gp, plane, xq, x.k, s);
     Step<T, MR, 3>(gp, plane, xq, x.k, s);
   }
-#pragma GCC unroll 4
-  for (int i = 0; i < MR; ++i) {
-    const __m512 dx = _mm512_set1_ps(x.d[i * x.groups + gi]);
-#pragma GCC unroll 2
-    for (int h = 0; h < 2; ++h) {
-      const __m512 ws = _mm512_loadu_ps(sc + 16 * h);
-      acc_v[i][h] =
-          _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[i][h]), _mm512_mul_ps(ws, dx), acc_v[i][h]);
-      if constexpr (f.has_min) {
-        acc_v[i][h] = _mm512_fmadd_ps(_mm512_loadu_ps(sc + 32 + 16 * h),
-                                      _mm512_set1_ps(x.sum[i * x.groups + gi]), acc_v[i][h]);
-      }
-    }
-  }
+  ScaleGroup<T, MR>(s, gi, sc, x, acc_v);
 }
 
 // acc[MR][32] (+)= MR rows of x against super-blocks [sb0, sb1) of one column block, one

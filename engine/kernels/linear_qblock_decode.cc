@@ -95,33 +95,24 @@ __attribute__((always_inline)) QUILL_VNNI inline void DecodeGroup(const uint8_t*
     hi[i][0] = hi[i][1] = _mm512_setzero_si512();
   }
   __m512i plane[2];
-  if constexpr (f.bits > 4) {
-    plane[0] = _mm512_loadu_si512(gp + (2 * kRegs + 0) * 64);
-    plane[1] = _mm512_loadu_si512(gp + (2 * kRegs + 1) * 64);
-  } else {
-    plane[0] = plane[1] = _mm512_setzero_si512();
-  }
+  LoadPlanes<T>(gp, plane);
   DecodeStep<T, MR, 0>(gp, plane, xq, x.k, lo, hi);
   DecodeStep<T, MR, 1>(gp, plane, xq, x.k, lo, hi);
   if constexpr (kRegs == 4) {
     DecodeStep<T, MR, 2>(gp, plane, xq, x.k, lo, hi);
     DecodeStep<T, MR, 3>(gp, plane, xq, x.k, lo, hi);
   }
+  // The split sums back together (exact): the odd quads' 4-bit values were 16x.
+  __m512i s[MR][2];
 #pragma GCC unroll 4
   for (int i = 0; i < MR; ++i) {
-    const __m512 dx = _mm512_set1_ps(x.d[i * x.groups + gi]);
 #pragma GCC unroll 2
     for (int h = 0; h < 2; ++h) {
-      const __m512i s = f.bits == 4 ? _mm512_add_epi32(lo[i][h], _mm512_srai_epi32(hi[i][h], 4))
-                                    : _mm512_add_epi32(lo[i][h], hi[i][h]);
-      const __m512 ws = _mm512_load_ps(sc + 16 * h);
-      acc[i][h] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(ws, dx), acc[i][h]);
-      if constexpr (f.has_min) {
-        acc[i][h] = _mm512_fmadd_ps(_mm512_load_ps(sc + 32 + 16 * h),
-                                    _mm512_set1_ps(x.sum[i * x.groups + gi]), acc[i][h]);
-      }
+      s[i][h] = f.bits == 4 ? _mm512_add_epi32(lo[i][h], _mm512_srai_epi32(hi[i][h], 4))
+                            : _mm512_add_epi32(lo[i][h], hi[i][h]);
     }
   }
+  ScaleGroup<T, MR>(s, gi, sc, x, acc);
 }
 
 // MR rows of x against one column block, all super-blocks; writes `cols` outputs per row.

@@ -148,6 +148,41 @@ QUILL_VNNI inline void DecodeScales(const uint8_t* cb, int64_t sb0, int64_t sb1,
   }
 }
 
+// A 5/6-bit group's two high-bit planes (one per column half) at gp; zeros for 4 bits.
+template <quant::QuantType T>
+QUILL_VNNI inline void LoadPlanes(const uint8_t* gp, __m512i (&plane)[2]) {
+  constexpr QBlockFormat f = QBlockFormatOf(T);
+  if constexpr (f.bits > 4) {
+    plane[0] = _mm512_loadu_si512(gp + (2 * f.nibble_regs() + 0) * 64);
+    plane[1] = _mm512_loadu_si512(gp + (2 * f.nibble_regs() + 1) * 64);
+  } else {
+    plane[0] = plane[1] = _mm512_setzero_si512();
+  }
+}
+
+// acc[i][h] += group gi's int32 dot products s[i][h] of MR rows of x, scaled (and its min
+// term added) as the arithmetic in linear_qblock.h says; sc: the group's scale vectors.
+template <quant::QuantType T, int MR>
+__attribute__((always_inline)) QUILL_VNNI inline void ScaleGroup(const __m512i (&s)[MR][2],
+                                                                 int64_t gi, const float* sc,
+                                                                 const QBlockXView& x,
+                                                                 __m512 (&acc)[MR][2]) {
+  constexpr QBlockFormat f = QBlockFormatOf(T);
+#pragma GCC unroll 4
+  for (int i = 0; i < MR; ++i) {
+    const __m512 dx = _mm512_set1_ps(x.d[i * x.groups + gi]);
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      const __m512 ws = _mm512_loadu_ps(sc + 16 * h);
+      acc[i][h] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[i][h]), _mm512_mul_ps(ws, dx), acc[i][h]);
+      if constexpr (f.has_min) {
+        acc[i][h] = _mm512_fmadd_ps(_mm512_loadu_ps(sc + 32 + 16 * h),
+                                    _mm512_set1_ps(x.sum[i * x.groups + gi]), acc[i][h]);
+      }
+    }
+  }
+}
+
 // One column block (`cols` <= 32 real outputs) of super-blocks [0, sbs) against `rows` rows
 // of x, y[i * y_stride + c]; the decode kernel of linear_qblock_decode.cc. `next_bytes`:
 // how many bytes right after the block may be prefetched (the next column block of the
