@@ -52,6 +52,7 @@ SERVER_METRIC_TYPES = {
     "quill_prefix_cache_blocks": "gauge", "quill_kv_cache_bytes_used": "gauge",
     "quill_kv_cache_bytes_capacity": "gauge", "quill_kv_cache_usage_ratio": "gauge",
     "quill_model_weights_bytes": "gauge", "quill_process_resident_memory_bytes": "gauge",
+    "quill_kv_cache_info": "gauge",
 }
 PER_TENANT_METRIC_TYPES = {
     "quill_tenant_requests_total": "counter", "quill_tenant_queue_wait_seconds": "histogram",
