@@ -325,8 +325,6 @@ absl::Status Server::LoadModelAndEngine() {
   }
   engine_ = *std::move(engine);
   metrics_->SetModelWeightsBytes(weight_bytes);
-  metrics_->SetKvCacheInfo(engine::kernels::KvElementName(engine_->model().kv_element()),
-                           engine_->options().block_size_tokens);
   engine::Engine* e = engine_.get();
   metrics_->SetGaugeSource([e] { return e->gauges(); });
   gateway_->SetEngine(e, std::move(chat_template_));
@@ -334,14 +332,15 @@ absl::Status Server::LoadModelAndEngine() {
 
   const engine::EngineGauges gauges = e->gauges();
   const engine::EngineOptions& eo = e->options();
+  const std::string kv_type(engine::kernels::KvElementName(e->model().kv_element()));
+  metrics_->SetKvCacheInfo(kv_type, eo.block_size_tokens);
   const RequestLimits& limits = gateway_->limits();
   spdlog::info(
       "kv cache: blocks={} block_size_tokens={} capacity_tokens={} bytes={} ({}) "
       "bytes_per_token={} element={} prefix_cache={}",
       gauges.kv_blocks_total, eo.block_size_tokens,
       static_cast<int64_t>(gauges.kv_blocks_total) * eo.block_size_tokens, gauges.kv_bytes_total,
-      HumanBytes(gauges.kv_bytes_total), accounting.kv_bytes_per_token,
-      engine::kernels::KvElementName(e->model().kv_element()), eo.prefix_cache);
+      HumanBytes(gauges.kv_bytes_total), accounting.kv_bytes_per_token, kv_type, eo.prefix_cache);
   spdlog::info(
       "limits: max_tokens={} max_prompt_tokens={} max_batch_tokens={} prefill_chunk_tokens={} "
       "itl_target={} max_running={} max_queue={} max_message_bytes={} drain_timeout={}",

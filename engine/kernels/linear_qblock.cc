@@ -61,13 +61,7 @@ __attribute__((always_inline)) QUILL_VNNI inline void TileGroup(const uint8_t* g
   const int8_t* xq = x.q + gi * f.group_k;
   __m512i s[MR][2];
 #pragma GCC unroll 4
-  for (int i = 0; i < MR; ++i) {
-    if constexpr (f.offset != 0) {
-      s[i][0] = s[i][1] = _mm512_set1_epi32(x.seed[i * x.groups + gi]);
-    } else {
-      s[i][0] = s[i][1] = _mm512_setzero_si512();
-    }
-  }
+  for (int i = 0; i < MR; ++i) s[i][0] = s[i][1] = GroupSeed<T>(x, i, gi);
   __m512i plane[2];
   LoadPlanes<T>(gp, plane);
   Step<T, MR, 0>(gp, plane, xq, x.k, s);

@@ -87,11 +87,7 @@ __attribute__((always_inline)) QUILL_VNNI inline void DecodeGroup(const uint8_t*
   __m512i lo[MR][2], hi[MR][2];
 #pragma GCC unroll 4
   for (int i = 0; i < MR; ++i) {
-    if constexpr (f.offset != 0) {
-      lo[i][0] = lo[i][1] = _mm512_set1_epi32(x.seed[i * x.groups + gi]);
-    } else {
-      lo[i][0] = lo[i][1] = _mm512_setzero_si512();
-    }
+    lo[i][0] = lo[i][1] = GroupSeed<T>(x, i, gi);
     hi[i][0] = hi[i][1] = _mm512_setzero_si512();
   }
   __m512i plane[2];

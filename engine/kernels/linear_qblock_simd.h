@@ -148,6 +148,14 @@ QUILL_VNNI inline void DecodeScales(const uint8_t* cb, int64_t sb0, int64_t sb1,
   }
 }
 
+// What a row's int32 dot product with group gi starts from: -offset * sum(xq) for the
+// offset types (Q4_0, Q5_0, Q6_K), else 0.
+template <quant::QuantType T>
+QUILL_VNNI inline __m512i GroupSeed(const QBlockXView& x, int i, int64_t gi) {
+  if constexpr (QBlockFormatOf(T).offset != 0) return _mm512_set1_epi32(x.seed[i * x.groups + gi]);
+  return _mm512_setzero_si512();
+}
+
 // A 5/6-bit group's two high-bit planes (one per column half) at gp; zeros for 4 bits.
 template <quant::QuantType T>
 QUILL_VNNI inline void LoadPlanes(const uint8_t* gp, __m512i (&plane)[2]) {
