@@ -738,7 +738,13 @@ struct HeadSplit {
 // of 1 (quill-attention-bench, f16, 2 threads). Splitting that query's keys instead (each
 // thread all 32 heads over half the keys, reading whole blocks; a timing-only throwaway
 // without the merge) took 0.92-0.95x the time, before paying for a merge step and a
-// rounding change.
+// rounding change. Built whole later (every query's keys cut into 512-key partitions at
+// fixed positions, each its own online softmax, the states merged in position order, so a
+// row's bits never depend on the split; attention_test bit-exact), it took 0.88-0.91x the
+// time at 4,096 keys over 22 layers in consecutive blocks, but 1.06x with the keys in
+// cache, 1.06-1.12x for a q8 cache (the merges cost what the reads saved), and quill-bench
+// --depth 4096 --profile on Q4_K_M showed no gain in attention time (3 alternated runs,
+// 528-545 ms against 427-596): not kept.
 HeadSplit ChooseSplit(int n_heads, int group, int64_t num_queries, int threads) {
   HeadSplit split{n_heads, group, 0};
   if (group <= kMaxHeadsPerItem) {
