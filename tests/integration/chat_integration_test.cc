@@ -54,21 +54,10 @@ absl::StatusOr<std::string> Render(const Messages& messages, const std::string& 
   return RenderChat(messages, ModelPath(), template_path);
 }
 
-class ChatTest : public ::testing::Test {
+class ChatTest : public SharedServerTest<ChatTest> {
  protected:
   static void SetUpTestSuite() {
-    if (ModelPath().empty() || QwenTemplate().empty()) return;
-    absl::StatusOr<std::unique_ptr<server::Server>> server =
-        server::Server::Create(Options(QwenTemplate()));
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = std::move(*server).release();
-    client_ = client::QuillClient::Connect(server_->address()).release();
-  }
-  static void TearDownTestSuite() {
-    delete client_;
-    client_ = nullptr;
-    delete server_;
-    server_ = nullptr;
+    if (!ModelPath().empty() && !QwenTemplate().empty()) StartSharedServer(Options(QwenTemplate()));
   }
   void SetUp() override {
     if (ModelPath().empty() || QwenTemplate().empty()) {
@@ -105,12 +94,7 @@ class ChatTest : public ::testing::Test {
       EXPECT_EQ(got.logprobs[i].logprob(), want.logprobs[i].logprob());
     }
   }
-
-  static server::Server* server_;
-  static client::QuillClient* client_;
 };
-server::Server* ChatTest::server_ = nullptr;
-client::QuillClient* ChatTest::client_ = nullptr;
 
 const Messages kConversation = {{"system", "You are a preacher."},
                                 {"user", "Who made the heaven and the earth?"}};

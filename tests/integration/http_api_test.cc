@@ -82,21 +82,11 @@ SseResult ParseStream(const HttpReply& reply) {
   return r;
 }
 
-class HttpApiTest : public ::testing::Test {
+class HttpApiTest : public SharedServerTest<HttpApiTest> {
  protected:
   static void SetUpTestSuite() { StartServer(TestOptions()); }
   static void StartServer(const server::ServerOptions& options) {
-    if (ModelPath().empty()) return;
-    absl::StatusOr<std::unique_ptr<server::Server>> server = server::Server::Create(options);
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = std::move(*server).release();
-    grpc_ = client::QuillClient::Connect(server_->address()).release();
-  }
-  static void TearDownTestSuite() {
-    delete grpc_;
-    grpc_ = nullptr;
-    delete server_;
-    server_ = nullptr;
+    if (!ModelPath().empty()) StartSharedServer(options);
   }
   void SetUp() override {
     if (ModelPath().empty()) GTEST_SKIP() << "shared assets not found (QUILL_SHARED_DIR)";
@@ -119,15 +109,10 @@ class HttpApiTest : public ::testing::Test {
     EXPECT_TRUE(text.ok()) << text.status();
     return text.ok() ? *text : PromText();
   }
-
-  static server::Server* server_;
-  static client::QuillClient* grpc_;
 };
-server::Server* HttpApiTest::server_ = nullptr;
-client::QuillClient* HttpApiTest::grpc_ = nullptr;
 
 TEST_F(HttpApiTest, CompletionEqualsTheGrpcStreamGreedy) {
-  const Stream grpc = Collect(*grpc_, TextRequest("In the beginning", 24));
+  const Stream grpc = Collect(*client_, TextRequest("In the beginning", 24));
   ASSERT_TRUE(grpc.status.ok()) << grpc.status;
   const HttpReply reply = Post("/v1/completions", {{"model", "anything"},
                                                    {"prompt", "In the beginning"},
@@ -167,7 +152,7 @@ TEST_F(HttpApiTest, RepeatedPromptReportsCachedTokens) {
 
 TEST_F(HttpApiTest, TokenIdPromptsAreAccepted) {
   const std::vector<int> ids = {1, 400, 17, 90};
-  const Stream grpc = Collect(*grpc_, IdsRequest(ids, 10));
+  const Stream grpc = Collect(*client_, IdsRequest(ids, 10));
   ASSERT_TRUE(grpc.status.ok()) << grpc.status;
   for (const json& prompt : {json(ids), json::array({json(ids)})}) {
     const HttpReply reply =
@@ -178,7 +163,7 @@ TEST_F(HttpApiTest, TokenIdPromptsAreAccepted) {
 }
 
 TEST_F(HttpApiTest, StreamIsServerSentEventsEndingWithDoneAndEqualsGrpc) {
-  const Stream grpc = Collect(*grpc_, TextRequest("And God said", 20));
+  const Stream grpc = Collect(*client_, TextRequest("And God said", 20));
   ASSERT_TRUE(grpc.status.ok()) << grpc.status;
   const HttpReply reply = Post("/v1/completions", {{"prompt", "And God said"},
                                                    {"max_tokens", 20},
@@ -209,7 +194,7 @@ TEST_F(HttpApiTest, SeededSamplingEqualsTheGrpcStream) {
   v1::GenerateRequest request = TextRequest("Blessed are the meek", 32);
   SetSampling(&request, 0.9f, 0.95f, 1234);
   request.mutable_sampling()->set_top_k(40);
-  const Stream grpc = Collect(*grpc_, request);
+  const Stream grpc = Collect(*client_, request);
   ASSERT_TRUE(grpc.status.ok()) << grpc.status;
   const json body = {{"prompt", "Blessed are the meek"},
                      {"max_tokens", 32},
@@ -230,7 +215,7 @@ TEST_F(HttpApiTest, SeededSamplingEqualsTheGrpcStream) {
 }
 
 TEST_F(HttpApiTest, StopStringEndsWithStop) {
-  const Stream grpc = Collect(*grpc_, TextRequest("In the beginning", 40));
+  const Stream grpc = Collect(*client_, TextRequest("In the beginning", 40));
   ASSERT_TRUE(grpc.status.ok());
   // Stop at the second word of the greedy continuation.
   const size_t space = grpc.text.find(' ', 1);
@@ -556,7 +541,7 @@ TEST_F(HttpSpeculationTest, DisableSpeculationGivesTheSameTokensWithNoneDrafted)
   constexpr int kTokens = 64;
   v1::GenerateRequest grpc_request = TextRequest(prompt, kTokens);
   grpc_request.set_ignore_eos(true);
-  const Stream grpc = Collect(*grpc_, grpc_request);
+  const Stream grpc = Collect(*client_, grpc_request);
   ASSERT_TRUE(grpc.status.ok()) << grpc.status;
   const json request = {
       {"prompt", prompt}, {"max_tokens", kTokens}, {"temperature", 0}, {"ignore_eos", true}};
@@ -616,22 +601,13 @@ const Messages kConversation = {{"system", "You are a preacher."},
                                 {"assistant", "God created the heaven and the earth."},
                                 {"user", "And then?"}};
 
-class HttpChatTest : public ::testing::Test {
+class HttpChatTest : public SharedServerTest<HttpChatTest> {
  protected:
   static void SetUpTestSuite() {
     if (ModelPath().empty() || QwenTemplate().empty()) return;
     server::ServerOptions options = TestOptions();
     options.chat_template_path = QwenTemplate();
-    absl::StatusOr<std::unique_ptr<server::Server>> server = server::Server::Create(options);
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = std::move(*server).release();
-    grpc_ = client::QuillClient::Connect(server_->address()).release();
-  }
-  static void TearDownTestSuite() {
-    delete grpc_;
-    grpc_ = nullptr;
-    delete server_;
-    server_ = nullptr;
+    StartSharedServer(options);
   }
   void SetUp() override {
     if (ModelPath().empty() || QwenTemplate().empty()) {
@@ -653,16 +629,11 @@ class HttpChatTest : public ::testing::Test {
     absl::StatusOr<std::string> rendered = RenderChat(messages, ModelPath(), QwenTemplate());
     EXPECT_TRUE(rendered.ok()) << rendered.status();
     options.set_prompt(rendered.value_or(""));
-    Stream s = Collect(*grpc_, options);
+    Stream s = Collect(*client_, options);
     EXPECT_TRUE(s.status.ok()) << s.status;
     return s;
   }
-
-  static server::Server* server_;
-  static client::QuillClient* grpc_;
 };
-server::Server* HttpChatTest::server_ = nullptr;
-client::QuillClient* HttpChatTest::grpc_ = nullptr;
 
 TEST_F(HttpChatTest, ChatCompletionEqualsGenerateOnTheRenderedPrompt) {
   const Stream want = Expected(kConversation, TextRequest("", 24));
@@ -802,7 +773,7 @@ TEST_F(HttpChatTest, WithoutMaxTokensTheAnswerMayFillTheContext) {
       Post({{"messages", MessagesJson(kConversation)}, {"temperature", 0}, {"ignore_eos", true}});
   ASSERT_EQ(reply.status, 200) << reply.body;
   const json usage = json::parse(reply.body)["usage"];
-  absl::StatusOr<v1::ModelInfo> info = grpc_->GetModelInfo();
+  absl::StatusOr<v1::ModelInfo> info = client_->GetModelInfo();
   ASSERT_TRUE(info.ok()) << info.status();
   EXPECT_EQ(usage["total_tokens"].get<int64_t>(),
             std::min<int64_t>(info->context_length(),

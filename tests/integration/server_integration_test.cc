@@ -72,20 +72,10 @@ std::vector<GoldenGreedyCase> GoldenGreedyCases() {
   return cases;
 }
 
-class ServerTest : public ::testing::Test {
+class ServerTest : public SharedServerTest<ServerTest> {
  protected:
   static void SetUpTestSuite() {
-    if (ModelPath().empty()) return;
-    absl::StatusOr<std::unique_ptr<server::Server>> server = server::Server::Create(TestOptions());
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = std::move(*server).release();
-    client_ = client::QuillClient::Connect(server_->address()).release();
-  }
-  static void TearDownTestSuite() {
-    delete client_;
-    client_ = nullptr;
-    delete server_;
-    server_ = nullptr;
+    if (!ModelPath().empty()) StartSharedServer(TestOptions());
   }
   void SetUp() override {
     if (ModelPath().empty()) GTEST_SKIP() << "shared assets not found (QUILL_SHARED_DIR)";
@@ -97,12 +87,7 @@ class ServerTest : public ::testing::Test {
     EXPECT_TRUE(text.ok()) << text.status();
     return text.ok() ? *text : PromText();
   }
-
-  static server::Server* server_;
-  static client::QuillClient* client_;
 };
-server::Server* ServerTest::server_ = nullptr;
-client::QuillClient* ServerTest::client_ = nullptr;
 
 // ---------------------------------------------------------------------------------------
 // Outputs
