@@ -46,13 +46,13 @@ struct EngineGauges {
 class EngineObserver {
  public:
   virtual ~EngineObserver() = default;
-  virtual void OnStep(const StepStats& stats, const EngineGauges& gauges) {}
+  virtual void OnStep(const StepStats& /*stats*/, const EngineGauges& /*gauges*/) {}
   // Once per request that was accepted by Submit(), when it ends (any reason).
-  virtual void OnRequestFinished(const FinishInfo& info) {}
+  virtual void OnRequestFinished(const FinishInfo& /*info*/) {}
   virtual void OnPreemption() {}
   // The gauges changed without a forward step (e.g. requests cancelled or expired while
   // nothing else ran), so OnStep will not report them. Same rules as OnStep.
-  virtual void OnGauges(const EngineGauges& gauges) {}
+  virtual void OnGauges(const EngineGauges& /*gauges*/) {}
 };
 
 }  // namespace quill::engine
