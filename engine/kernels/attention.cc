@@ -743,8 +743,8 @@ struct HeadSplit {
 // row's bits never depend on the split; attention_test bit-exact), it took 0.88-0.91x the
 // time at 4,096 keys over 22 layers in consecutive blocks, but 1.06x with the keys in
 // cache, 1.06-1.12x for a q8 cache (the merges cost what the reads saved), and quill-bench
-// --depth 4096 --profile on Q4_K_M showed no gain in attention time (3 alternated runs,
-// 528-545 ms against 427-596): not kept.
+// --depth 4096 --profile on Q4_K_M showed no gain (attention's time over 128 decode steps
+// 528-545 ms against 427-596, 3 alternated runs): not kept.
 HeadSplit ChooseSplit(int n_heads, int group, int64_t num_queries, int threads) {
   HeadSplit split{n_heads, group, 0};
   if (group <= kMaxHeadsPerItem) {

@@ -1,7 +1,7 @@
 #pragma once
 
 // The in-process server the integration tests start: one set of options to start from, so
-// each test states only what it changes.
+// each test states only what it changes, and a fixture base for suites that share one.
 
 #include <cstdint>
 #include <memory>
