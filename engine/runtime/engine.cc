@@ -902,6 +902,7 @@ int Engine::Impl::EmitTokens(Sequence& seq, const float* logits, int rows,
                              absl::Span<const TokenId> draft, bool decode, absl::Time now) {
   if (seq.finish_pending()) return 0;  // e.g. cancelled: no more output
   TokenChunk chunk;
+  chunk.tokens.reserve(rows);  // one allocation however many drafts are accepted
   bool finish = false;
   FinishReason reason = FinishReason::kLength;
   int accepted = 0;
