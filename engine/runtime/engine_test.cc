@@ -758,34 +758,28 @@ TEST_F(EngineTest, SinkReturningFalseStopsTheRequest) {
   EXPECT_EQ(sink->info().reason, FinishReason::kCancelled);
 }
 
-// Reads the process's allocation count at every chunk (from the engine thread, into a
-// fixed array) and how many heap blocks the chunk itself owns: its token vector, its text
-// if longer than the string's in-place capacity, and each token's top-logprob vector.
-class AllocationCountingSink final : public TokenSink {
+// The process's allocation count at every chunk that any of its sinks receives (on the
+// engine thread, into fixed arrays), and the heap blocks each chunk itself owns: its token
+// vector, its text if longer than the string's in-place capacity, and each token's
+// top-logprob vector. The log closes at the first finish: ending a request frees and
+// caches its KV blocks, a per-request cost, not a per-token one.
+class AllocationLog {
  public:
-  static constexpr int kMaxChunks = 256;
+  static constexpr int kMaxChunks = 2048;
 
-  bool OnChunk(TokenChunk chunk) override {
-    if (chunks_ < kMaxChunks) {
-      allocations_at_[chunks_] = g_allocations.load();
-      int blocks = chunk.tokens.empty() ? 0 : 1;
-      if (chunk.text.capacity() > std::string().capacity()) ++blocks;
-      for (const GeneratedToken& t : chunk.tokens) blocks += t.top_logprobs.empty() ? 0 : 1;
-      chunk_blocks_[chunks_] = blocks;
-      ++chunks_;
-    }
-    return true;
+  void OnChunk(const TokenChunk& chunk) {
+    if (closed_ || chunks_ == kMaxChunks) return;
+    allocations_at_[chunks_] = g_allocations.load();
+    int blocks = chunk.tokens.empty() ? 0 : 1;
+    if (chunk.text.capacity() > std::string().capacity()) ++blocks;
+    for (const GeneratedToken& t : chunk.tokens) blocks += t.top_logprobs.empty() ? 0 : 1;
+    chunk_blocks_[chunks_++] = blocks;
   }
-  void OnFinish(const FinishInfo& info) override {
-    reason_ = info.reason;
-    done_.Notify();
-  }
+  void Close() { closed_ = true; }
 
-  // Waits for the finish; then the heap allocations from chunk `from` to the last, and the
-  // blocks those chunks owned.
-  bool Wait() { return done_.WaitForNotificationWithTimeout(absl::Seconds(120)); }
+  // Read once every request has finished.
   int chunks() const { return chunks_; }
-  FinishReason reason() const { return reason_; }
+  // Heap allocations from chunk `from` to the last, and the blocks those chunks owned.
   int64_t AllocationsAfter(int from) const {
     return allocations_at_[chunks_ - 1] - allocations_at_[from];
   }
@@ -796,44 +790,95 @@ class AllocationCountingSink final : public TokenSink {
   }
 
  private:
-  // Written by the engine thread before OnFinish, read after Wait().
   int64_t allocations_at_[kMaxChunks] = {};
   int chunk_blocks_[kMaxChunks] = {};
   int chunks_ = 0;
+  bool closed_ = false;
+};
+
+class AllocationLoggingSink final : public TokenSink {
+ public:
+  explicit AllocationLoggingSink(AllocationLog* log) : log_(log) {}
+  bool OnChunk(TokenChunk chunk) override {
+    log_->OnChunk(chunk);
+    return true;
+  }
+  void OnFinish(const FinishInfo& info) override {
+    log_->Close();
+    reason_ = info.reason;
+    done_.Notify();
+  }
+  bool Wait() { return done_.WaitForNotificationWithTimeout(absl::Seconds(120)); }
+  FinishReason reason() const { return reason_; }  // after Wait()
+
+ private:
+  AllocationLog* const log_;
   FinishReason reason_ = FinishReason::kCancelled;
   absl::Notification done_;
 };
 
-// Once a request decodes, a step (planning, the forward pass, sampling, stop-string
-// matching, detokenizing, speculative drafting and verification) allocates nothing but the
-// chunk it hands to the sink: "nothing allocates per token on the hot path" for the engine
-// loop, as ForwardAllocatesNothing and SampleDoesNotAllocate prove it for the model and
-// the sampler. Counted from the 24th chunk on, after the first steps have sized the buffers.
-TEST_F(EngineTest, DecodeStepsAllocateOnlyTheChunksTheyEmit) {
-  EngineOptions options = DefaultOptions();
-  options.spec_tokens = 4;
-  options.itl_target = absl::Milliseconds(100);
-  Start(options);
-  constexpr int kFrom = 24;
+// Once requests decode, a step (planning, the forward pass, sampling, stop-string matching,
+// detokenizing, speculative drafting and verification) allocates nothing but the chunks it
+// hands to the sinks: "nothing allocates per token on the hot path" for the engine loop, as
+// ForwardAllocatesNothing and SampleDoesNotAllocate prove it for the model and the sampler.
+// Counted from chunk kFrom on, after the first steps have sized the buffers.
+class EngineAllocationTest : public EngineTest {
+ protected:
+  static constexpr int kFrom = 24;
 
-  GenerationRequest sampled = Request("sampled", kPrompts[0], 200);
-  sampled.sampling = Seeded(7);
-  sampled.ignore_eos = true;
-  sampled.stop = {"zzq", "\n\n\n"};
-  sampled.disable_speculation = true;
-  GenerationRequest drafted = Request("drafted", kPrompts[1], 200);
-  drafted.ignore_eos = true;
-  drafted.logprobs = 2;
-  for (GenerationRequest& r : {std::ref(sampled), std::ref(drafted)}) {
-    SCOPED_TRACE(r.request_id);
-    auto sink = std::make_shared<AllocationCountingSink>();
-    ASSERT_TRUE(engine_->Submit(r, sink).ok());
-    ASSERT_TRUE(sink->Wait());
-    ASSERT_EQ(sink->reason(), FinishReason::kLength);
-    ASSERT_GT(sink->chunks(), kFrom + 30);
-    EXPECT_EQ(sink->AllocationsAfter(kFrom), sink->ChunkBlocksAfter(kFrom))
-        << "over " << sink->chunks() - kFrom - 1 << " chunks";
+  // Runs the requests together (each finishing at max_tokens) and checks the log.
+  void ExpectOnlyChunkAllocations(std::vector<GenerationRequest> requests) {
+    auto log = std::make_unique<AllocationLog>();
+    std::vector<std::shared_ptr<AllocationLoggingSink>> sinks;
+    for (GenerationRequest& r : requests) {
+      r.ignore_eos = true;
+      sinks.push_back(std::make_shared<AllocationLoggingSink>(log.get()));
+      ASSERT_TRUE(engine_->Submit(std::move(r), sinks.back()).ok());
+    }
+    for (auto& sink : sinks) {
+      ASSERT_TRUE(sink->Wait());
+      ASSERT_EQ(sink->reason(), FinishReason::kLength);
+    }
+    ASSERT_GT(log->chunks(), kFrom + 30);
+    EXPECT_EQ(log->AllocationsAfter(kFrom), log->ChunkBlocksAfter(kFrom))
+        << "over " << log->chunks() - kFrom - 1 << " chunks";
   }
+
+  static EngineOptions Options() {
+    EngineOptions options = DefaultOptions();
+    options.spec_tokens = 4;
+    options.itl_target = absl::Milliseconds(100);
+    return options;
+  }
+};
+
+TEST_F(EngineAllocationTest, SampledWithStopStrings) {
+  Start(Options());
+  GenerationRequest r = Request("sampled", kPrompts[0], 200);
+  r.sampling = Seeded(7);
+  r.stop = {"zzq", "\n\n\n"};
+  r.disable_speculation = true;
+  ExpectOnlyChunkAllocations({r});
+}
+
+TEST_F(EngineAllocationTest, GreedyWithDraftsAndLogprobs) {
+  Start(Options());
+  GenerationRequest r = Request("drafted", kPrompts[1], 200);
+  r.logprobs = 2;
+  ExpectOnlyChunkAllocations({r});
+}
+
+// Eight requests decoding in one batch, some drafting, with prompts prefilled beside them.
+TEST_F(EngineAllocationTest, ABatchOfEight) {
+  Start(Options());
+  std::vector<GenerationRequest> requests;
+  for (int i = 0; i < 8; ++i) {
+    GenerationRequest r = Request(absl::StrCat("b", i), kPrompts[i], 100 + 10 * i);
+    if (i % 2 == 1) r.sampling = Seeded(100 + i);
+    if (i % 3 == 0) r.logprobs = 1;
+    requests.push_back(std::move(r));
+  }
+  ExpectOnlyChunkAllocations(std::move(requests));
 }
 
 }  // namespace
