@@ -192,7 +192,8 @@ ABSL_FLAG(quill::server::ByteSizeFlag, max_send_message_bytes, quill::server::By
           "fails with RESOURCE_EXHAUSTED).");
 ABSL_FLAG(std::string, log_level, "info",
           "Log level: trace (adds one line per engine step: its tokens, predicted and real "
-          "duration), debug, info, warn, error, critical or off.");
+          "duration), debug (adds a line per model layer packed at load; info shows load "
+          "progress every 5 s), info, warn, error, critical or off.");
 
 namespace quill::server {
 namespace {

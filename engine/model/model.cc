@@ -60,8 +60,11 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const ModelOptions& options) 
                                                    " tokens but token_embd.weight only ",
                                                    c.vocab_size, " rows"));
   }
-  QUILL_ASSIGN_OR_RETURN(impl->weights,
-                         LoadWeights(file, c, options.precision, options.max_batch_tokens));
+  const auto layer_packed = [&](int64_t layers_done, int64_t bytes) {
+    if (options.on_progress) options.on_progress({layers_done, c.block_count, bytes});
+  };
+  QUILL_ASSIGN_OR_RETURN(impl->weights, LoadWeights(file, c, options.precision,
+                                                    options.max_batch_tokens, layer_packed));
   // Every Linear holds its own copy of its weights, so the file's pages are only needed for
   // the embedding rows a batch looks up: drop them (RSS ~ the packed weights, not the file too).
   file.ReleaseResidentPages();

@@ -352,6 +352,31 @@ TEST_F(ModelLoadFixtureTest, RopeFreqFactorsApply) {
   EXPECT_NE(logits[0], logits[2]);
 }
 
+// Load reports each layer as it is packed, in order, with the packed bytes growing to at
+// most what the model holds at the end (the LM head and final norm come after).
+TEST_F(ModelLoadFixtureTest, LoadReportsEachLayerAsItIsPacked) {
+  for (const char* arch : {"llama", "gpt2"}) {
+    SCOPED_TRACE(arch);
+    const std::string path = Write(Family(arch), std::string("progress_") + arch);
+    std::vector<LoadProgress> reports;
+    ModelOptions o;
+    o.path = path;
+    o.max_batch_tokens = 32;
+    o.on_progress = [&](const LoadProgress& p) { reports.push_back(p); };
+    auto m = Model::Load(o);
+    ASSERT_TRUE(m.ok()) << m.status();
+    const int64_t layers = (*m)->config().block_count;
+    ASSERT_EQ(static_cast<int64_t>(reports.size()), layers);
+    for (int64_t l = 0; l < layers; ++l) {
+      EXPECT_EQ(reports[l].layers_packed, l + 1);
+      EXPECT_EQ(reports[l].layers_total, layers);
+      EXPECT_GT(reports[l].bytes_packed, l == 0 ? 0 : reports[l - 1].bytes_packed);
+    }
+    EXPECT_LT(reports.back().bytes_packed, (*m)->weight_bytes());
+    std::remove(path.c_str());
+  }
+}
+
 // After a first step has sized everything, prefill and decode steps of every family (a
 // batch of a chunk and a decode row, crossing gemma2's window) allocate nothing.
 TEST_F(ModelLoadFixtureTest, ForwardAllocatesNothing) {

@@ -332,8 +332,9 @@ absl::StatusOr<LayerWeights> LoadLayer(Binder& b, const ModelConfig& c, int64_t 
 
 }  // namespace
 
-absl::StatusOr<ModelWeights> LoadWeights(const GgufFile& file, const ModelConfig& c,
-                                         kernels::Precision precision, int max_tokens) {
+absl::StatusOr<ModelWeights> LoadWeights(
+    const GgufFile& file, const ModelConfig& c, kernels::Precision precision, int max_tokens,
+    const std::function<void(int64_t layers_done, int64_t bytes)>& layer_packed) {
   const DecoderDescription& dd = c.decoder;
   const int64_t d = c.embedding_length;
   ModelWeights w;
@@ -371,6 +372,7 @@ absl::StatusOr<ModelWeights> LoadWeights(const GgufFile& file, const ModelConfig
       w.blocked_from_rows = std::max(w.blocked_from_rows, lin->blocked_from_rows());
     }
     w.layers.push_back(std::move(layer));
+    if (layer_packed) layer_packed(l + 1, w.bytes);
   }
   QUILL_ASSIGN_OR_RETURN(w.output_norm, b.Vector("output_norm.weight", d));
   if (dd.has_norm_bias()) {

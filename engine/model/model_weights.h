@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -57,7 +58,10 @@ struct ModelWeights {
 // INVALID_ARGUMENT naming the tensor for a missing tensor, a wrong shape or type, or a tensor
 // the description has no use for; INTERNAL for a packing failure. The file must outlive the
 // result (the token embedding stays in the mapping).
-absl::StatusOr<ModelWeights> LoadWeights(const GgufFile& file, const ModelConfig& config,
-                                         kernels::Precision precision, int max_tokens);
+// `layer_packed` (may be empty) is called after each transformer layer is packed, with the
+// number of layers done and the packed bytes held so far.
+absl::StatusOr<ModelWeights> LoadWeights(
+    const GgufFile& file, const ModelConfig& config, kernels::Precision precision, int max_tokens,
+    const std::function<void(int64_t layers_done, int64_t bytes)>& layer_packed = nullptr);
 
 }  // namespace quill::engine

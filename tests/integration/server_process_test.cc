@@ -93,6 +93,8 @@ TEST_F(ServerProcessTest, SigtermDrainsRunningStreamsThenExitsZero) {
   EXPECT_THAT(log, HasSubstr("max_running=1"));        // from --max-running
   EXPECT_THAT(log, HasSubstr("bytes=2097152 (2.00MiB)"));  // from --kv_cache_bytes
   EXPECT_THAT(log, HasSubstr("prefix_cache=false"));       // from --no-prefix-cache
+  // At info level, load progress shows only every few seconds: a 1M model prints none.
+  EXPECT_THAT(log, ::testing::Not(HasSubstr("packed layer")));
 
   std::unique_ptr<client::QuillClient> client =
       client::QuillClient::Connect(absl::StrCat("127.0.0.1:", port));
@@ -385,6 +387,26 @@ TEST_F(ServerProcessTest, Q8KvCacheServesAndReportsItsSize) {
   ASSERT_EQ(tokens.size(), 2u);
   EXPECT_EQ(tokens[0].size(), 24u);
   EXPECT_EQ(tokens[1], tokens[0]);
+}
+
+// Packing a large model takes a while; the log says how far it has come (at debug level
+// after every layer, at info level every few seconds).
+TEST_F(ServerProcessTest, DebugLogShowsEachLayerAsItIsPacked) {
+  absl::StatusOr<std::unique_ptr<Subprocess>> process =
+      Subprocess::Start({binary_, "--model", model_, "--host", "127.0.0.1", "--port", "0",
+                         "--metrics-port=-1", "--http-port=-1", "--log-level", "debug"},
+                        {});
+  ASSERT_TRUE(process.ok()) << process.status();
+  Subprocess& server = **process;
+  ASSERT_TRUE(server.WaitForOutput("serving quill.v1.Generator", absl::Seconds(30)).ok())
+      << server.output();
+  const std::string log = server.output();
+  for (int layer = 1; layer <= 4; ++layer) {  // kjv-1m has 4 layers
+    EXPECT_THAT(log, HasSubstr(absl::StrCat("loading model: packed layer ", layer, " of 4 (")));
+  }
+  EXPECT_LT(log.find("packed layer 4 of 4"), log.find("loaded model")) << log;
+  server.Signal(SIGTERM);
+  ASSERT_TRUE(server.Wait(absl::Seconds(30)).ok());
 }
 
 // q8 where it cannot work stops the server with the reason: exact precision (bit-exact
