@@ -8,7 +8,6 @@
 // the loader, so they check the loader rather than restate it.
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -17,7 +16,6 @@
 #include <functional>
 #include <iostream>
 #include <map>
-#include <new>
 #include <random>
 #include <string>
 #include <utility>
@@ -32,19 +30,8 @@
 #include "engine/quant/quantize.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/heap_allocations.h"
 #include "tests/testing/test_env.h"
-
-// Counts heap allocations so a test can prove Forward() makes none. (GCC 12 cannot see that
-// the replaced new and delete pair up, and warns.)
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-static std::atomic<int64_t> g_allocations{0};
-void* operator new(size_t size) {
-  g_allocations.fetch_add(1, std::memory_order_relaxed);
-  if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
-  throw std::bad_alloc();
-}
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete(void* p, size_t) noexcept { std::free(p); }
 
 namespace quill::engine {
 namespace {
@@ -399,14 +386,14 @@ TEST_F(ModelLoadFixtureTest, ForwardAllocatesNothing) {
       BatchEntry warm[2] = {{1, prompt, 0, true},
                             {2, absl::MakeConstSpan(prompt.data(), 1), 0, true}};
       ASSERT_TRUE(model.Forward(warm, **cache, logits.data()).ok());
-      const int64_t before = g_allocations.load();
+      const int64_t before = quill::testing::HeapAllocations();
       for (int step = 0; step < 20; ++step) {
         BatchEntry batch[2] = {
             {1, absl::MakeConstSpan(&prompt[step % 16], 1), 16 + step, true},
             {2, absl::MakeConstSpan(prompt.data(), 2), 1 + 2 * step, step % 3 == 0}};
         ASSERT_TRUE(model.Forward(batch, **cache, logits.data()).ok());
       }
-      EXPECT_EQ(g_allocations.load() - before, 0);
+      EXPECT_EQ(quill::testing::HeapAllocations() - before, 0);
     }
     std::remove(path.c_str());
   }

@@ -4,12 +4,10 @@
 #include "engine/runtime/engine.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <memory>
-#include <new>
 #include <string>
 #include <thread>
 #include <utility>
@@ -22,18 +20,7 @@
 #include "engine/runtime/recording_sink_for_test.h"
 #include "engine/sampler/sampler.h"
 #include "gtest/gtest.h"
-
-// Counts heap allocations (of every thread) so a test can prove what the engine's step loop
-// allocates per token. (GCC 12 cannot see that the replaced new and delete pair up, and warns.)
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-static std::atomic<int64_t> g_allocations{0};
-void* operator new(size_t size) {
-  g_allocations.fetch_add(1, std::memory_order_relaxed);
-  if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
-  throw std::bad_alloc();
-}
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete(void* p, size_t) noexcept { std::free(p); }
+#include "tests/testing/heap_allocations.h"
 
 namespace quill::engine {
 namespace {
@@ -769,7 +756,7 @@ class AllocationLog {
 
   void OnChunk(const TokenChunk& chunk) {
     if (closed_ || chunks_ == kMaxChunks) return;
-    allocations_at_[chunks_] = g_allocations.load();
+    allocations_at_[chunks_] = quill::testing::HeapAllocations();
     int blocks = chunk.tokens.empty() ? 0 : 1;
     if (chunk.text.capacity() > std::string().capacity()) ++blocks;
     for (const GeneratedToken& t : chunk.tokens) blocks += t.top_logprobs.empty() ? 0 : 1;

@@ -1,10 +1,7 @@
 #include "engine/sampler/sampler.h"
 
-#include <atomic>
 #include <cmath>
-#include <cstdlib>
 #include <limits>
-#include <new>
 #include <random>
 #include <set>
 #include <string>
@@ -13,18 +10,7 @@
 #include "absl/status/status.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-
-// Counts heap allocations so a test can prove Sample() makes none. (GCC 12 cannot see that
-// the replaced new and delete pair up, and warns.)
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-static std::atomic<int64_t> g_allocations{0};
-void* operator new(size_t size) {
-  g_allocations.fetch_add(1, std::memory_order_relaxed);
-  if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
-  throw std::bad_alloc();
-}
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete(void* p, size_t) noexcept { std::free(p); }
+#include "tests/testing/heap_allocations.h"
 
 namespace quill::engine {
 namespace {
@@ -256,12 +242,12 @@ TEST(SamplerTest, SampleDoesNotAllocate) {
   Sampler a(p, 4000);
   p.top_k = 0;
   Sampler b(p, 4000);
-  const int64_t before = g_allocations.load();
+  const int64_t before = quill::testing::HeapAllocations();
   for (int i = 0; i < 20; ++i) {
     a.Sample(logits, history);
     b.Sample(logits, history);
   }
-  EXPECT_EQ(g_allocations.load(), before);
+  EXPECT_EQ(quill::testing::HeapAllocations(), before);
 }
 
 TEST(SamplerTest, ValidationNamesTheField) {

@@ -11,11 +11,14 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/heap_allocations.h"
 #include "tests/testing/http_get.h"
 #include "tests/testing/prometheus_text.h"
 #include "tests/testing/subprocess.h"
@@ -23,6 +26,20 @@
 
 namespace quill::testing {
 namespace {
+
+// The counter sees every thread's allocations (the "allocates nothing" tests rely on it).
+std::vector<int>* volatile g_kept = nullptr;  // volatile: the allocations cannot be elided
+TEST(HeapAllocationsTest, CountsEveryThreadsAllocations) {
+  const int64_t before = HeapAllocations();
+  auto here = std::make_unique<std::vector<int>>(100);
+  g_kept = here.get();
+  std::unique_ptr<std::vector<int>> there;
+  const int64_t before_thread = HeapAllocations();  // std::thread allocates its state too
+  std::thread([&] { there = std::make_unique<std::vector<int>>(100); }).join();
+  g_kept = there.get();
+  EXPECT_GE(before_thread - before, 2);  // the vector and its buffer
+  EXPECT_GE(HeapAllocations() - before_thread, 2);
+}
 
 using ::testing::HasSubstr;
 
