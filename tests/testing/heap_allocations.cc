@@ -1,5 +1,6 @@
 #include "tests/testing/heap_allocations.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <new>
@@ -17,6 +18,17 @@ void* operator new(size_t size) {
 }
 void operator delete(void* p) noexcept { std::free(p); }
 void operator delete(void* p, size_t) noexcept { std::free(p); }
+// Over-aligned types (alignas(64) buffers, as the kernels use) come through these: without
+// them their allocations would go uncounted.
+void* operator new(size_t size, std::align_val_t alignment) {
+  g_allocations.fetch_add(1, std::memory_order_relaxed);
+  const size_t align = static_cast<size_t>(alignment);
+  const size_t rounded = (std::max<size_t>(size, 1) + align - 1) / align * align;
+  if (void* p = std::aligned_alloc(align, rounded)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete(void* p, size_t, std::align_val_t) noexcept { std::free(p); }
 
 namespace quill::testing {
 

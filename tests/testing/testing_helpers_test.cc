@@ -41,6 +41,18 @@ TEST(HeapAllocationsTest, CountsEveryThreadsAllocations) {
   EXPECT_GE(HeapAllocations() - before_thread, 2);
 }
 
+struct alignas(128) OverAligned {
+  float values[8];
+};
+OverAligned* volatile g_aligned = nullptr;
+TEST(HeapAllocationsTest, CountsOverAlignedAllocations) {
+  const int64_t before = HeapAllocations();
+  auto block = std::make_unique<OverAligned>();
+  g_aligned = block.get();
+  EXPECT_EQ(HeapAllocations() - before, 1);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(block.get()) % 128, 0u);
+}
+
 using ::testing::HasSubstr;
 
 constexpr char kValid[] = R"(# HELP requests_total Requests by outcome.
