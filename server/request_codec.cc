@@ -69,6 +69,37 @@ absl::Status ValidateSampling(const v1::SamplingParams& s) {
         "sampling.repetition_penalty",
         absl::StrCat("must be finite and > 0 (0 or unset means 1), got ", s.repetition_penalty()));
   }
+  if (!(std::fabs(s.frequency_penalty()) <= engine::kMaxOutputPenalty)) {  // also NaN
+    return Invalid("sampling.frequency_penalty",
+                   absl::StrCat("must be in [-2, 2] (0 = off), got ", s.frequency_penalty()));
+  }
+  if (!(std::fabs(s.presence_penalty()) <= engine::kMaxOutputPenalty)) {
+    return Invalid("sampling.presence_penalty",
+                   absl::StrCat("must be in [-2, 2] (0 = off), got ", s.presence_penalty()));
+  }
+  return absl::OkStatus();
+}
+
+// At most max_logit_bias entries, every id in the vocabulary, every bias in [-100, 100]. A
+// map: an id appears once.
+absl::Status ValidateLogitBias(const v1::SamplingParams& s, const RequestLimits& limits) {
+  if (s.logit_bias_size() > limits.max_logit_bias) {
+    return Invalid("sampling.logit_bias",
+                   absl::StrCat("has ", s.logit_bias_size(), " entries; at most ",
+                                limits.max_logit_bias, " are allowed"));
+  }
+  const int64_t vocab_size = limits.vocab_size;
+  for (const auto& [id, bias] : s.logit_bias()) {
+    if (id < 0 || id >= vocab_size) {
+      return Invalid(
+          "sampling.logit_bias",
+          absl::StrCat("has token id ", id, ", outside the vocabulary [0, ", vocab_size, ")"));
+    }
+    if (!(std::fabs(bias) <= engine::kMaxLogitBias)) {
+      return Invalid(absl::StrCat("sampling.logit_bias[", id, "]"),
+                     absl::StrCat("must be in [-100, 100], got ", bias));
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -125,6 +156,9 @@ absl::Status ValidateOptions(const v1::GenerateRequest& request, const RequestLi
                                               request.max_tokens()));
   }
   if (absl::Status s = ValidateSampling(request.sampling()); !s.ok()) return s;
+  if (absl::Status s = ValidateLogitBias(request.sampling(), limits); !s.ok()) {
+    return s;
+  }
   if (request.logprobs() < 0 || request.logprobs() > limits.max_logprobs) {
     return Invalid("logprobs", absl::StrCat("must be in [0, ", limits.max_logprobs, "], got ",
                                             request.logprobs()));
@@ -350,11 +384,14 @@ void SetTextLimits(const engine::Tokenizer& tokenizer, RequestLimits* limits) {
   limits->max_tokenize_tokens = limits->context_length;
   // Every field at its largest, each with up to 16 bytes of tag and length (generous).
   constexpr int64_t kField = 16;
+  // A map entry: its tag and length, the key's tag and varint, the value's tag and float.
+  constexpr int64_t kLogitBiasEntryBytes = 2 + 1 + 5 + 1 + 4;
   const int64_t prompt = std::max(limits->max_prompt_bytes, 5 * int64_t{limits->max_prompt_tokens});
   limits->max_generate_request_bytes =
       prompt + limits->max_request_id_bytes +
       limits->max_stop_strings * (limits->max_stop_bytes + kField) +
-      5 * int64_t{limits->max_stop_token_ids} + 16 * kField;
+      5 * int64_t{limits->max_stop_token_ids} + kLogitBiasEntryBytes * limits->max_logit_bias +
+      20 * kField;
   limits->max_tokenize_request_bytes = limits->max_tokenize_bytes + 4 * kField;
 }
 
@@ -406,6 +443,10 @@ engine::SamplingParams ToEngineSampling(const v1::GenerateRequest& request) {
   params.top_p = s.top_p() == 0.0f ? 1.0f : s.top_p();
   params.min_p = s.min_p();
   params.repetition_penalty = s.repetition_penalty() == 0.0f ? 1.0f : s.repetition_penalty();
+  params.frequency_penalty = s.frequency_penalty();
+  params.presence_penalty = s.presence_penalty();
+  params.logit_bias.reserve(s.logit_bias_size());
+  for (const auto& [id, bias] : s.logit_bias()) params.logit_bias.push_back({id, bias});
   params.seed = s.seed();
   return params;
 }

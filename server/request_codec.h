@@ -32,6 +32,7 @@ struct RequestLimits {
   int max_stop_strings = 16;
   int max_stop_bytes = 256;  // per stop string
   int max_stop_token_ids = 16;
+  int max_logit_bias = 300;  // entries of sampling.logit_bias
   int max_logprobs = 20;
   int max_request_id_bytes = 128;
   // Text longer than this many bytes cannot fit max_prompt_tokens tokens (see

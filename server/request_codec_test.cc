@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <limits>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -110,15 +111,12 @@ TEST(RequestCodecTest, EveryInvalidRequestIsInvalidArgumentNamingTheField) {
        "sampling.temperature"},
       {"temperature negative", [](auto* r) { r->mutable_sampling()->set_temperature(-0.1f); },
        "sampling.temperature"},
-      {"top_p above 1", [](auto* r) { r->mutable_sampling()->set_top_p(1.01f); },
-       "sampling.top_p"},
+      {"top_p above 1", [](auto* r) { r->mutable_sampling()->set_top_p(1.01f); }, "sampling.top_p"},
       {"top_p negative", [](auto* r) { r->mutable_sampling()->set_top_p(-0.5f); },
        "sampling.top_p"},
       {"top_p NaN", [=](auto* r) { r->mutable_sampling()->set_top_p(nan); }, "sampling.top_p"},
-      {"top_k negative", [](auto* r) { r->mutable_sampling()->set_top_k(-1); },
-       "sampling.top_k"},
-      {"min_p above 1", [](auto* r) { r->mutable_sampling()->set_min_p(1.5f); },
-       "sampling.min_p"},
+      {"top_k negative", [](auto* r) { r->mutable_sampling()->set_top_k(-1); }, "sampling.top_k"},
+      {"min_p above 1", [](auto* r) { r->mutable_sampling()->set_min_p(1.5f); }, "sampling.min_p"},
       {"min_p negative", [](auto* r) { r->mutable_sampling()->set_min_p(-0.01f); },
        "sampling.min_p"},
       {"min_p NaN", [=](auto* r) { r->mutable_sampling()->set_min_p(nan); }, "sampling.min_p"},
@@ -128,6 +126,32 @@ TEST(RequestCodecTest, EveryInvalidRequestIsInvalidArgumentNamingTheField) {
       {"repetition_penalty Inf",
        [=](auto* r) { r->mutable_sampling()->set_repetition_penalty(inf); },
        "sampling.repetition_penalty"},
+      {"frequency_penalty above 2",
+       [](auto* r) { r->mutable_sampling()->set_frequency_penalty(2.01f); },
+       "sampling.frequency_penalty"},
+      {"frequency_penalty NaN", [=](auto* r) { r->mutable_sampling()->set_frequency_penalty(nan); },
+       "sampling.frequency_penalty"},
+      {"presence_penalty below -2",
+       [](auto* r) { r->mutable_sampling()->set_presence_penalty(-3.0f); },
+       "sampling.presence_penalty"},
+      {"presence_penalty Inf", [=](auto* r) { r->mutable_sampling()->set_presence_penalty(inf); },
+       "sampling.presence_penalty"},
+      {"logit_bias id outside vocab",
+       [](auto* r) { (*r->mutable_sampling()->mutable_logit_bias())[1024] = 1.0f; },
+       "sampling.logit_bias has token id 1024"},
+      {"logit_bias negative id",
+       [](auto* r) { (*r->mutable_sampling()->mutable_logit_bias())[-1] = 1.0f; },
+       "sampling.logit_bias has token id -1"},
+      {"logit_bias above 100",
+       [](auto* r) { (*r->mutable_sampling()->mutable_logit_bias())[5] = 100.5f; },
+       "sampling.logit_bias[5]"},
+      {"logit_bias NaN", [=](auto* r) { (*r->mutable_sampling()->mutable_logit_bias())[7] = nan; },
+       "sampling.logit_bias[7]"},
+      {"301 logit_bias entries",
+       [](auto* r) {
+         for (int id = 0; id < 301; ++id) (*r->mutable_sampling()->mutable_logit_bias())[id] = 1;
+       },
+       "sampling.logit_bias has 301 entries"},
       {"logprobs above 20", [](auto* r) { r->set_logprobs(21); }, "logprobs"},
       {"logprobs negative", [](auto* r) { r->set_logprobs(-1); }, "logprobs"},
       {"prompt not UTF-8", [](auto* r) { r->set_prompt("ab\xC0\x80"); }, "prompt"},
@@ -142,8 +166,7 @@ TEST(RequestCodecTest, EveryInvalidRequestIsInvalidArgumentNamingTheField) {
          for (int i = 0; i < 17; ++i) r->add_stop("s");
        },
        "stop"},
-      {"stop string of 257 bytes", [](auto* r) { r->add_stop(std::string(257, 's')); },
-       "stop[0]"},
+      {"stop string of 257 bytes", [](auto* r) { r->add_stop(std::string(257, 's')); }, "stop[0]"},
       {"empty stop string", [](auto* r) { r->add_stop(""); }, "stop[0]"},
       {"stop_token_id outside vocab", [](auto* r) { r->add_stop_token_ids(5000); },
        "stop_token_ids[0]"},
@@ -152,8 +175,7 @@ TEST(RequestCodecTest, EveryInvalidRequestIsInvalidArgumentNamingTheField) {
       // Ids are logged: a newline would start a forged log line.
       {"request_id with a newline", [](auto* r) { r->set_request_id("a\nfinished request_id=x"); },
        "request_id"},
-      {"request_id with a control byte", [](auto* r) { r->set_request_id("a\x7f"); },
-       "request_id"},
+      {"request_id with a control byte", [](auto* r) { r->set_request_id("a\x7f"); }, "request_id"},
       {"request_id not ASCII", [](auto* r) { r->set_request_id("caf\xC3\xA9"); }, "request_id"},
   };
   ByteTokenizer tokenizer;
@@ -204,6 +226,18 @@ TEST(RequestCodecTest, RequestSizeBoundCoversTheLargestValidRequest) {
   largest.set_logprobs(limits.max_logprobs);
   largest.mutable_sampling()->set_temperature(0.5f);
   largest.mutable_sampling()->set_seed(~uint64_t{0});
+  largest.mutable_sampling()->set_top_k(std::numeric_limits<int32_t>::max());
+  largest.mutable_sampling()->set_top_p(0.5f);
+  largest.mutable_sampling()->set_min_p(0.5f);
+  largest.mutable_sampling()->set_repetition_penalty(1.5f);
+  largest.mutable_sampling()->set_frequency_penalty(-1.5f);
+  largest.mutable_sampling()->set_presence_penalty(1.5f);
+  largest.set_ignore_eos(true);
+  largest.set_disable_speculation(true);
+  // The largest valid logit_bias: the most entries, with the vocabulary's largest ids.
+  for (int i = 0; i < limits.max_logit_bias; ++i) {
+    (*largest.mutable_sampling()->mutable_logit_bias())[1023 - i] = -100.0f;
+  }
   for (int i = 0; i < limits.max_stop_strings; ++i) {
     largest.add_stop(std::string(limits.max_stop_bytes, 's'));
   }
@@ -277,6 +311,11 @@ TEST(RequestCodecTest, BoundaryValuesAreAccepted) {
   r.mutable_sampling()->set_top_p(1);
   r.mutable_sampling()->set_min_p(1);
   r.mutable_sampling()->set_top_k(0);
+  r.mutable_sampling()->set_frequency_penalty(-2);
+  r.mutable_sampling()->set_presence_penalty(2);
+  for (int id = 0; id < 300; ++id) {
+    (*r.mutable_sampling()->mutable_logit_bias())[id * 3 + 1] = id % 2 == 0 ? -100 : 100;
+  }
   r.set_logprobs(20);
   for (int i = 0; i < 16; ++i) r.add_stop(i == 0 ? std::string(256, 'z') : "\xF0\x9F\x98\x80");
   r.set_request_id(std::string(128, 'i'));
@@ -287,6 +326,7 @@ TEST(RequestCodecTest, BoundaryValuesAreAccepted) {
   EXPECT_EQ(got->stop.size(), 16u);
   EXPECT_EQ(got->logprobs, 20);
   EXPECT_EQ(got->request_id, std::string(128, 'i'));
+  EXPECT_EQ(got->sampling.logit_bias.size(), 300u);
 }
 
 TEST(RequestCodecTest, TextPromptIsTokenizedWithBos) {
@@ -349,11 +389,23 @@ TEST(RequestCodecTest, SamplingDefaults) {
   EXPECT_EQ(p.seed, 42u);
   EXPECT_EQ(p.top_k, 40);
   EXPECT_EQ(p.min_p, 0.05f);
+  EXPECT_EQ(p.frequency_penalty, 0.0f);
+  EXPECT_EQ(p.presence_penalty, 0.0f);
+  EXPECT_TRUE(p.logit_bias.empty());
   r.mutable_sampling()->set_top_p(0.9f);
   r.mutable_sampling()->set_repetition_penalty(1.3f);
+  r.mutable_sampling()->set_frequency_penalty(0.5f);
+  r.mutable_sampling()->set_presence_penalty(-1.5f);
+  (*r.mutable_sampling()->mutable_logit_bias())[9] = -100.0f;
+  (*r.mutable_sampling()->mutable_logit_bias())[3] = 2.5f;
   p = ToEngineSampling(r);
   EXPECT_EQ(p.top_p, 0.9f);
   EXPECT_EQ(p.repetition_penalty, 1.3f);
+  EXPECT_EQ(p.frequency_penalty, 0.5f);
+  EXPECT_EQ(p.presence_penalty, -1.5f);
+  std::map<engine::TokenId, float> bias;
+  for (const engine::LogitBias& entry : p.logit_bias) bias[entry.id] += entry.bias;
+  EXPECT_THAT(bias, ::testing::ElementsAre(::testing::Pair(3, 2.5f), ::testing::Pair(9, -100.0f)));
 }
 
 TEST(Utf8Test, FirstInvalidByte) {

@@ -3,8 +3,11 @@
 #include <cstdlib>
 #include <iostream>
 #include <iterator>
+#include <utility>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "client/quill_client.h"
 
 namespace quill::cli {
@@ -42,6 +45,27 @@ void SamplingFlags::Register(FlagParser& parser, const char* seed_help) {
   parser.AddDouble("min-p", &min_p, "Drop tokens less likely than min-p times the best; 0 is off.");
   parser.AddDouble("repetition-penalty", &repetition_penalty,
                    "Penalty (> 0) for tokens already seen; 0 or 1 is off.");
+  parser.AddDouble("frequency-penalty", &frequency_penalty,
+                   "In [-2, 2]: lowers a token's logit by X for every time it was generated "
+                   "(OpenAI's); 0 is off.");
+  parser.AddDouble("presence-penalty", &presence_penalty,
+                   "In [-2, 2]: lowers the logit of every token generated so far by X, once "
+                   "(OpenAI's); 0 is off.");
+  parser.AddRepeated(
+      "logit-bias", "ID=BIAS",
+      "Adds BIAS in [-100, 100] to token ID's logit: -100 bans it, 100 forces it "
+      "(ids: `quill tokenize`)",
+      [this](absl::string_view value) {
+        const std::pair<absl::string_view, absl::string_view> parts =
+            absl::StrSplit(value, absl::MaxSplits('=', 1));
+        int32_t id = 0;
+        float bias = 0;
+        if (!absl::SimpleAtoi(parts.first, &id) || !absl::SimpleAtof(parts.second, &bias)) {
+          return false;
+        }
+        logit_bias[id] = bias;
+        return true;
+      });
   parser.AddUint64("seed", &seed, seed_help);
   parser.AddStringList("stop", &stop, "Stop when the text contains STR (not included).");
 }
@@ -52,6 +76,9 @@ void SamplingFlags::FillSampling(quill::v1::SamplingParams* sampling) const {
   sampling->set_top_k(top_k);
   sampling->set_min_p(static_cast<float>(min_p));
   sampling->set_repetition_penalty(static_cast<float>(repetition_penalty));
+  sampling->set_frequency_penalty(static_cast<float>(frequency_penalty));
+  sampling->set_presence_penalty(static_cast<float>(presence_penalty));
+  sampling->mutable_logit_bias()->insert(logit_bias.begin(), logit_bias.end());
   sampling->set_seed(seed);
 }
 

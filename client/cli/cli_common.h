@@ -3,6 +3,7 @@
 // Helpers shared by the `quill` subcommands.
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -36,14 +37,18 @@ struct ConnectionFlags {
   absl::StatusOr<std::unique_ptr<client::QuillClient>> Connect() const;
 };
 
-// --temperature, --top-p, --top-k, --min-p, --repetition-penalty, --seed and --stop, the
-// sampling flags `quill generate` and `quill chat` share.
+// --temperature, --top-p, --top-k, --min-p, --repetition-penalty, --frequency-penalty,
+// --presence-penalty, --logit-bias, --seed and --stop, the sampling flags `quill generate`
+// and `quill chat` share.
 struct SamplingFlags {
   double temperature = 0;
   double top_p = 0;
   int top_k = 0;
   double min_p = 0;
   double repetition_penalty = 0;
+  double frequency_penalty = 0;
+  double presence_penalty = 0;
+  std::map<int32_t, float> logit_bias;  // token id -> bias; a later --logit-bias wins
   uint64_t seed = 0;
   std::vector<std::string> stop;
 

@@ -107,6 +107,13 @@ void FlagParser::AddStringList(absl::string_view name, std::vector<std::string>*
        }});
 }
 
+void FlagParser::AddRepeated(absl::string_view name, absl::string_view value_name,
+                             absl::string_view help,
+                             std::function<bool(absl::string_view value)> parse) {
+  Add({std::string(name), std::string(value_name), absl::StrCat(help, " (repeatable)"), "", false,
+       std::move(parse)});
+}
+
 absl::StatusOr<std::vector<std::string>> FlagParser::Parse(const std::vector<std::string>& args) {
   std::vector<std::string> positional;
   for (size_t i = 0; i < args.size(); ++i) {

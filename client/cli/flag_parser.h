@@ -33,6 +33,11 @@ class FlagParser {
   void AddStringList(absl::string_view name, std::vector<std::string>* out,
                      absl::string_view help);
 
+  // May be given several times; `parse` takes each occurrence's value (shown in --help as
+  // `value_name`) and returns false if it is not valid.
+  void AddRepeated(absl::string_view name, absl::string_view value_name, absl::string_view help,
+                   std::function<bool(absl::string_view value)> parse);
+
   // Replaces the default shown in --help for flag `name` (e.g. for sentinel defaults).
   void SetDefaultText(absl::string_view name, std::string text);
 

@@ -120,7 +120,7 @@ class EngineTest : public ::testing::Test {
     entry.want_logits = true;
     while (true) {
       EXPECT_TRUE(reference_model_->Forward({&entry, 1}, cache, logits.data()).ok());
-      const TokenId next = sampler.Sample(logits, history);
+      const TokenId next = sampler.Sample(logits, r.prompt_ids, out);
       if (!r.ignore_eos && reference_model_->tokenizer().IsEndOfGeneration(next)) break;
       out.push_back(next);
       history.push_back(next);
@@ -185,6 +185,12 @@ const char* const kPrompts[] = {
     "Then said he unto them,",
 };
 
+SamplingParams Greedy() {
+  SamplingParams p;
+  p.temperature = 0.0f;
+  return p;
+}
+
 SamplingParams Seeded(uint64_t seed) {
   SamplingParams p;
   p.temperature = 0.8f;
@@ -203,6 +209,35 @@ TEST_F(EngineTest, GreedyAndSeededEqualTheReferenceLoop) {
 
     r.request_id = absl::StrCat("s", i);
     r.sampling = Seeded(42 + i);
+    EXPECT_EQ(RunAlone(r)->ids(), ReferenceLoop(r)) << kPrompts[i] << " seeded";
+  }
+}
+
+// The penalties read the sequence's output apart from its prompt: the engine must hand
+// the sampler the same split as the reference loop (the prompt, then what was generated).
+SamplingParams WithPenaltiesAndBias(SamplingParams p) {
+  p.frequency_penalty = 0.7f;
+  p.presence_penalty = 0.4f;
+  p.repetition_penalty = 1.05f;
+  p.logit_bias = {{5, -100.0f}, {100, 1.5f}};
+  return p;
+}
+
+TEST_F(EngineTest, PenaltiesAndLogitBiasEqualTheReferenceLoop) {
+  Start();
+  for (int i = 0; i < 4; ++i) {
+    GenerationRequest plain = Request(absl::StrCat("plain", i), kPrompts[i], 32);
+    GenerationRequest r = plain;
+    r.request_id = absl::StrCat("g", i);
+    r.sampling = WithPenaltiesAndBias(Greedy());
+    const std::vector<TokenId> expected = ReferenceLoop(r);
+    ASSERT_FALSE(expected.empty());
+    EXPECT_EQ(RunAlone(r)->ids(), expected) << kPrompts[i];
+    // The penalties must matter here, or the comparison proves nothing.
+    EXPECT_NE(expected, ReferenceLoop(plain)) << kPrompts[i];
+
+    r.request_id = absl::StrCat("s", i);
+    r.sampling = WithPenaltiesAndBias(Seeded(42 + i));
     EXPECT_EQ(RunAlone(r)->ids(), ReferenceLoop(r)) << kPrompts[i] << " seeded";
   }
 }
@@ -347,6 +382,13 @@ TEST_F(EngineTest, SpeculationIsLosslessGreedyAndSeeded) {
     GenerationRequest r = Request("s", kPrompts[i], 32);
     r.sampling = Seeded(42 + i);
     EXPECT_EQ(RunAlone(r)->ids(), ReferenceLoop(r)) << kPrompts[i] << " seeded";
+  }
+  // Penalties change each row's distribution by the rows accepted before it in the step:
+  // still the reference's tokens.
+  for (const char* prompt : kRepetitivePrompts) {
+    GenerationRequest r = Request("rep-penalized", prompt, 48);
+    r.sampling = WithPenaltiesAndBias(Greedy());
+    EXPECT_EQ(RunAlone(r)->ids(), ReferenceLoop(r)) << prompt << " penalized";
   }
   engine_->Shutdown(absl::Seconds(30));  // every OnStep has been delivered
   std::cout << "[speculation] kjv-1m exact: drafted " << counter.drafted() << ", accepted "

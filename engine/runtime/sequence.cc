@@ -106,7 +106,9 @@ absl::Span<const TokenId> Sequence::draft() const {
 
 GeneratedToken Sequence::SampleNext(absl::Span<const float> logits) {
   GeneratedToken token;
-  token.id = sampler_.Sample(logits, tokens_);
+  const absl::Span<const TokenId> tokens = tokens_;
+  token.id =
+      sampler_.Sample(logits, tokens.subspan(0, prompt_tokens_), tokens.subspan(prompt_tokens_));
   if (request_.logprobs > 0) {
     token.logprob = ComputeLogprobs(logits, token.id, request_.logprobs, &top_scratch_);
     token.top_logprobs = top_scratch_;

@@ -57,7 +57,7 @@ TEST(SpeculativeSamplingTest, AcceptsWithTargetProbabilityAndRejectsToTheRenorma
     int accepted = 0;
     std::vector<int> rejected_as(logits.size(), 0);
     for (int i = 0; i < kDraws; ++i) {
-      const TokenId token = sampler.Sample(logits, history);
+      const TokenId token = sampler.Sample(logits, history, {});
       if (token == c.draft) {
         ++accepted;
       } else {

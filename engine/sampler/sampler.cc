@@ -200,6 +200,18 @@ absl::Status ValidateSamplingParams(const SamplingParams& params) {
   if (!std::isfinite(params.repetition_penalty) || params.repetition_penalty <= 0.0f) {
     return FieldError("repetition_penalty", "finite and > 0", params.repetition_penalty);
   }
+  if (!(std::fabs(params.frequency_penalty) <= kMaxOutputPenalty)) {  // also NaN
+    return FieldError("frequency_penalty", "in [-2, 2]", params.frequency_penalty);
+  }
+  if (!(std::fabs(params.presence_penalty) <= kMaxOutputPenalty)) {
+    return FieldError("presence_penalty", "in [-2, 2]", params.presence_penalty);
+  }
+  for (const LogitBias& entry : params.logit_bias) {
+    if (entry.id < 0) return FieldError("logit_bias", "keyed by token ids >= 0", entry.id);
+    if (!(std::fabs(entry.bias) <= kMaxLogitBias)) {
+      return FieldError("logit_bias", "in [-100, 100]", entry.bias);
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -209,22 +221,52 @@ Sampler::Sampler(const SamplingParams& params, int vocab_size)
       scratch_(std::max(vocab_size, 0)),
       candidates_(std::max(vocab_size, 0)),
       seen_(std::max(vocab_size, 0), 0),
-      bucket_mass_(kHistograms * kNumBuckets, 0.0) {}
+      bucket_mass_(kHistograms * kNumBuckets, 0.0) {
+  // Only a sequence that uses them pays for the counts (4 bytes per vocabulary entry).
+  if (params_.frequency_penalty != 0.0f || params_.presence_penalty != 0.0f) {
+    counts_.assign(std::max(vocab_size, 0), 0);
+  }
+}
 
 double Sampler::NextUniform() {
   return static_cast<double>(rng_() >> 11) * (1.0 / 9007199254740992.0);  // 2^-53
 }
 
-void Sampler::ApplyRepetitionPenalty(absl::Span<const TokenId> history, float* x, int n) {
+void Sampler::ApplyLogitBias(float* x, int n) const {
+  for (const LogitBias& entry : params_.logit_bias) {
+    if (entry.id >= 0 && entry.id < n) x[entry.id] += entry.bias;
+  }
+}
+
+void Sampler::ApplyRepetitionPenalty(absl::Span<const TokenId> prompt,
+                                     absl::Span<const TokenId> output, float* x, int n) {
   // llama.cpp's rule, once per distinct token of the prompt and output.
   const float penalty = params_.repetition_penalty;
-  for (TokenId t : history) {
-    if (t < 0 || t >= n || seen_[t]) continue;
-    seen_[t] = 1;
-    x[t] = x[t] > 0.0f ? x[t] / penalty : x[t] * penalty;
+  for (absl::Span<const TokenId> tokens : {prompt, output}) {
+    for (TokenId t : tokens) {
+      if (t < 0 || t >= n || seen_[t]) continue;
+      seen_[t] = 1;
+      x[t] = x[t] > 0.0f ? x[t] / penalty : x[t] * penalty;
+    }
   }
-  for (TokenId t : history) {
-    if (t >= 0 && t < n) seen_[t] = 0;
+  for (absl::Span<const TokenId> tokens : {prompt, output}) {
+    for (TokenId t : tokens) {
+      if (t >= 0 && t < n) seen_[t] = 0;
+    }
+  }
+}
+
+void Sampler::ApplyOutputPenalties(absl::Span<const TokenId> output, float* x, int n) {
+  // OpenAI's rule (as vLLM computes it): one multiply by the count, not a subtraction per
+  // occurrence, so the rounding does not depend on the order of the output.
+  for (TokenId t : output) {
+    if (t >= 0 && t < n) ++counts_[t];
+  }
+  for (TokenId t : output) {
+    if (t < 0 || t >= n || counts_[t] == 0) continue;
+    x[t] = x[t] - static_cast<float>(counts_[t]) * params_.frequency_penalty -
+           params_.presence_penalty;
+    counts_[t] = 0;
   }
 }
 
@@ -285,13 +327,16 @@ void Sampler::SortIds(TokenId* cand, int kept, int n) {
   }
 }
 
-TokenId Sampler::Sample(absl::Span<const float> logits, absl::Span<const TokenId> history) {
+TokenId Sampler::Sample(absl::Span<const float> logits, absl::Span<const TokenId> prompt,
+                        absl::Span<const TokenId> output) {
   QUILL_DCHECK(logits.size() == scratch_.size());
   const int n = static_cast<int>(std::min(logits.size(), scratch_.size()));
   if (n == 0) return 0;
   float* x = scratch_.data();
   std::copy(logits.begin(), logits.begin() + n, x);
-  if (params_.repetition_penalty != 1.0f) ApplyRepetitionPenalty(history, x, n);
+  if (!params_.logit_bias.empty()) ApplyLogitBias(x, n);
+  if (params_.repetition_penalty != 1.0f) ApplyRepetitionPenalty(prompt, output, x, n);
+  if (!counts_.empty()) ApplyOutputPenalties(output, x, n);
   if (params_.temperature == 0.0f) return Argmax(x, n);
 
   const float max_value = TemperAndMax(x, n, params_.temperature);

@@ -43,23 +43,23 @@ TEST(SamplerTest, GreedyIsArgmax) {
   for (uint64_t seed = 0; seed < 20; ++seed) {
     const std::vector<float> logits = RandomLogits(1000, seed);
     Sampler sampler(Params(0.0f, seed), 1000);
-    EXPECT_EQ(sampler.Sample(logits, {}), ArgmaxOf(logits));
+    EXPECT_EQ(sampler.Sample(logits, {}, {}), ArgmaxOf(logits));
   }
 }
 
 TEST(SamplerTest, GreedyTiesGoToLowestId) {
   const std::vector<float> logits = {0.0f, 2.0f, -1.0f, 2.0f, 2.0f};
   Sampler sampler(Params(0.0f), 5);
-  EXPECT_EQ(sampler.Sample(logits, {}), 1);
+  EXPECT_EQ(sampler.Sample(logits, {}, {}), 1);
 }
 
 TEST(SamplerTest, GreedyIgnoresNan) {
   const std::vector<float> logits = {std::nanf(""), 1.0f, 3.0f, std::nanf("")};
   Sampler greedy(Params(0.0f), 4);
-  EXPECT_EQ(greedy.Sample(logits, {}), 2);
+  EXPECT_EQ(greedy.Sample(logits, {}, {}), 2);
   Sampler random(Params(1.0f), 4);
   for (int i = 0; i < 50; ++i) {
-    const TokenId t = random.Sample(logits, {});
+    const TokenId t = random.Sample(logits, {}, {});
     EXPECT_TRUE(t == 1 || t == 2) << t;
   }
 }
@@ -68,7 +68,7 @@ std::vector<TokenId> Draw(const SamplingParams& params, const std::vector<float>
                           int count) {
   Sampler sampler(params, static_cast<int>(logits.size()));
   std::vector<TokenId> out;
-  for (int i = 0; i < count; ++i) out.push_back(sampler.Sample(logits, {}));
+  for (int i = 0; i < count; ++i) out.push_back(sampler.Sample(logits, {}, {}));
   return out;
 }
 
@@ -185,19 +185,19 @@ TEST(SamplerTest, RepetitionPenaltyChangesArgmax) {
   SamplingParams p = Params(0.0f);
   p.repetition_penalty = 1.5f;
   Sampler sampler(p, 4);
-  EXPECT_EQ(sampler.Sample(logits, {}), 0);
+  EXPECT_EQ(sampler.Sample(logits, {}, {}), 0);
   // Positive logit divided: 2.0 / 1.5 = 1.33 < 1.9.
-  EXPECT_EQ(sampler.Sample(logits, std::vector<TokenId>{0}), 1);
+  EXPECT_EQ(sampler.Sample(logits, std::vector<TokenId>{0}, {}), 1);
   // A repeated token is penalized once, not per occurrence: 2.0/1.5 > 1.9/1.5^0 is false,
   // but 2.0/1.5 = 1.33 > 1.9/1.5 = 1.27 when both are penalized.
-  EXPECT_EQ(sampler.Sample(logits, std::vector<TokenId>{0, 1, 0, 0, 1}), 0);
+  EXPECT_EQ(sampler.Sample(logits, std::vector<TokenId>{0, 1, 0, 0, 1}, {}), 0);
   // Negative logits are multiplied: -0.4 * 1.5 = -0.6 < -0.5.
   const std::vector<float> negative = {-0.5f, -0.4f};
   Sampler neg(p, 2);
-  EXPECT_EQ(neg.Sample(negative, {}), 1);
-  EXPECT_EQ(neg.Sample(negative, std::vector<TokenId>{1}), 0);
+  EXPECT_EQ(neg.Sample(negative, {}, {}), 1);
+  EXPECT_EQ(neg.Sample(negative, std::vector<TokenId>{1}, {}), 0);
   // Out-of-range history ids are ignored.
-  EXPECT_EQ(neg.Sample(negative, std::vector<TokenId>{-3, 7}), 1);
+  EXPECT_EQ(neg.Sample(negative, std::vector<TokenId>{-3, 7}, {}), 1);
 }
 
 TEST(SamplerTest, RepetitionPenaltyOnceAcrossCalls) {
@@ -206,8 +206,82 @@ TEST(SamplerTest, RepetitionPenaltyOnceAcrossCalls) {
   SamplingParams p = Params(0.0f);
   p.repetition_penalty = 1.5f;
   Sampler sampler(p, 2);
-  EXPECT_EQ(sampler.Sample(logits, std::vector<TokenId>{0}), 1);
-  EXPECT_EQ(sampler.Sample(logits, {}), 0);
+  EXPECT_EQ(sampler.Sample(logits, std::vector<TokenId>{0}, {}), 1);
+  EXPECT_EQ(sampler.Sample(logits, {}, {}), 0);
+}
+
+TEST(SamplerTest, LogitBiasIsAddedBeforeTheChoice) {
+  const std::vector<float> logits = {2.0f, 1.9f, 0.0f};
+  SamplingParams p = Params(0.0f);
+  p.logit_bias = {{1, 0.2f}};
+  EXPECT_EQ(Sampler(p, 3).Sample(logits, {}, {}), 1);  // 1.9 + 0.2 > 2.0
+  p.logit_bias = {{1, 0.06f}};
+  EXPECT_EQ(Sampler(p, 3).Sample(logits, {}, {}), 0);  // 1.96 < 2.0
+  p.logit_bias = {{1, 0.06f}, {1, 0.06f}};             // the same id twice adds up
+  EXPECT_EQ(Sampler(p, 3).Sample(logits, {}, {}), 1);
+  p.logit_bias = {{7, 100.0f}, {-1, 100.0f}};  // outside the vocabulary: skipped
+  EXPECT_EQ(Sampler(p, 3).Sample(logits, {}, {}), 0);
+
+  // Sampled: -100 bans a token and +100 forces one, whatever the draw.
+  SamplingParams sampled = Params(1.0f, 77);
+  sampled.logit_bias = {{0, -100.0f}};
+  for (TokenId t : Draw(sampled, logits, 2000)) EXPECT_NE(t, 0);
+  sampled.logit_bias = {{2, 100.0f}};
+  for (TokenId t : Draw(sampled, logits, 2000)) EXPECT_EQ(t, 2);
+}
+
+// OpenAI's rule, mu[j] - c[j] * frequency - (c[j] > 0) * presence with c[j] the times token
+// j was generated: the sampled frequencies follow the softmax of the penalized logits,
+// computed here from that formula (chi-square as in FrequenciesFollowSoftmax below).
+TEST(SamplerTest, FrequencyAndPresencePenaltiesFollowOpenAisRule) {
+  const std::vector<float> logits = {1.0f, 0.5f, 1.5f, 0.0f, -0.5f};
+  const std::vector<TokenId> prompt = {3, 3, 3, 4};  // the prompt does not count
+  const std::vector<TokenId> output = {0, 2, 0, 0, 1};
+  const std::vector<int> count = {3, 1, 1, 0, 0};
+  for (const auto& [frequency, presence] : std::vector<std::pair<float, float>>{
+           {0.4f, 0.0f}, {0.0f, 0.8f}, {0.3f, -0.5f}, {-0.2f, 0.6f}}) {
+    SCOPED_TRACE(::testing::Message() << "frequency " << frequency << " presence " << presence);
+    SamplingParams p = Params(1.0f, 99);
+    p.frequency_penalty = frequency;
+    p.presence_penalty = presence;
+    std::vector<double> prob(5);
+    double z = 0;
+    for (int i = 0; i < 5; ++i) {
+      const double penalized =
+          logits[i] - count[i] * double{frequency} - (count[i] > 0 ? double{presence} : 0.0);
+      z += prob[i] = std::exp(penalized);
+    }
+    Sampler sampler(p, 5);
+    constexpr int kDraws = 20000;
+    std::vector<int> drawn(5, 0);
+    for (int i = 0; i < kDraws; ++i) ++drawn[sampler.Sample(logits, prompt, output)];
+    double chi2 = 0;
+    for (int i = 0; i < 5; ++i) {
+      const double expected = kDraws * prob[i] / z;
+      chi2 += (drawn[i] - expected) * (drawn[i] - expected) / expected;
+    }
+    EXPECT_LT(chi2, 30.0);
+  }
+}
+
+TEST(SamplerTest, OutputPenaltiesCountOnlyTheOutputAndDoNotLeak) {
+  const std::vector<float> logits = {2.0f, 1.5f};
+  SamplingParams p = Params(0.0f);
+  p.frequency_penalty = 0.2f;
+  Sampler sampler(p, 2);
+  const std::vector<TokenId> zeros = {0, 0, 0};
+  EXPECT_EQ(sampler.Sample(logits, zeros, {}), 0);   // in the prompt: no penalty
+  EXPECT_EQ(sampler.Sample(logits, {}, zeros), 1);   // 2.0 - 3 * 0.2 = 1.4 < 1.5
+  EXPECT_EQ(sampler.Sample(logits, {}, {0, 0}), 0);  // 2.0 - 0.4 = 1.6 > 1.5
+  EXPECT_EQ(sampler.Sample(logits, {}, {}), 0);      // counts start from zero each call
+  p.frequency_penalty = 0.0f;
+  p.presence_penalty = 0.6f;  // once, however often
+  Sampler presence(p, 2);
+  EXPECT_EQ(presence.Sample(logits, {}, {0}), 1);           // 1.4 < 1.5
+  EXPECT_EQ(presence.Sample(logits, {}, {0, 1, 1, 1}), 0);  // 1.4 > 0.9
+  p.presence_penalty = -0.6f;                               // negative: encourages repeats
+  Sampler encourage(p, 2);
+  EXPECT_EQ(encourage.Sample(logits, {}, {1, -4, 9}), 1);  // 2.1 > 2.0; bad ids skipped
 }
 
 // Frequencies over 20000 draws follow softmax(logits / T) (chi-square, 4 degrees of
@@ -239,13 +313,16 @@ TEST(SamplerTest, SampleDoesNotAllocate) {
   p.top_p = 0.9f;
   p.min_p = 0.05f;
   p.repetition_penalty = 1.1f;
+  p.frequency_penalty = 0.5f;
+  p.presence_penalty = 0.25f;
+  p.logit_bias = {{7, -100.0f}, {3998, 2.5f}};
   Sampler a(p, 4000);
   p.top_k = 0;
   Sampler b(p, 4000);
   const int64_t before = quill::testing::HeapAllocations();
   for (int i = 0; i < 20; ++i) {
-    a.Sample(logits, history);
-    b.Sample(logits, history);
+    a.Sample(logits, history, history);
+    b.Sample(logits, history, history);
   }
   EXPECT_EQ(quill::testing::HeapAllocations(), before);
 }
@@ -277,8 +354,23 @@ TEST(SamplerTest, ValidationNamesTheField) {
        "sampling.repetition_penalty"},
       {with([&](SamplingParams& p) { p.repetition_penalty = -1.0f; }),
        "sampling.repetition_penalty"},
-      {with([&](SamplingParams& p) { p.repetition_penalty = inf; }),
-       "sampling.repetition_penalty"},
+      {with([&](SamplingParams& p) { p.repetition_penalty = inf; }), "sampling.repetition_penalty"},
+      {with([&](SamplingParams& p) { p.frequency_penalty = 2.5f; }), "sampling.frequency_penalty"},
+      {with([&](SamplingParams& p) { p.frequency_penalty = nan; }), "sampling.frequency_penalty"},
+      {with([&](SamplingParams& p) { p.presence_penalty = -2.01f; }), "sampling.presence_penalty"},
+      {with([&](SamplingParams& p) { p.presence_penalty = inf; }), "sampling.presence_penalty"},
+      {with([&](SamplingParams& p) {
+         p.logit_bias = {{1, 100.5f}};
+       }),
+       "sampling.logit_bias"},
+      {with([&](SamplingParams& p) {
+         p.logit_bias = {{1, nan}};
+       }),
+       "sampling.logit_bias"},
+      {with([&](SamplingParams& p) {
+         p.logit_bias = {{-1, 1.0f}};
+       }),
+       "sampling.logit_bias"},
   };
   for (const Case& c : cases) {
     const absl::Status s = ValidateSamplingParams(c.params);
@@ -294,6 +386,9 @@ TEST(SamplerTest, ValidationNamesTheField) {
   p.top_p = 1.0f;
   p.min_p = 1.0f;
   p.top_k = 0;
+  p.frequency_penalty = -2.0f;
+  p.presence_penalty = 2.0f;
+  p.logit_bias = {{0, -100.0f}, {5, 100.0f}};
   EXPECT_TRUE(ValidateSamplingParams(p).ok());
 }
 

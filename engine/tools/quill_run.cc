@@ -23,9 +23,11 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/civil_time.h"
 #include "engine/base/status_macros.h"
 #include "engine/base/utf8.h"
@@ -48,6 +50,15 @@ ABSL_FLAG(int, top_k, 40, "Top-k sampling (0 = off).");
 ABSL_FLAG(double, top_p, 0.95, "Top-p (nucleus) sampling, in (0, 1].");
 ABSL_FLAG(double, min_p, 0.05, "Min-p sampling, in [0, 1].");
 ABSL_FLAG(double, repeat_penalty, 1.0, "Repetition penalty over prompt and output (1 = off).");
+ABSL_FLAG(double, frequency_penalty, 0.0,
+          "OpenAI's frequency penalty in [-2, 2]: a token's logit loses this much per time it "
+          "was generated (0 = off).");
+ABSL_FLAG(double, presence_penalty, 0.0,
+          "OpenAI's presence penalty in [-2, 2]: a token's logit loses this much once it was "
+          "generated (0 = off).");
+ABSL_FLAG(std::string, logit_bias, "",
+          "Biases added to token logits, ID=BIAS comma-separated with BIAS in [-100, 100] "
+          "(e.g. 13=-100 bans token 13).");
 ABSL_FLAG(int64_t, seed, -1, "Sampling seed (-1 = random).");
 ABSL_FLAG(int, threads, 0,
           "OpenMP threads (alias -t); 0 = $OMP_NUM_THREADS if set, else the number of CPUs.");
@@ -259,6 +270,21 @@ int RunTokenize(const std::string& path, const std::string& prompt) {
   return kOk;
 }
 
+// "ID=BIAS,ID=BIAS" (empty: none) into `out`; ranges are ValidateSamplingParams's.
+bool ParseLogitBias(absl::string_view text, std::vector<LogitBias>* out) {
+  if (text.empty()) return true;
+  for (absl::string_view pair : absl::StrSplit(text, ',')) {
+    const std::vector<absl::string_view> parts = absl::StrSplit(pair, '=');
+    LogitBias entry;
+    if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &entry.id) ||
+        !absl::SimpleAtof(parts[1], &entry.bias)) {
+      return false;
+    }
+    out->push_back(entry);
+  }
+  return true;
+}
+
 int RunGenerate(const std::string& path) {
   ModelOptions options;
   options.path = path;
@@ -275,6 +301,11 @@ int RunGenerate(const std::string& path) {
   sp.top_p = static_cast<float>(absl::GetFlag(FLAGS_top_p));
   sp.min_p = static_cast<float>(absl::GetFlag(FLAGS_min_p));
   sp.repetition_penalty = static_cast<float>(absl::GetFlag(FLAGS_repeat_penalty));
+  sp.frequency_penalty = static_cast<float>(absl::GetFlag(FLAGS_frequency_penalty));
+  sp.presence_penalty = static_cast<float>(absl::GetFlag(FLAGS_presence_penalty));
+  if (!ParseLogitBias(absl::GetFlag(FLAGS_logit_bias), &sp.logit_bias)) {
+    return Fail(kUsage, "--logit_bias must be ID=BIAS pairs separated by commas");
+  }
   const int64_t seed = absl::GetFlag(FLAGS_seed);
   sp.seed = seed >= 0 ? static_cast<uint64_t>(seed) : std::random_device{}();
   if (absl::Status s = ValidateSamplingParams(sp); !s.ok()) return Fail(kUsage, s.message());
@@ -287,6 +318,12 @@ int RunGenerate(const std::string& path) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count();
   const Tokenizer& tok = model.tokenizer();
   const ModelConfig& c = model.config();
+  for (const LogitBias& entry : sp.logit_bias) {
+    if (entry.id >= c.vocab_size) {
+      return Fail(kUsage, absl::StrCat("--logit_bias id ", entry.id,
+                                       " is outside the vocabulary [0, ", c.vocab_size, ")"));
+    }
+  }
 
   // The prompt.
   std::vector<TokenId> prompt;
@@ -368,7 +405,8 @@ int RunGenerate(const std::string& path) {
   int generated = 0;
   bool first_id = true;
   while (generated < n_predict) {
-    const TokenId next = sampler.Sample(logits, history);
+    const TokenId next =
+        sampler.Sample(logits, prompt, absl::MakeConstSpan(history).subspan(prompt.size()));
     ++generated;
     history.push_back(next);
     const bool end = tok.IsEndOfGeneration(next) && !absl::GetFlag(FLAGS_ignore_eos);

@@ -57,6 +57,11 @@ std::string ParamOf(absl::string_view message) {
                                                   "stream_options",
                                                   "frequency_penalty",
                                                   "presence_penalty",
+                                                  "logit_bias",
+                                                  "suffix",
+                                                  "tools",
+                                                  "functions",
+                                                  "response_format",
                                                   "ignore_eos",
                                                   "stop_token_ids",
                                                   "disable_speculation"};

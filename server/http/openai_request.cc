@@ -4,6 +4,7 @@
 #include <limits>
 #include <utility>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
 
@@ -231,12 +232,53 @@ absl::Status RefuseUnsupported(const json& body) {
   bool echo = false;
   if (absl::Status s = GetBool(body, "echo", &echo); !s.ok()) return s;
   if (echo) return Invalid("echo", "is not supported");
-  for (const char* field : {"frequency_penalty", "presence_penalty"}) {
-    float value = 0;
-    if (absl::Status s = GetFloat(body, field, &value); !s.ok()) return s;
-    if (value != 0) {
-      return Invalid(field, "is not supported (use repetition_penalty)");
+  if (const json* suffix = Find(body, "suffix"); suffix != nullptr) {
+    if (!suffix->is_string()) return Invalid("suffix", "must be a string");
+    if (!suffix->get_ref<const std::string&>().empty()) {
+      return Invalid("suffix",
+                     "is not supported (no insertion: the completion follows the prompt)");
     }
+  }
+  // Tools and structured output would need the answer parsed or constrained: without that,
+  // the model would answer in plain text as if they had not been sent.
+  for (const char* field : {"tools", "functions"}) {
+    if (const json* list = Find(body, field); list != nullptr) {
+      if (!list->is_array()) return Invalid(field, "must be an array");
+      if (!list->empty()) return Invalid(field, "is not supported (no tool calling)");
+    }
+  }
+  if (const json* format = Find(body, "response_format"); format != nullptr) {
+    const json* type = format->is_object() ? Find(*format, "type") : nullptr;
+    if (type == nullptr || !type->is_string()) {
+      return Invalid("response_format", "must be an object with a string \"type\"");
+    }
+    if (type->get_ref<const std::string&>() != "text") {
+      return Invalid("response_format", absl::StrCat("type \"", type->get_ref<const std::string&>(),
+                                                     "\" is not supported (only \"text\")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// logit_bias: {"token id": bias, ...}, keys as decimal strings (OpenAI's form). The ids and
+// biases are range-checked with the gRPC request's rules.
+absl::Status ParseLogitBias(const json& body, quill::v1::SamplingParams* s) {
+  const json* bias = Find(body, "logit_bias");
+  if (bias == nullptr) return absl::OkStatus();
+  if (!bias->is_object()) return Invalid("logit_bias", "must be an object of token id -> bias");
+  for (const auto& [key, value] : bias->items()) {
+    int32_t id = 0;
+    if (!absl::SimpleAtoi(key, &id)) {
+      return Invalid("logit_bias", absl::StrCat("keys must be token ids, got \"", key, "\""));
+    }
+    if (!value.is_number()) {
+      return Invalid(absl::StrCat("logit_bias[", key, "]"), "must be a number");
+    }
+    const double d = value.get<double>();
+    // Beyond float's range it is +-inf (the range check refuses it; a cast would be UB).
+    (*s->mutable_logit_bias())[id] = std::fabs(d) <= std::numeric_limits<float>::max()
+                                         ? static_cast<float>(d)
+                                         : std::copysign(std::numeric_limits<float>::infinity(), d);
   }
   return absl::OkStatus();
 }
@@ -269,6 +311,14 @@ absl::Status ParseSampling(const json& body, uint64_t random_seed,
     if (value == 0) return Invalid("repetition_penalty", "must be > 0, got 0");
     s->set_repetition_penalty(value);
   }
+  for (const auto& [field, setter] :
+       {std::pair{"frequency_penalty", &quill::v1::SamplingParams::set_frequency_penalty},
+        std::pair{"presence_penalty", &quill::v1::SamplingParams::set_presence_penalty}}) {
+    value = 0;
+    if (absl::Status st = GetFloat(body, field, &value); !st.ok()) return st;
+    (s->*setter)(value);
+  }
+  if (absl::Status st = ParseLogitBias(body, s); !st.ok()) return st;
   s->set_seed(random_seed);
   if (const json* seed = Find(body, "seed"); seed != nullptr) {
     int64_t v = 0;

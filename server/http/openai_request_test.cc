@@ -1,5 +1,7 @@
 #include "server/http/openai_request.h"
 
+#include <limits>
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
@@ -83,6 +85,29 @@ TEST(OpenAiRequestTest, EveryFieldMapsOntoTheGenerateRequest) {
   EXPECT_TRUE(r->include_usage);
 }
 
+TEST(OpenAiRequestTest, PenaltiesAndLogitBiasMapOntoTheSamplingParams) {
+  absl::StatusOr<OpenAiRequest> r = Completions(R"({"prompt": "x", "frequency_penalty": 0.5,
+      "presence_penalty": -1.25, "logit_bias": {"13": -100, "7": 2.5, "0": 100}})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  const quill::v1::SamplingParams& s = r->generate.sampling();
+  EXPECT_EQ(s.frequency_penalty(), 0.5f);
+  EXPECT_EQ(s.presence_penalty(), -1.25f);
+  EXPECT_THAT(s.logit_bias(), ::testing::UnorderedElementsAre(::testing::Pair(13, -100.0f),
+                                                              ::testing::Pair(7, 2.5f),
+                                                              ::testing::Pair(0, 100.0f)));
+  // Ranges are the gRPC request's (request_codec); out-of-float values arrive as infinite.
+  r = Completions(R"({"prompt": "x", "logit_bias": {"3": -1e300}})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->generate.sampling().logit_bias().at(3), -std::numeric_limits<float>::infinity());
+  // What changes nothing is accepted: zero penalties, an empty suffix, no tools, plain text.
+  r = Chat(R"({"messages": [{"role": "user", "content": "x"}], "frequency_penalty": 0,
+      "presence_penalty": null, "logit_bias": {}, "suffix": "", "tools": [], "functions": null,
+      "response_format": {"type": "text"}})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->generate.sampling().frequency_penalty(), 0.0f);
+  EXPECT_TRUE(r->generate.sampling().logit_bias().empty());
+}
+
 TEST(OpenAiRequestTest, PromptForms) {
   absl::StatusOr<OpenAiRequest> r = Completions(R"({"prompt": [1, 2, 3]})");
   ASSERT_TRUE(r.ok());
@@ -135,7 +160,25 @@ TEST(OpenAiRequestTest, BadInputNamesTheField) {
       {R"({"prompt": "x", "n": "1"})", "n"},
       {R"({"prompt": "x", "best_of": 2})", "best_of"},
       {R"({"prompt": "x", "echo": true})", "echo"},
-      {R"({"prompt": "x", "frequency_penalty": 0.5})", "frequency_penalty"},
+      {R"({"prompt": "x", "frequency_penalty": "0.5"})", "frequency_penalty"},
+      {R"({"prompt": "x", "presence_penalty": [1]})", "presence_penalty"},
+      {R"({"prompt": "x", "logit_bias": [1]})", "logit_bias"},
+      {R"({"prompt": "x", "logit_bias": {"abc": 1}})", "logit_bias"},
+      {R"({"prompt": "x", "logit_bias": {"1.5": 1}})", "logit_bias"},
+      {R"({"prompt": "x", "logit_bias": {"99999999999": 1}})", "logit_bias"},
+      {R"({"prompt": "x", "logit_bias": {"7": "1"}})", "logit_bias[7]"},
+      {R"({"prompt": "x", "suffix": "tail"})", "suffix"},
+      {R"({"prompt": "x", "suffix": 5})", "suffix"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]})",
+       "tools", true},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tools": {}})", "tools", true},
+      {R"({"messages": [{"role": "user", "content": "x"}], "functions": [{"name": "f"}]})",
+       "functions", true},
+      {R"({"messages": [{"role": "user", "content": "x"}],
+           "response_format": {"type": "json_object"}})",
+       "response_format", true},
+      {R"({"messages": [{"role": "user", "content": "x"}], "response_format": "json"})",
+       "response_format", true},
       {R"({"prompt": "x", "temperature": "1"})", "temperature"},
       {R"({"prompt": "x", "top_p": 0})", "top_p"},
       {R"({"prompt": "x", "max_tokens": 1.5})", "max_tokens"},

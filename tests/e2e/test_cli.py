@@ -64,6 +64,25 @@ class CliTest(unittest.TestCase):
         for message in lines[:-1]:
             self.assertNotIn("finish_reason", message)
 
+    def test_generate_sampling_flags_reach_the_server(self):
+        def ids(*flags):
+            r = self.server.cli("generate", "--json", "--max-tokens", "12", *flags, "And God said")
+            self.assertEqual(r.returncode, 0, r.stderr)
+            return [i for line in r.stdout.splitlines() for i in json.loads(line)["token_ids"]]
+        plain = ids()
+        banned = ids("--logit-bias", "%d=-100" % plain[0])
+        self.assertNotIn(plain[0], banned)
+        forced = ids("--logit-bias", "100=100", "--ignore-eos")
+        self.assertEqual(forced, [100] * 12)
+        # The greedy continuation repeats tokens: the penalties change it.
+        self.assertNotEqual(ids("--frequency-penalty", "2", "--presence-penalty", "1"), plain)
+        r = self.server.cli("generate", "--logit-bias", "100", "x")
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("--logit-bias", r.stderr)
+        r = self.server.cli("generate", "--presence-penalty", "2.5", "x")
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("INVALID_ARGUMENT: sampling.presence_penalty", r.stderr)
+
     def test_generate_stops_at_max_tokens_with_length(self):
         r = self.server.cli("generate", "--json", "--max-tokens", "5", "--ignore-eos", "And")
         self.assertEqual(r.returncode, 0, r.stderr)

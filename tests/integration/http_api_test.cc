@@ -214,6 +214,46 @@ TEST_F(HttpApiTest, SeededSamplingEqualsTheGrpcStream) {
   }
 }
 
+// OpenAI's logit_bias, frequency_penalty and presence_penalty over HTTP are the gRPC
+// request's sampling fields: the same tokens either way, and they change the answer.
+TEST_F(HttpApiTest, PenaltiesAndLogitBiasEqualTheGrpcStream) {
+  const Stream plain = Collect(*client_, TextRequest("And God said", 32));
+  ASSERT_TRUE(plain.status.ok()) << plain.status;
+  ASSERT_FALSE(plain.ids.empty());
+  const int banned = plain.ids[0];
+
+  v1::GenerateRequest request = TextRequest("And God said", 32);
+  request.mutable_sampling()->set_frequency_penalty(1.2f);
+  request.mutable_sampling()->set_presence_penalty(0.6f);
+  (*request.mutable_sampling()->mutable_logit_bias())[banned] = -100.0f;
+  const Stream grpc = Collect(*client_, request);
+  ASSERT_TRUE(grpc.status.ok()) << grpc.status;
+  EXPECT_NE(grpc.ids[0], banned);
+  EXPECT_EQ(std::count(grpc.ids.begin(), grpc.ids.end(), banned), 0);
+  EXPECT_NE(grpc.text, plain.text);
+
+  const HttpReply reply =
+      Post("/v1/completions", {{"prompt", "And God said"},
+                               {"max_tokens", 32},
+                               {"temperature", 0},
+                               {"frequency_penalty", 1.2},
+                               {"presence_penalty", 0.6},
+                               {"logit_bias", {{std::to_string(banned), -100}}}});
+  ASSERT_EQ(reply.status, 200) << reply.body;
+  EXPECT_EQ(json::parse(reply.body)["choices"][0]["text"], grpc.text);
+
+  // +100 forces a token: every position is that token.
+  const int forced = plain.ids[0] == 100 ? 101 : 100;
+  v1::GenerateRequest forcing = TextRequest("And God said", 6);
+  forcing.set_ignore_eos(true);
+  (*forcing.mutable_sampling()->mutable_logit_bias())[forced] = 100.0f;
+  forcing.mutable_sampling()->set_temperature(1.0f);
+  const Stream forced_stream = Collect(*client_, forcing);
+  ASSERT_TRUE(forced_stream.status.ok()) << forced_stream.status;
+  EXPECT_THAT(forced_stream.ids, ::testing::Each(forced));
+  EXPECT_EQ(forced_stream.ids.size(), 6u);
+}
+
 TEST_F(HttpApiTest, StopStringEndsWithStop) {
   const Stream grpc = Collect(*client_, TextRequest("In the beginning", 40));
   ASSERT_TRUE(grpc.status.ok());
@@ -267,6 +307,12 @@ TEST_F(HttpApiTest, InvalidInputIs400NamingTheFieldAndCountsAsRejected) {
       {{{"prompt", "x"}, {"seed", 1.5}}, "seed"},
       {{{"prompt", "x"}, {"stream", "yes"}}, "stream"},
       {{{"prompt", "x"}, {"disable_speculation", "yes"}}, "disable_speculation"},
+      {{{"prompt", "x"}, {"frequency_penalty", 2.5}}, "frequency_penalty"},
+      {{{"prompt", "x"}, {"presence_penalty", -3}}, "presence_penalty"},
+      {{{"prompt", "x"}, {"logit_bias", {{"99999", 1}}}}, "logit_bias"},
+      {{{"prompt", "x"}, {"logit_bias", {{"5", 101}}}}, "logit_bias"},
+      {{{"prompt", "x"}, {"suffix", "and the end"}}, "suffix"},
+      {{{"prompt", "x"}, {"response_format", {{"type", "json_object"}}}}, "response_format"},
   };
   for (const auto& c : cases) {
     const HttpReply reply = Post("/v1/completions", c.body);

@@ -133,9 +133,24 @@ test('a seed reproduces the gRPC stream of the same request', async () => {
   assert.notEqual(other.choices[0].text, a.choices[0].text);
 });
 
+test('logit_bias and the penalties give the gRPC stream of the same request', async () => {
+  const args = { model: 'm', prompt: 'And God said', max_tokens: 24, temperature: 0,
+                 frequency_penalty: 1.2, presence_penalty: 0.6, logit_bias: { 100: -100 } };
+  const r = await client.completions.create(args);
+  const grpc = grpcText(['--max-tokens', '24', '--frequency-penalty', '1.2',
+                         '--presence-penalty', '0.6', '--logit-bias', '100=-100', 'And God said']);
+  assert.equal(r.choices[0].text, grpc);
+  const plain = await client.completions.create({ model: 'm', prompt: 'And God said',
+                                                  max_tokens: 24, temperature: 0 });
+  assert.notEqual(r.choices[0].text, plain.choices[0].text);
+});
+
 test('invalid input is a 400 naming the field', async () => {
   for (const [extra, param] of [[{ n: 2 }, 'n'], [{ temperature: -1 }, 'temperature'],
-                                [{ max_tokens: 100000 }, 'max_tokens']]) {
+                                [{ max_tokens: 100000 }, 'max_tokens'],
+                                [{ frequency_penalty: 3 }, 'frequency_penalty'],
+                                [{ logit_bias: { 99999: 1 } }, 'logit_bias'],
+                                [{ suffix: 'the end' }, 'suffix']]) {
     await assert.rejects(
       client.completions.create({ model: 'm', prompt: PROMPT, ...extra }),
       (e) => {
