@@ -433,6 +433,25 @@ absl::StatusOr<v1::TokenizeResponse> TokenizeText(const v1::TokenizeRequest& req
   return out;
 }
 
+absl::StatusOr<std::string> DetokenizeIds(absl::Span<const int32_t> ids,
+                                          const RequestLimits& limits,
+                                          const engine::Tokenizer& tokenizer,
+                                          absl::string_view field) {
+  if (limits.max_tokenize_tokens > 0 &&
+      static_cast<int64_t>(ids.size()) > limits.max_tokenize_tokens) {
+    return Invalid(field, absl::StrCat("has ", ids.size(), " ids; at most ",
+                                       limits.max_tokenize_tokens, " (the context length)"));
+  }
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] < 0 || ids[i] >= limits.vocab_size) {
+      return Invalid(
+          absl::StrCat(field, "[", i, "]"),
+          absl::StrCat("is ", ids[i], ", outside the vocabulary [0, ", limits.vocab_size, ")"));
+    }
+  }
+  return ToValidUtf8(tokenizer.Decode(ids, tokenizer.adds_space_prefix()));
+}
+
 engine::SamplingParams ToEngineSampling(const v1::GenerateRequest& request) {
   engine::SamplingParams params;
   params.temperature = 0.0f;  // no sampling message: greedy

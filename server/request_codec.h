@@ -10,6 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "engine/chat/chat_prompt.h"
 #include "engine/runtime/request.h"
 #include "engine/tokenizer/tokenizer.h"
@@ -143,6 +144,14 @@ quill::v1::GenerateRequest ChatOptions(const quill::v1::ChatRequest& request);
 absl::StatusOr<quill::v1::TokenizeResponse> TokenizeText(const quill::v1::TokenizeRequest& request,
                                                          const RequestLimits& limits,
                                                          const engine::Tokenizer& tokenizer);
+
+// Token ids -> their text, as Tokenize's `text` decodes (HTTP POST /detokenize).
+// INVALID_ARGUMENT naming `field` for an id outside the vocabulary or more than
+// max_tokenize_tokens ids (the context length).
+absl::StatusOr<std::string> DetokenizeIds(absl::Span<const int32_t> ids,
+                                          const RequestLimits& limits,
+                                          const engine::Tokenizer& tokenizer,
+                                          absl::string_view field = "tokens");
 
 // Proto sampling message -> engine sampling params (unset message = greedy; top_p 0 and
 // repetition_penalty 0 mean 1). Assumes ValidateGenerateRequest passed.

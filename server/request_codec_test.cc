@@ -280,6 +280,27 @@ TEST(RequestCodecTest, TokenizeCapsItsInputBeforeTokenizingAndItsOutput) {
   EXPECT_EQ(got->text(), "hi");
 }
 
+TEST(RequestCodecTest, DetokenizeChecksTheIdsAndDecodesLikeTokenize) {
+  ByteTokenizer tokenizer;
+  RequestLimits limits = Limits();
+  SetTextLimits(tokenizer, &limits);  // 64 ids at most
+  const std::vector<int32_t> hi = {1, 'h' + 3, 'i' + 3};
+  absl::StatusOr<std::string> text = DetokenizeIds(hi, limits, tokenizer);
+  ASSERT_TRUE(text.ok()) << text.status();
+  EXPECT_EQ(*text, "hi");
+  text = DetokenizeIds({}, limits, tokenizer);
+  ASSERT_TRUE(text.ok());
+  EXPECT_EQ(*text, "");
+  text = DetokenizeIds({5, 1024}, limits, tokenizer);
+  EXPECT_EQ(text.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(text.status().message(), "tokens[1] is 1024, outside the vocabulary [0, 1024)");
+  text = DetokenizeIds({-1}, limits, tokenizer);
+  EXPECT_EQ(text.status().code(), absl::StatusCode::kInvalidArgument);
+  text = DetokenizeIds(std::vector<int32_t>(65, 5), limits, tokenizer);
+  EXPECT_EQ(text.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(text.status().message()), ::testing::StartsWith("tokens has 65 ids"));
+}
+
 TEST(RequestCodecTest, PrintableRequestIdsAreAccepted) {
   v1::GenerateRequest request = Valid();
   request.set_request_id("user 42: \"job\" #7 (retry) ~!");

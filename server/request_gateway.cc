@@ -124,6 +124,11 @@ absl::StatusOr<quill::v1::TokenizeResponse> RequestGateway::Tokenize(
   return TokenizeText(request, limits_, engine()->model().tokenizer());
 }
 
+absl::StatusOr<std::string> RequestGateway::Detokenize(absl::Span<const int32_t> ids) {
+  QUILL_RETURN_IF_ERROR(CheckServing());
+  return DetokenizeIds(ids, limits_, engine()->model().tokenizer());
+}
+
 absl::Status RequestGateway::Submit(engine::GenerationRequest request,
                                     std::shared_ptr<engine::TokenSink> sink, Api api) {
   engine::Engine* e = engine();

@@ -15,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "engine/chat/chat_prompt.h"
 #include "engine/runtime/engine.h"
 #include "engine/runtime/request.h"
@@ -68,6 +69,8 @@ class RequestGateway {
   // which refuses text over max_tokenize_bytes before tokenizing it and output over
   // max_tokenize_tokens ids (INVALID_ARGUMENT naming the limit).
   absl::StatusOr<quill::v1::TokenizeResponse> Tokenize(const quill::v1::TokenizeRequest& request);
+  // HTTP's POST /detokenize: CheckServing, then request_codec's DetokenizeIds.
+  absl::StatusOr<std::string> Detokenize(absl::Span<const int32_t> ids);
   // Prepare for a chat: the messages are rendered by the chat template and tokenized
   // (request_codec's ToEngineChatRequest). FAILED_PRECONDITION when the server has no chat
   // template; otherwise errors as Prepare's. The rejection is counted either way.

@@ -116,6 +116,10 @@ void OpenAiApi::Handle(const HttpRequest& request, std::shared_ptr<ResponseChann
     if (!get) return wrong_method("GET");
     return Health(*channel);
   }
+  if (path == "/tokenize" || path == "/detokenize") {
+    if (!post) return wrong_method("POST");
+    return path == "/tokenize" ? Tokenize(request, *channel) : Detokenize(request, *channel);
+  }
   std::string body;
   HttpResponseHead head =
       OpenAiHttpError(404, absl::StrCat("no route for ", request.method, " ", path), &body);
@@ -149,6 +153,34 @@ void OpenAiApi::Models(const HttpRequest& request, ResponseChannel& channel) {
                 channel);
   }
   channel.Respond(HttpResponseHead(), Dump(model));
+}
+
+void OpenAiApi::Tokenize(const HttpRequest& request, ResponseChannel& channel) {
+  absl::StatusOr<quill::v1::TokenizeRequest> parsed = ParseTokenizeRequest(request.body);
+  if (!parsed.ok()) return Fail(parsed.status(), channel);
+  absl::StatusOr<quill::v1::TokenizeResponse> out = gateway_->Tokenize(*parsed);
+  if (!out.ok()) {
+    // The codec names gRPC's field, `text`; this request's is `prompt`.
+    absl::string_view message = out.status().message();
+    if (out.status().code() == absl::StatusCode::kInvalidArgument &&
+        absl::ConsumePrefix(&message, "text")) {
+      return Fail(absl::InvalidArgumentError(absl::StrCat("prompt", message)), channel);
+    }
+    return Fail(out.status(), channel);
+  }
+  const json body = {{"tokens", out->token_ids()},
+                     {"token_strs", out->pieces()},
+                     {"count", out->token_ids_size()},
+                     {"max_model_len", gateway_->limits().context_length}};
+  channel.Respond(HttpResponseHead(), Dump(body));
+}
+
+void OpenAiApi::Detokenize(const HttpRequest& request, ResponseChannel& channel) {
+  absl::StatusOr<std::vector<int32_t>> ids = ParseDetokenizeRequest(request.body);
+  if (!ids.ok()) return Fail(ids.status(), channel);
+  absl::StatusOr<std::string> text = gateway_->Detokenize(*ids);
+  if (!text.ok()) return Fail(text.status(), channel);
+  channel.Respond(HttpResponseHead(), Dump(json{{"prompt", *text}}));
 }
 
 void OpenAiApi::Generate(const HttpRequest& request, Endpoint endpoint, const Tenant& tenant,

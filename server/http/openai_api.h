@@ -1,7 +1,8 @@
 #pragma once
 
 // The OpenAI-compatible HTTP API: routes requests to
-//   POST /v1/completions, POST /v1/chat/completions, GET /v1/models[/{id}], GET /health.
+//   POST /v1/completions, POST /v1/chat/completions, GET /v1/models[/{id}], GET /health,
+//   and vLLM's POST /tokenize and POST /detokenize.
 // Generations go through the shared RequestGateway (validation, admission, metrics,
 // cancellation) exactly like gRPC's; output reaches the client through a
 // GenerationStream. Handlers run on the HTTP threads and never block.
@@ -32,6 +33,8 @@ class OpenAiApi final : public HttpHandler {
  private:
   void Health(ResponseChannel& channel);
   void Models(const HttpRequest& request, ResponseChannel& channel);
+  void Tokenize(const HttpRequest& request, ResponseChannel& channel);
+  void Detokenize(const HttpRequest& request, ResponseChannel& channel);
   void Generate(const HttpRequest& request, Endpoint endpoint, const Tenant& tenant,
                 std::shared_ptr<ResponseChannel> channel);
   // Answers `status` as an OpenAI error; counts a refused generation when `count`.

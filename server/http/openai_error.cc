@@ -64,7 +64,9 @@ std::string ParamOf(absl::string_view message) {
                                                   "response_format",
                                                   "ignore_eos",
                                                   "stop_token_ids",
-                                                  "disable_speculation"};
+                                                  "disable_speculation",
+                                                  "tokens",
+                                                  "add_special_tokens"};
   absl::string_view word = message.substr(0, message.find(' '));
   if (absl::StartsWith(word, "sampling.")) word.remove_prefix(9);  // Quill's proto nests it
   word = word.substr(0, word.find_first_of(".["));

@@ -351,20 +351,29 @@ absl::Status ParseLogprobs(const json& body, Endpoint endpoint, OpenAiRequest* o
   return absl::OkStatus();
 }
 
-}  // namespace
-
-absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(absl::string_view body, Endpoint endpoint,
-                                                 uint64_t random_seed) {
+// The body as a JSON object, refused unparsed when it nests deeper than any real request.
+absl::StatusOr<json> ParseObject(absl::string_view body) {
   if (!NestingWithin(body, kMaxJsonDepth)) {
     return absl::InvalidArgumentError(
         absl::StrCat("The request body nests deeper than ", kMaxJsonDepth, " levels"));
   }
-  const json parsed = json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
+  json parsed = json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
   if (parsed.is_discarded()) {
     return absl::InvalidArgumentError("The request body is not valid JSON");
   }
-  if (!parsed.is_object())
+  if (!parsed.is_object()) {
     return absl::InvalidArgumentError("The request body must be a JSON object");
+  }
+  return parsed;
+}
+
+}  // namespace
+
+absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(absl::string_view body, Endpoint endpoint,
+                                                 uint64_t random_seed) {
+  absl::StatusOr<json> object = ParseObject(body);
+  if (!object.ok()) return object.status();
+  const json& parsed = *object;
 
   OpenAiRequest out;
   out.endpoint = endpoint;
@@ -428,6 +437,30 @@ absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(absl::string_view body, Endpoin
     }
   }
   return out;
+}
+
+absl::StatusOr<quill::v1::TokenizeRequest> ParseTokenizeRequest(absl::string_view body) {
+  absl::StatusOr<json> parsed = ParseObject(body);
+  if (!parsed.ok()) return parsed.status();
+  const json* prompt = Find(*parsed, "prompt");
+  if (prompt == nullptr) return Invalid("prompt", "is required");
+  if (!prompt->is_string()) return Invalid("prompt", "must be a string");
+  quill::v1::TokenizeRequest out;
+  out.set_text(prompt->get<std::string>());
+  bool add_special = true;
+  if (absl::Status s = GetBool(*parsed, "add_special_tokens", &add_special); !s.ok()) return s;
+  out.set_add_special_tokens(add_special);
+  return out;
+}
+
+absl::StatusOr<std::vector<int32_t>> ParseDetokenizeRequest(absl::string_view body) {
+  absl::StatusOr<json> parsed = ParseObject(body);
+  if (!parsed.ok()) return parsed.status();
+  const json* tokens = Find(*parsed, "tokens");
+  if (tokens == nullptr) return Invalid("tokens", "is required");
+  std::vector<int32_t> ids;
+  if (absl::Status s = GetIdList("tokens", *tokens, &ids); !s.ok()) return s;
+  return ids;
 }
 
 }  // namespace quill::server::http

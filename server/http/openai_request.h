@@ -49,9 +49,18 @@ inline constexpr int kDefaultCompletionMaxTokens = 16;
 
 // Parses and checks `body`. INVALID_ARGUMENT naming the field for malformed JSON, a body
 // that is not an object, a field of the wrong type, a missing prompt/messages, n != 1,
-// several prompts, echo, best_of > 1, non-zero frequency/presence penalties, and
-// top_logprobs without logprobs. A request without `seed` that samples gets `random_seed`.
+// several prompts, echo, best_of > 1, a non-empty suffix, tools or functions, a
+// response_format other than text, and top_logprobs without logprobs. A request without
+// `seed` that samples gets `random_seed`.
 absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(absl::string_view body, Endpoint endpoint,
                                                  uint64_t random_seed);
+
+// POST /tokenize (vLLM's form): {"prompt": "text", "add_special_tokens": bool (default
+// true, as a completion's text prompt is encoded)}. INVALID_ARGUMENT naming the field.
+absl::StatusOr<quill::v1::TokenizeRequest> ParseTokenizeRequest(absl::string_view body);
+
+// POST /detokenize (vLLM's form): {"tokens": [ids]}. INVALID_ARGUMENT naming the field;
+// the ids' range is checked by request_codec's DetokenizeIds.
+absl::StatusOr<std::vector<int32_t>> ParseDetokenizeRequest(absl::string_view body);
 
 }  // namespace quill::server::http

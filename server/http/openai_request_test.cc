@@ -221,6 +221,38 @@ TEST(OpenAiRequestTest, BadInputNamesTheField) {
   }
 }
 
+TEST(OpenAiRequestTest, TokenizeAndDetokenizeBodies) {
+  absl::StatusOr<quill::v1::TokenizeRequest> t = ParseTokenizeRequest(R"({"prompt": "Hi"})");
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->text(), "Hi");
+  EXPECT_TRUE(t->add_special_tokens());  // as a completion's text prompt is encoded
+  t = ParseTokenizeRequest(R"({"model": "m", "prompt": "", "add_special_tokens": false})");
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_FALSE(t->add_special_tokens());
+  absl::StatusOr<std::vector<int32_t>> ids = ParseDetokenizeRequest(R"({"tokens": [1, 2, 3]})");
+  ASSERT_TRUE(ids.ok()) << ids.status();
+  EXPECT_THAT(*ids, ::testing::ElementsAre(1, 2, 3));
+  for (const auto& [body, field] : std::vector<std::pair<std::string, std::string>>{
+           {R"({})", "prompt"},
+           {R"({"prompt": ["a"]})", "prompt"},
+           {R"({"prompt": "a", "add_special_tokens": 1})", "add_special_tokens"},
+           {"[1]", "The request body"}}) {
+    t = ParseTokenizeRequest(body);
+    EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument) << body;
+    EXPECT_TRUE(absl::StartsWith(t.status().message(), field)) << body << " -> " << t.status();
+  }
+  for (const auto& [body, field] :
+       std::vector<std::pair<std::string, std::string>>{{R"({})", "tokens"},
+                                                        {R"({"tokens": "1"})", "tokens"},
+                                                        {R"({"tokens": [1, 2.5]})", "tokens[1]"},
+                                                        {R"({"tokens": [1e12]})", "tokens[0]"},
+                                                        {"{bad", "The request body"}}) {
+    ids = ParseDetokenizeRequest(body);
+    EXPECT_EQ(ids.status().code(), absl::StatusCode::kInvalidArgument) << body;
+    EXPECT_TRUE(absl::StartsWith(ids.status().message(), field)) << body << " -> " << ids.status();
+  }
+}
+
 TEST(OpenAiRequestTest, MalformedBodies) {
   for (const std::string& body :
        {std::string("{bad"), std::string("[]"), std::string("\"text\""), std::string(""),

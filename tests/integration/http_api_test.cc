@@ -254,6 +254,59 @@ TEST_F(HttpApiTest, PenaltiesAndLogitBiasEqualTheGrpcStream) {
   EXPECT_EQ(forced_stream.ids.size(), 6u);
 }
 
+// vLLM's /tokenize and /detokenize: the gRPC Tokenize's ids (with the special tokens a
+// completion's text prompt gets, by default), and the text back.
+TEST_F(HttpApiTest, TokenizeAndDetokenizeAgreeWithGrpcTokenize) {
+  const std::string text = "And God said, Let there be light";
+  for (bool special : {true, false}) {
+    absl::StatusOr<v1::TokenizeResponse> grpc = client_->Tokenize(text, special);
+    ASSERT_TRUE(grpc.ok()) << grpc.status();
+    json request = {{"prompt", text}};
+    if (!special) request["add_special_tokens"] = false;
+    const HttpReply reply = Post("/tokenize", request);
+    ASSERT_EQ(reply.status, 200) << reply.body;
+    const json body = json::parse(reply.body);
+    const std::vector<int> ids(grpc->token_ids().begin(), grpc->token_ids().end());
+    EXPECT_EQ(body["tokens"].get<std::vector<int>>(), ids) << "special=" << special;
+    EXPECT_EQ(body["count"], ids.size());
+    EXPECT_EQ(body["max_model_len"], 256);  // kjv-1m's context
+    EXPECT_EQ(body["token_strs"].size(), ids.size());
+
+    const HttpReply back = Post("/detokenize", {{"tokens", ids}});
+    ASSERT_EQ(back.status, 200) << back.body;
+    EXPECT_EQ(json::parse(back.body)["prompt"], text) << "special=" << special;
+  }
+  // A completion's usage counts the same prompt tokens.
+  const HttpReply completion =
+      Post("/v1/completions", {{"prompt", text}, {"max_tokens", 1}, {"temperature", 0}});
+  ASSERT_EQ(completion.status, 200) << completion.body;
+  const HttpReply counted = Post("/tokenize", {{"prompt", text}});
+  EXPECT_EQ(json::parse(completion.body)["usage"]["prompt_tokens"],
+            json::parse(counted.body)["count"]);
+
+  const struct {
+    const char* path;
+    json body;
+    const char* param;
+  } bad[] = {
+      {"/tokenize", {{"text", "x"}}, "prompt"},
+      {"/tokenize", {{"prompt", 5}}, "prompt"},
+      {"/tokenize", {{"prompt", std::string(20000, 'a')}}, "prompt"},
+      {"/tokenize", {{"prompt", "x"}, {"add_special_tokens", "yes"}}, "add_special_tokens"},
+      {"/detokenize", {{"tokens", "1 2"}}, "tokens"},
+      {"/detokenize", {{"tokens", {1, 4096}}}, "tokens"},
+      {"/detokenize", {{"tokens", std::vector<int>(257, 5)}}, "tokens"},
+      {"/detokenize", json::object(), "tokens"},
+  };
+  for (const auto& c : bad) {
+    const HttpReply reply = Post(c.path, c.body);
+    EXPECT_EQ(reply.status, 400) << c.path << " " << c.body.dump().substr(0, 80);
+    const json error = json::parse(reply.body)["error"];
+    EXPECT_EQ(error["param"], c.param) << reply.body.substr(0, 200);
+  }
+  EXPECT_EQ(Get("/tokenize").status, 405);
+}
+
 TEST_F(HttpApiTest, StopStringEndsWithStop) {
   const Stream grpc = Collect(*client_, TextRequest("In the beginning", 40));
   ASSERT_TRUE(grpc.status.ok());

@@ -157,6 +157,11 @@ TEST_F(SecurityTest, ApiKeysGuardTheHttpApiButHealth) {
   reply = (*http)->Request("GET", "/v1/models");
   ASSERT_TRUE(reply.ok()) << reply.status();
   EXPECT_EQ(reply->status, 401);
+  for (const char* path : {"/tokenize", "/detokenize"}) {
+    reply = (*http)->Request("POST", path, R"({"prompt": "x", "tokens": [1]})");
+    ASSERT_TRUE(reply.ok()) << reply.status();
+    EXPECT_EQ(reply->status, 401) << path;
+  }
   reply = (*http)->Request("GET", "/health");
   ASSERT_TRUE(reply.ok()) << reply.status();
   EXPECT_EQ(reply->status, 200);
