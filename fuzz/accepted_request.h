@@ -39,6 +39,11 @@ inline void CheckAccepted(const engine::GenerationRequest& r, const server::Requ
   for (auto id : r.stop_token_ids) QUILL_CHECK(id >= 0 && id < limits.vocab_size);
   QUILL_CHECK(r.logprobs >= 0 && r.logprobs <= limits.max_logprobs);
   QUILL_CHECK(static_cast<int>(r.request_id.size()) <= limits.max_request_id_bytes);
+  QUILL_CHECK(engine::ValidateSamplingParams(r.sampling).ok());
+  QUILL_CHECK(static_cast<int>(r.sampling.logit_bias.size()) <= limits.max_logit_bias);
+  for (const engine::LogitBias& entry : r.sampling.logit_bias) {
+    QUILL_CHECK(entry.id >= 0 && entry.id < limits.vocab_size);
+  }
 }
 
 }  // namespace quill::fuzz

@@ -210,6 +210,11 @@ def request_seeds():
     sampling = field(1, 5, 0.8) + field(2, 0, 40) + field(3, 5, 0.95) + field(4, 5, 0.05) + \
         field(5, 5, 1.1) + field(6, 0, 42)
     ids = field(1, 2, b"".join(varint(i) for i in [1, 300, 261, 345]))
+    # frequency_penalty, presence_penalty, and logit_bias map entries (key varint, value float).
+    penalties = field(1, 5, 0.7) + field(7, 5, 0.5) + field(8, 5, -1.0) + \
+        field(9, 2, field(1, 0, 5) + field(2, 5, -100.0)) + \
+        field(9, 2, field(1, 0, 300) + field(2, 5, 2.5)) + \
+        field(9, 2, field(1, 0, 5000) + field(2, 5, 1.0))
     seeds = {
         "text_prompt": field(1, 2, "req-1") + field(2, 2, "In the beginning") + field(4, 0, 16),
         "token_ids": field(3, 2, ids) + field(4, 0, 8) + field(9, 0, 3),
@@ -218,6 +223,8 @@ def request_seeds():
         field(8, 0, 1),
         "newline_request_id": field(1, 2, "a\nb") + field(2, 2, "x") + field(4, 0, 1),
         "negative_values": field(2, 2, "x") + field(4, 0, -1) + field(9, 0, -5),
+        "penalties_and_logit_bias": field(2, 2, "And God said") + field(4, 0, 16) +
+        field(5, 2, penalties),
         "tokenize_request": field(1, 2, "Blessed are the meek") + field(2, 0, 1),
         "not_utf8_prompt": field(2, 2, b"\xff\xfe") + field(4, 0, 4),
         "empty": b"",
@@ -266,7 +273,11 @@ def openai_request_seeds():
                       ' "seed": 42, "top_p": 0.9, "top_k": -1, "stream": true,'
                       ' "stream_options": {"include_usage": true}}',
         "refused": '{"prompt": "x", "n": 2, "echo": true, "best_of": 3,'
-                   ' "frequency_penalty": 0.5}',
+                   ' "suffix": "end", "tools": [{"type": "function"}],'
+                   ' "response_format": {"type": "json_object"}}',
+        "penalties_and_logit_bias": '{"prompt": "x", "frequency_penalty": 0.5,'
+                                    ' "presence_penalty": -1, "logit_bias": {"5": -100,'
+                                    ' "300": 2.5, "abc": 1, "99999": 1e40}}',
         "out_of_range": '{"prompt": "x", "max_tokens": 1e999, "temperature": -1e400,'
                         ' "seed": 18446744073709551615, "stop_token_ids": [99999]}',
         "long_prompt": '{"prompt": "' + "And God said, Let there be light. " * 60 + '"}',
