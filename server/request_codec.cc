@@ -404,22 +404,24 @@ absl::Status CheckRequestBytes(int64_t bytes, int64_t limit) {
 
 absl::StatusOr<v1::TokenizeResponse> TokenizeText(const v1::TokenizeRequest& request,
                                                   const RequestLimits& limits,
-                                                  const engine::Tokenizer& tokenizer) {
+                                                  const engine::Tokenizer& tokenizer,
+                                                  absl::string_view field) {
   const std::string& text = request.text();
   if (limits.max_tokenize_bytes > 0 &&
       static_cast<int64_t>(text.size()) > limits.max_tokenize_bytes) {
-    return Invalid("text", absl::StrCat("is ", text.size(), " bytes; Tokenize accepts at most ",
-                                        limits.max_tokenize_bytes,
-                                        " (the most a context of ", limits.context_length,
-                                        " tokens can hold)"));
+    return Invalid(field, absl::StrCat("is ", text.size(), " bytes; Tokenize accepts at most ",
+                                       limits.max_tokenize_bytes, " (the most a context of ",
+                                       limits.context_length, " tokens can hold)"));
   }
   absl::StatusOr<std::vector<engine::TokenId>> ids =
       tokenizer.Encode(text, request.add_special_tokens());
-  if (!ids.ok()) return absl::InvalidArgumentError(absl::StrCat("text: ", ids.status().message()));
+  if (!ids.ok())
+    return absl::InvalidArgumentError(absl::StrCat(field, ": ", ids.status().message()));
   if (limits.max_tokenize_tokens > 0 &&
       static_cast<int64_t>(ids->size()) > limits.max_tokenize_tokens) {
-    return Invalid("text", absl::StrCat("encodes to ", ids->size(), " tokens; Tokenize returns at most ",
-                                        limits.max_tokenize_tokens, " (the context length)"));
+    return Invalid(field,
+                   absl::StrCat("encodes to ", ids->size(), " tokens; Tokenize returns at most ",
+                                limits.max_tokenize_tokens, " (the context length)"));
   }
   v1::TokenizeResponse out;
   out.mutable_token_ids()->Reserve(static_cast<int>(ids->size()));

@@ -138,12 +138,15 @@ absl::StatusOr<engine::GenerationRequest> ToEngineChatRequest(
 // messages share the option fields' names and numbers).
 quill::v1::GenerateRequest ChatOptions(const quill::v1::ChatRequest& request);
 
-// The Tokenize RPC: INVALID_ARGUMENT ("text ...") for text of more than max_tokenize_bytes
-// bytes (refused before tokenizing), text that is not UTF-8, or text that encodes to more
-// than max_tokenize_tokens ids; else the ids, their pieces and the decoded text.
+// The Tokenize RPC: INVALID_ARGUMENT naming `field` (the text's field as the caller's
+// request calls it: gRPC's "text", HTTP's "prompt") for text of more than
+// max_tokenize_bytes bytes (refused before tokenizing), text that is not UTF-8, or text that
+// encodes to more than max_tokenize_tokens ids; else the ids, their pieces and the decoded
+// text.
 absl::StatusOr<quill::v1::TokenizeResponse> TokenizeText(const quill::v1::TokenizeRequest& request,
                                                          const RequestLimits& limits,
-                                                         const engine::Tokenizer& tokenizer);
+                                                         const engine::Tokenizer& tokenizer,
+                                                         absl::string_view field = "text");
 
 // Token ids -> their text, as Tokenize's `text` decodes (HTTP POST /detokenize).
 // INVALID_ARGUMENT naming `field` for an id outside the vocabulary or more than

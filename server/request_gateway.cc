@@ -119,9 +119,9 @@ absl::StatusOr<engine::GenerationRequest> RequestGateway::FinishPrepare(
 }
 
 absl::StatusOr<quill::v1::TokenizeResponse> RequestGateway::Tokenize(
-    const quill::v1::TokenizeRequest& request) {
+    const quill::v1::TokenizeRequest& request, absl::string_view text_field) {
   QUILL_RETURN_IF_ERROR(CheckServing());
-  return TokenizeText(request, limits_, engine()->model().tokenizer());
+  return TokenizeText(request, limits_, engine()->model().tokenizer(), text_field);
 }
 
 absl::StatusOr<std::string> RequestGateway::Detokenize(absl::Span<const int32_t> ids) {

@@ -67,8 +67,9 @@ class RequestGateway {
 
   // The Tokenize call (both front ends): CheckServing, then request_codec's TokenizeText,
   // which refuses text over max_tokenize_bytes before tokenizing it and output over
-  // max_tokenize_tokens ids (INVALID_ARGUMENT naming the limit).
-  absl::StatusOr<quill::v1::TokenizeResponse> Tokenize(const quill::v1::TokenizeRequest& request);
+  // max_tokenize_tokens ids (INVALID_ARGUMENT naming `text_field` and the limit).
+  absl::StatusOr<quill::v1::TokenizeResponse> Tokenize(const quill::v1::TokenizeRequest& request,
+                                                       absl::string_view text_field = "text");
   // HTTP's POST /detokenize: CheckServing, then request_codec's DetokenizeIds.
   absl::StatusOr<std::string> Detokenize(absl::Span<const int32_t> ids);
   // Prepare for a chat: the messages are rendered by the chat template and tokenized

@@ -158,16 +158,8 @@ void OpenAiApi::Models(const HttpRequest& request, ResponseChannel& channel) {
 void OpenAiApi::Tokenize(const HttpRequest& request, ResponseChannel& channel) {
   absl::StatusOr<quill::v1::TokenizeRequest> parsed = ParseTokenizeRequest(request.body);
   if (!parsed.ok()) return Fail(parsed.status(), channel);
-  absl::StatusOr<quill::v1::TokenizeResponse> out = gateway_->Tokenize(*parsed);
-  if (!out.ok()) {
-    // The codec names gRPC's field, `text`; this request's is `prompt`.
-    absl::string_view message = out.status().message();
-    if (out.status().code() == absl::StatusCode::kInvalidArgument &&
-        absl::ConsumePrefix(&message, "text")) {
-      return Fail(absl::InvalidArgumentError(absl::StrCat("prompt", message)), channel);
-    }
-    return Fail(out.status(), channel);
-  }
+  absl::StatusOr<quill::v1::TokenizeResponse> out = gateway_->Tokenize(*parsed, "prompt");
+  if (!out.ok()) return Fail(out.status(), channel);
   const json body = {{"tokens", out->token_ids()},
                      {"token_strs", out->pieces()},
                      {"count", out->token_ids_size()},
