@@ -103,9 +103,9 @@ absl::Status ValidateLogitBias(const v1::SamplingParams& s, const RequestLimits&
   return absl::OkStatus();
 }
 
-absl::Status ValidateIds(absl::string_view field,
-                         const google::protobuf::RepeatedField<int32_t>& ids, int64_t vocab_size) {
-  for (int i = 0; i < ids.size(); ++i) {
+absl::Status ValidateIds(absl::string_view field, absl::Span<const int32_t> ids,
+                         int64_t vocab_size) {
+  for (size_t i = 0; i < ids.size(); ++i) {
     if (ids[i] < 0 || ids[i] >= vocab_size) {
       return Invalid(absl::StrCat(field, "[", i, "]"),
                      absl::StrCat("is ", ids[i], ", outside the vocabulary [0, ", vocab_size, ")"));
@@ -444,13 +444,7 @@ absl::StatusOr<std::string> DetokenizeIds(absl::Span<const int32_t> ids,
     return Invalid(field, absl::StrCat("has ", ids.size(), " ids; at most ",
                                        limits.max_tokenize_tokens, " (the context length)"));
   }
-  for (size_t i = 0; i < ids.size(); ++i) {
-    if (ids[i] < 0 || ids[i] >= limits.vocab_size) {
-      return Invalid(
-          absl::StrCat(field, "[", i, "]"),
-          absl::StrCat("is ", ids[i], ", outside the vocabulary [0, ", limits.vocab_size, ")"));
-    }
-  }
+  if (absl::Status s = ValidateIds(field, ids, limits.vocab_size); !s.ok()) return s;
   return ToValidUtf8(tokenizer.Decode(ids, tokenizer.adds_space_prefix()));
 }
 
