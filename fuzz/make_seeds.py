@@ -275,6 +275,7 @@ def openai_request_seeds():
         "refused": '{"prompt": "x", "n": 2, "echo": true, "best_of": 3,'
                    ' "suffix": "end", "tools": [{"type": "function"}],'
                    ' "response_format": {"type": "json_object"}}',
+        "choices": '{"prompt": "x", "n": 4, "best_of": 4, "seed": 9, "stream": true}',
         "penalties_and_logit_bias": '{"prompt": "x", "frequency_penalty": 0.5,'
                                     ' "presence_penalty": -1, "logit_bias": {"5": -100,'
                                     ' "300": 2.5, "abc": 1, "99999": 1e40}}',

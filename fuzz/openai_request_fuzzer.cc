@@ -29,6 +29,7 @@ using quill::engine::chat::ChatPrompter;
 // What ParseOpenAiRequest promises the API handler (openai_request.h).
 void CheckParsed(const http::OpenAiRequest& r) {
   QUILL_CHECK(!r.logprobs || r.generate.logprobs() >= 1);
+  QUILL_CHECK(r.n >= 1 && r.n <= http::kMaxChoices);
   if (r.endpoint == http::Endpoint::kCompletions) {
     QUILL_CHECK(r.generate.input_case() != quill::v1::GenerateRequest::INPUT_NOT_SET);
     return;

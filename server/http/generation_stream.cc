@@ -1,65 +1,99 @@
 #include "server/http/generation_stream.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "server/http/openai_error.h"
 #include "spdlog/spdlog.h"
 
 namespace quill::server::http {
+namespace {
+
+// One choice's engine request reports to the shared stream under its index.
+class ChoiceSink final : public engine::TokenSink {
+ public:
+  ChoiceSink(std::shared_ptr<GenerationStream> stream, int index)
+      : stream_(std::move(stream)), index_(index) {}
+  bool OnChunk(engine::TokenChunk chunk) override {
+    return stream_->OnChunk(index_, std::move(chunk));
+  }
+  void OnFinish(const engine::FinishInfo& info) override { stream_->OnFinish(index_, info); }
+  bool WouldBlock() override { return stream_->WouldBlock(index_); }
+
+ private:
+  const std::shared_ptr<GenerationStream> stream_;
+  const int index_;
+};
+
+}  // namespace
 
 GenerationStream::GenerationStream(ResponseFormat format, bool stream,
                                    std::shared_ptr<ResponseChannel> channel,
                                    std::function<void()> cancel, int64_t max_pending_bytes,
-                                   std::function<void()> resume)
+                                   std::function<void(int)> resume)
     : format_(std::move(format)),
       stream_(stream),
       channel_(std::move(channel)),
       cancel_(std::move(cancel)),
       max_pending_bytes_(max_pending_bytes),
-      resume_(std::move(resume)) {}
+      resume_(std::move(resume)),
+      choices_(std::max(format_.choices, 1)) {}
 
-bool GenerationStream::OnChunk(engine::TokenChunk chunk) {
+std::shared_ptr<engine::TokenSink> GenerationStream::SinkFor(
+    std::shared_ptr<GenerationStream> stream, int index) {
+  return std::make_shared<ChoiceSink>(std::move(stream), index);
+}
+
+bool GenerationStream::OnChunk(int index, engine::TokenChunk chunk) {
   bool cancel = false;
   {
     absl::MutexLock lock(&mu_);
-    if (gone_) return false;
-    pending_.text += chunk.text;
-    pending_.num_tokens += static_cast<int>(chunk.tokens.size());
-    ++pending_chunks_;
-    completion_tokens_ += static_cast<int>(chunk.tokens.size());
+    // Once a choice failed the response is over for the others too.
+    if (gone_ || done_ || !failure_.ok()) return false;
+    Choice& c = choices_[index];
+    c.pending.text += chunk.text;
+    c.pending.num_tokens += static_cast<int>(chunk.tokens.size());
+    ++c.pending_chunks;
+    c.completion_tokens += static_cast<int>(chunk.tokens.size());
+    pending_bytes_ += static_cast<int64_t>(chunk.text.size());
     if (format_.logprobs) {
-      for (engine::GeneratedToken& t : chunk.tokens) pending_.tokens.push_back(std::move(t));
+      for (engine::GeneratedToken& t : chunk.tokens) c.pending.tokens.push_back(std::move(t));
     }
     // A stream's client that lets this much pile up is not reading: drop it rather than
     // buffer without end. (A body accumulates the whole answer by design.)
-    if (stream_ && static_cast<int64_t>(pending_.text.size()) > max_pending_bytes_) {
-      spdlog::info("http client fell {} bytes behind; cancelling {}", pending_.text.size(),
-                   format_.id);
+    if (stream_ && pending_bytes_ > max_pending_bytes_) {
+      spdlog::info("http client fell {} bytes behind; cancelling {}", pending_bytes_, format_.id);
       gone_ = true;
       cancel = !cancelled_;
       cancelled_ = true;
     }
   }
-  if (cancel) {
-    channel_->Wake();  // Next() ends the response
-    return false;
-  }
-  channel_->Wake();
-  return true;
+  channel_->Wake();  // with `cancel`, Next() ends the response
+  return !cancel;
 }
 
-bool GenerationStream::WouldBlock() {
+bool GenerationStream::WouldBlock(int index) {
   absl::MutexLock lock(&mu_);
-  if (!stream_ || gone_ || pending_chunks_ < kMaxUnsentChunks) return false;
-  reported_full_ = true;
+  Choice& c = choices_[index];
+  if (!stream_ || gone_ || c.pending_chunks < kMaxUnsentChunks) return false;
+  c.reported_full = true;
   return true;
 }
 
-void GenerationStream::OnFinish(const engine::FinishInfo& info) {
+void GenerationStream::OnFinish(int index, const engine::FinishInfo& info) {
+  bool cancel_others = false;
   {
     absl::MutexLock lock(&mu_);
-    finish_ = info;
+    choices_[index].finish = info;
+    // One failed choice fails the response: the others need not run on (and finish
+    // cancelled, which is not the failure to report).
+    if (!info.status.ok() && failure_.ok()) {
+      failure_ = info.status;
+      cancel_others = choices_.size() > 1 && !cancelled_ && !AllFinishedLocked();
+      cancelled_ = cancelled_ || cancel_others;
+    }
   }
+  if (cancel_others) cancel_();
   channel_->Wake();
 }
 
@@ -68,7 +102,7 @@ void GenerationStream::OnClientGone() {
   {
     absl::MutexLock lock(&mu_);
     gone_ = true;
-    cancel = !cancelled_ && !finish_.has_value();
+    cancel = !cancelled_ && !AllFinishedLocked();
     cancelled_ = true;
   }
   if (cancel) cancel_();
@@ -76,15 +110,53 @@ void GenerationStream::OnClientGone() {
 
 HttpOutput GenerationStream::Next() {
   HttpOutput out;
-  bool drained = false;
+  std::vector<int> drained;
   {
     absl::MutexLock lock(&mu_);
     out = NextLocked();
-    drained = reported_full_ && pending_chunks_ < kMaxUnsentChunks;
-    if (drained) reported_full_ = false;
+    for (size_t i = 0; i < choices_.size(); ++i) {
+      Choice& c = choices_[i];
+      if (c.reported_full && c.pending_chunks < kMaxUnsentChunks) {
+        c.reported_full = false;
+        drained.push_back(static_cast<int>(i));
+      }
+    }
   }
-  if (drained && resume_) resume_();
+  if (resume_) {
+    for (int index : drained) resume_(index);
+  }
   return out;
+}
+
+bool GenerationStream::AllFinishedLocked() const {
+  return std::all_of(choices_.begin(), choices_.end(),
+                     [](const Choice& c) { return c.finish.has_value(); });
+}
+
+int GenerationStream::CompletionTokensLocked() const {
+  int total = 0;
+  for (const Choice& c : choices_) total += c.completion_tokens;
+  return total;
+}
+
+engine::FinishInfo GenerationStream::UsageLocked() const {
+  engine::FinishInfo usage;
+  usage.prompt_tokens = format_.prompt_tokens;
+  bool any_finished = false;
+  for (const Choice& c : choices_) {
+    if (!c.finish.has_value()) {
+      usage.completion_tokens += c.completion_tokens;
+      continue;
+    }
+    usage.prompt_tokens = c.finish->prompt_tokens;
+    usage.completion_tokens += c.finish->completion_tokens;
+    // The prompt counts once, so its cached part is what every choice found cached.
+    usage.cached_prompt_tokens =
+        any_finished ? std::min(usage.cached_prompt_tokens, c.finish->cached_prompt_tokens)
+                     : c.finish->cached_prompt_tokens;
+    any_finished = true;
+  }
+  return usage;
 }
 
 HttpOutput GenerationStream::NextLocked() {
@@ -98,11 +170,13 @@ HttpOutput GenerationStream::NextLocked() {
     return out;
   }
   // A failure before any output is a plain HTTP error, for streams too.
-  if (!started_ && finish_.has_value() && !finish_->status.ok() && pending_.num_tokens == 0 &&
-      pending_.text.empty()) {
+  const bool any_output = std::any_of(choices_.begin(), choices_.end(), [](const Choice& c) {
+    return c.pending.num_tokens > 0 || !c.pending.text.empty();
+  });
+  if (!started_ && !failure_.ok() && (!stream_ || !any_output)) {
     done_ = true;
     HttpOutput out;
-    out.head = std::make_unique<HttpResponseHead>(OpenAiErrorResponse(finish_->status, &out.body));
+    out.head = std::make_unique<HttpResponseHead>(OpenAiErrorResponse(failure_, &out.body));
     out.last = true;
     return out;
   }
@@ -111,41 +185,57 @@ HttpOutput GenerationStream::NextLocked() {
 
 HttpOutput GenerationStream::NextBodyLocked() {
   HttpOutput out;
-  if (!finish_.has_value()) return out;
+  if (!AllFinishedLocked()) return out;
   done_ = true;
   out.last = true;
-  if (!finish_->status.ok()) {
-    out.head = std::make_unique<HttpResponseHead>(OpenAiErrorResponse(finish_->status, &out.body));
-    return out;
-  }
   out.head = std::make_unique<HttpResponseHead>();
-  out.body = CompleteBody(format_, pending_, *finish_);
+  std::vector<FinishedChoice> finished;
+  finished.reserve(choices_.size());
+  for (Choice& c : choices_) finished.push_back({std::move(c.pending), c.finish->reason});
+  out.body = CompleteBody(format_, finished, UsageLocked());
   return out;
 }
 
 HttpOutput GenerationStream::NextStreamLocked() {
+  const bool chat = format_.endpoint == Endpoint::kChatCompletions;
+  std::string body;
+  for (size_t i = 0; i < choices_.size(); ++i) {
+    Choice& c = choices_[i];
+    const int index = static_cast<int>(i);
+    const bool has_delta = c.pending.num_tokens > 0 || !c.pending.text.empty();
+    // Chat's first event of a choice carries the role even when the answer is empty.
+    if (has_delta || (chat && !c.role_sent && c.finish.has_value())) {
+      body += StreamDeltaEvent(format_, index, c.pending, /*first=*/!c.role_sent,
+                               CompletionTokensLocked(), &c.cursor);
+      c.role_sent = true;
+      pending_bytes_ -= static_cast<int64_t>(c.pending.text.size());
+      c.pending = OutputDelta();
+      c.pending_chunks = 0;
+    }
+    if (c.finish.has_value() && c.finish->status.ok() && !c.finish_sent) {
+      body += StreamFinishEvent(format_, index, c.finish->reason, UsageLocked());
+      c.finish_sent = true;
+    }
+  }
+  bool last = false;
+  if (!failure_.ok()) {
+    body += StreamErrorEvents(failure_);
+    last = true;
+  } else if (AllFinishedLocked()) {
+    body += StreamDoneEvents(format_, UsageLocked());
+    last = true;
+  }
   HttpOutput out;
-  const bool has_delta = pending_.num_tokens > 0 || !pending_.text.empty();
-  if (!has_delta && !finish_.has_value()) return out;
-  const bool first = !started_;
-  if (first) {
+  if (body.empty()) return out;
+  if (!started_) {
     started_ = true;
     out.head = std::make_unique<HttpResponseHead>();
     out.head->content_type = "text/event-stream";
     out.head->stream = true;
   }
-  // Chat's first event carries the role even when the answer is empty.
-  if (has_delta || (first && format_.endpoint == Endpoint::kChatCompletions)) {
-    out.body = StreamDeltaEvent(format_, pending_, first, completion_tokens_, &cursor_);
-    pending_ = OutputDelta();
-    pending_chunks_ = 0;
-  }
-  if (finish_.has_value()) {
-    out.body += finish_->status.ok() ? StreamEndEvents(format_, *finish_)
-                                     : StreamErrorEvents(finish_->status);
-    out.last = true;
-    done_ = true;
-  }
+  out.body = std::move(body);
+  out.last = last;
+  done_ = last;
   return out;
 }
 

@@ -76,8 +76,8 @@ TEST(GenerationStreamTest, OutputCoalescesUntilPulledAndTheStreamEndsWithDone) {
   int cancels = 0;
   GenerationStream stream(format, /*stream=*/true, channel, [&] { ++cancels; });
   EXPECT_TRUE(stream.Next().empty());  // nothing yet: no head either
-  EXPECT_TRUE(stream.OnChunk(Chunk(" And", 1)));
-  EXPECT_TRUE(stream.OnChunk(Chunk(" God", 1)));
+  EXPECT_TRUE(stream.OnChunk(0, Chunk(" And", 1)));
+  EXPECT_TRUE(stream.OnChunk(0, Chunk(" God", 1)));
   EXPECT_EQ(channel->wakes, 2);
   HttpOutput first = stream.Next();
   ASSERT_NE(first.head, nullptr);
@@ -91,8 +91,8 @@ TEST(GenerationStreamTest, OutputCoalescesUntilPulledAndTheStreamEndsWithDone) {
   EXPECT_TRUE(events[0]["usage"].is_null());
   EXPECT_TRUE(stream.Next().empty());
 
-  EXPECT_TRUE(stream.OnChunk(Chunk(" said", 1)));
-  stream.OnFinish(Finished(engine::FinishReason::kLength, 4, 3));
+  EXPECT_TRUE(stream.OnChunk(0, Chunk(" said", 1)));
+  stream.OnFinish(0, Finished(engine::FinishReason::kLength, 4, 3));
   HttpOutput last = stream.Next();
   EXPECT_EQ(last.head, nullptr);
   EXPECT_TRUE(last.last);
@@ -110,8 +110,8 @@ TEST(GenerationStreamTest, OutputCoalescesUntilPulledAndTheStreamEndsWithDone) {
 TEST(GenerationStreamTest, AStreamReadyAllAtOnceIsStillAStream) {
   auto channel = std::make_shared<FakeChannel>();
   GenerationStream stream(Format(Endpoint::kCompletions), true, channel, [] {});
-  stream.OnChunk(Chunk("x", 1));
-  stream.OnFinish(Finished(engine::FinishReason::kLength, 4, 1));
+  stream.OnChunk(0, Chunk("x", 1));
+  stream.OnFinish(0, Finished(engine::FinishReason::kLength, 4, 1));
   HttpOutput out = stream.Next();
   ASSERT_NE(out.head, nullptr);
   EXPECT_TRUE(out.head->stream);  // chunked, not one Content-Length body
@@ -126,8 +126,8 @@ TEST(GenerationStreamTest, ChatStreamStartsWithTheRoleAndEndsWithAnEmptyDelta) {
   ResponseFormat format = Format(Endpoint::kChatCompletions);
   format.continuous_usage = true;
   GenerationStream stream(format, true, channel, [] {});
-  stream.OnChunk(Chunk("Hi", 1));
-  stream.OnFinish(Finished(engine::FinishReason::kEos, 4, 1));
+  stream.OnChunk(0, Chunk("Hi", 1));
+  stream.OnFinish(0, Finished(engine::FinishReason::kEos, 4, 1));
   HttpOutput out = stream.Next();
   bool done = false;
   std::vector<json> events = Events(out.body, &done);
@@ -144,10 +144,10 @@ TEST(GenerationStreamTest, ChatStreamStartsWithTheRoleAndEndsWithAnEmptyDelta) {
 TEST(GenerationStreamTest, BodyWaitsForTheEnd) {
   auto channel = std::make_shared<FakeChannel>();
   GenerationStream stream(Format(Endpoint::kChatCompletions), false, channel, [] {});
-  stream.OnChunk(Chunk("Hello", 1));
+  stream.OnChunk(0, Chunk("Hello", 1));
   EXPECT_TRUE(stream.Next().empty());
-  stream.OnChunk(Chunk(" world", 1));
-  stream.OnFinish(Finished(engine::FinishReason::kStop, 4, 2));
+  stream.OnChunk(0, Chunk(" world", 1));
+  stream.OnFinish(0, Finished(engine::FinishReason::kStop, 4, 2));
   HttpOutput out = stream.Next();
   ASSERT_NE(out.head, nullptr);
   EXPECT_EQ(out.head->content_type, "application/json");
@@ -165,7 +165,7 @@ TEST(GenerationStreamTest, FailureBeforeOutputIsAPlainHttpErrorAfterItAnEvent) {
   GenerationStream early(Format(Endpoint::kCompletions), true, channel, [] {});
   engine::FinishInfo info = Finished(engine::FinishReason::kShutdown, 4, 0);
   info.status = absl::UnavailableError("server shutting down");
-  early.OnFinish(info);
+  early.OnFinish(0, info);
   HttpOutput out = early.Next();
   ASSERT_NE(out.head, nullptr);
   EXPECT_EQ(out.head->status, 503);
@@ -173,9 +173,9 @@ TEST(GenerationStreamTest, FailureBeforeOutputIsAPlainHttpErrorAfterItAnEvent) {
   EXPECT_THAT(out.body, HasSubstr("server shutting down"));
 
   GenerationStream late(Format(Endpoint::kCompletions), true, channel, [] {});
-  late.OnChunk(Chunk("x", 1));
+  late.OnChunk(0, Chunk("x", 1));
   EXPECT_EQ(late.Next().head->status, 200);
-  late.OnFinish(info);
+  late.OnFinish(0, info);
   out = late.Next();
   EXPECT_TRUE(out.last);
   bool done = false;
@@ -189,14 +189,14 @@ TEST(GenerationStreamTest, ClientGoneCancelsOnceAndRefusesMoreOutput) {
   auto channel = std::make_shared<FakeChannel>();
   int cancels = 0;
   GenerationStream stream(Format(Endpoint::kCompletions), true, channel, [&] { ++cancels; });
-  EXPECT_TRUE(stream.OnChunk(Chunk("a", 1)));
+  EXPECT_TRUE(stream.OnChunk(0, Chunk("a", 1)));
   stream.OnClientGone();
   stream.OnClientGone();
   EXPECT_EQ(cancels, 1);
-  EXPECT_FALSE(stream.OnChunk(Chunk("b", 1)));
+  EXPECT_FALSE(stream.OnChunk(0, Chunk("b", 1)));
   // After the end, a vanished client needs no cancel.
   GenerationStream finished(Format(Endpoint::kCompletions), true, channel, [&] { ++cancels; });
-  finished.OnFinish(Finished(engine::FinishReason::kLength, 1, 0));
+  finished.OnFinish(0, Finished(engine::FinishReason::kLength, 1, 0));
   finished.OnClientGone();
   EXPECT_EQ(cancels, 1);
 }
@@ -205,24 +205,25 @@ TEST(GenerationStreamTest, AStreamWouldBlockAtTheBoundAndResumesWhenTheConnectio
   auto channel = std::make_shared<FakeChannel>();
   int resumes = 0;
   GenerationStream stream(
-      Format(Endpoint::kCompletions), true, channel, [] {}, 1 << 20, [&resumes] { ++resumes; });
+      Format(Endpoint::kCompletions), true, channel, [] {}, 1 << 20,
+      [&resumes](int) { ++resumes; });
   for (int i = 0; i < kMaxUnsentChunks; ++i) {
-    EXPECT_FALSE(stream.WouldBlock()) << i;  // the connection is busy writing: no Next()
-    ASSERT_TRUE(stream.OnChunk(Chunk("a", 1)));
+    EXPECT_FALSE(stream.WouldBlock(0)) << i;  // the connection is busy writing: no Next()
+    ASSERT_TRUE(stream.OnChunk(0, Chunk("a", 1)));
   }
-  EXPECT_TRUE(stream.WouldBlock());
+  EXPECT_TRUE(stream.WouldBlock(0));
   EXPECT_EQ(resumes, 0);
   HttpOutput out = stream.Next();  // the previous write completed
   EXPECT_NE(out.body.find("aaaaaaaa"), std::string::npos) << out.body;
   EXPECT_EQ(resumes, 1);
-  EXPECT_FALSE(stream.WouldBlock());
-  ASSERT_TRUE(stream.OnChunk(Chunk("b", 1)));
+  EXPECT_FALSE(stream.WouldBlock(0));
+  ASSERT_TRUE(stream.OnChunk(0, Chunk("b", 1)));
   stream.Next();
   EXPECT_EQ(resumes, 1);  // nobody was paused
   // A body is the whole answer by design: it never blocks.
   GenerationStream body(Format(Endpoint::kCompletions), false, channel, [] {});
-  for (int i = 0; i < 2 * kMaxUnsentChunks; ++i) ASSERT_TRUE(body.OnChunk(Chunk("a", 1)));
-  EXPECT_FALSE(body.WouldBlock());
+  for (int i = 0; i < 2 * kMaxUnsentChunks; ++i) ASSERT_TRUE(body.OnChunk(0, Chunk("a", 1)));
+  EXPECT_FALSE(body.WouldBlock(0));
 }
 
 TEST(GenerationStreamTest, AClientThatFallsTooFarBehindIsDropped) {
@@ -230,16 +231,152 @@ TEST(GenerationStreamTest, AClientThatFallsTooFarBehindIsDropped) {
   GenerationStream stream(
       Format(Endpoint::kCompletions), true, channel, [] {},
       /*max_pending_bytes=*/10);
-  EXPECT_TRUE(stream.OnChunk(Chunk("0123456789", 1)));
-  EXPECT_FALSE(stream.OnChunk(Chunk("x", 1)));  // 11 bytes unsent: the engine cancels
+  EXPECT_TRUE(stream.OnChunk(0, Chunk("0123456789", 1)));
+  EXPECT_FALSE(stream.OnChunk(0, Chunk("x", 1)));  // 11 bytes unsent: the engine cancels
   HttpOutput out = stream.Next();
   EXPECT_TRUE(out.last);
   EXPECT_TRUE(out.close);
   // A body is the whole answer by design: no such limit.
   GenerationStream body(
       Format(Endpoint::kCompletions), false, channel, [] {}, 10);
-  EXPECT_TRUE(body.OnChunk(Chunk("0123456789", 1)));
-  EXPECT_TRUE(body.OnChunk(Chunk("x", 1)));
+  EXPECT_TRUE(body.OnChunk(0, Chunk("0123456789", 1)));
+  EXPECT_TRUE(body.OnChunk(0, Chunk("x", 1)));
+}
+
+TEST(GenerationStreamTest, ChoicesStreamUnderTheirIndexAndUsageCountsThePromptOnce) {
+  auto channel = std::make_shared<FakeChannel>();
+  ResponseFormat format = Format(Endpoint::kChatCompletions);
+  format.choices = 3;
+  format.include_usage = true;
+  GenerationStream stream(format, true, channel, [] {});
+  EXPECT_TRUE(stream.OnChunk(1, Chunk("b", 1)));
+  EXPECT_TRUE(stream.OnChunk(0, Chunk("a", 1)));
+  engine::FinishInfo one = Finished(engine::FinishReason::kLength, 4, 1);
+  one.cached_prompt_tokens = 4;
+  stream.OnFinish(1, one);
+  HttpOutput out = stream.Next();
+  ASSERT_NE(out.head, nullptr);
+  EXPECT_FALSE(out.last);  // choices 0 and 2 still run
+  bool done = false;
+  std::vector<json> events = Events(out.body, &done);
+  ASSERT_EQ(events.size(), 3u);
+  EXPECT_EQ(events[0]["choices"][0]["index"], 0);
+  EXPECT_EQ(events[0]["choices"][0]["delta"]["content"], "a");
+  EXPECT_EQ(events[0]["choices"][0]["delta"]["role"], "assistant");
+  EXPECT_EQ(events[1]["choices"][0]["index"], 1);
+  EXPECT_EQ(events[1]["choices"][0]["delta"]["content"], "b");
+  EXPECT_EQ(events[1]["choices"][0]["delta"]["role"], "assistant");
+  EXPECT_EQ(events[2]["choices"][0]["index"], 1);
+  EXPECT_EQ(events[2]["choices"][0]["finish_reason"], "length");
+
+  EXPECT_TRUE(stream.OnChunk(0, Chunk("c", 2)));
+  stream.OnFinish(0, Finished(engine::FinishReason::kStop, 4, 3));
+  // Choice 2 ends without output: its first event still carries the role.
+  engine::FinishInfo none = Finished(engine::FinishReason::kEos, 4, 0);
+  none.cached_prompt_tokens = 2;
+  stream.OnFinish(2, none);
+  out = stream.Next();
+  EXPECT_EQ(out.head, nullptr);
+  EXPECT_TRUE(out.last);
+  events = Events(out.body, &done);
+  EXPECT_TRUE(done);
+  ASSERT_EQ(events.size(), 5u);
+  EXPECT_EQ(events[0]["choices"][0]["delta"], json({{"content", "c"}}));  // no role again
+  EXPECT_EQ(events[1]["choices"][0]["finish_reason"], "stop");
+  EXPECT_EQ(events[2]["choices"][0]["index"], 2);
+  EXPECT_EQ(events[2]["choices"][0]["delta"]["role"], "assistant");
+  EXPECT_EQ(events[3]["choices"][0]["index"], 2);
+  EXPECT_EQ(events[3]["choices"][0]["finish_reason"], "stop");
+  EXPECT_TRUE(events[4]["choices"].empty());
+  EXPECT_EQ(events[4]["usage"]["prompt_tokens"], 4);
+  EXPECT_EQ(events[4]["usage"]["completion_tokens"], 4);
+  EXPECT_EQ(events[4]["usage"]["total_tokens"], 8);
+  EXPECT_EQ(events[4]["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+}
+
+TEST(GenerationStreamTest, ABodyWaitsForEveryChoice) {
+  auto channel = std::make_shared<FakeChannel>();
+  ResponseFormat format = Format(Endpoint::kCompletions);
+  format.choices = 2;
+  GenerationStream stream(format, false, channel, [] {});
+  stream.OnChunk(1, Chunk("second", 2));
+  engine::FinishInfo info = Finished(engine::FinishReason::kStop, 4, 2);
+  info.cached_prompt_tokens = 3;
+  stream.OnFinish(1, info);
+  EXPECT_TRUE(stream.Next().empty());
+  stream.OnChunk(0, Chunk("first", 1));
+  info.completion_tokens = 1;
+  info.reason = engine::FinishReason::kLength;
+  stream.OnFinish(0, info);
+  HttpOutput out = stream.Next();
+  ASSERT_NE(out.head, nullptr);
+  EXPECT_TRUE(out.last);
+  const json body = json::parse(out.body);
+  ASSERT_EQ(body["choices"].size(), 2u);
+  EXPECT_EQ(body["choices"][0]["index"], 0);
+  EXPECT_EQ(body["choices"][0]["text"], "first");
+  EXPECT_EQ(body["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(body["choices"][1]["index"], 1);
+  EXPECT_EQ(body["choices"][1]["text"], "second");
+  EXPECT_EQ(body["choices"][1]["finish_reason"], "stop");
+  EXPECT_EQ(body["usage"]["prompt_tokens"], 4);
+  EXPECT_EQ(body["usage"]["completion_tokens"], 3);
+  EXPECT_EQ(body["usage"]["prompt_tokens_details"]["cached_tokens"], 3);
+}
+
+TEST(GenerationStreamTest, OneFailedChoiceCancelsTheOthersAndFailsTheResponse) {
+  auto channel = std::make_shared<FakeChannel>();
+  ResponseFormat format = Format(Endpoint::kCompletions);
+  format.choices = 3;
+  int cancels = 0;
+  GenerationStream stream(format, true, channel, [&] { ++cancels; });
+  EXPECT_TRUE(stream.OnChunk(0, Chunk("a", 1)));
+  EXPECT_EQ(stream.Next().head->status, 200);
+  engine::FinishInfo failed = Finished(engine::FinishReason::kDeadline, 4, 0);
+  failed.status = absl::DeadlineExceededError("deadline exceeded");
+  stream.OnFinish(2, failed);
+  EXPECT_EQ(cancels, 1);
+  EXPECT_FALSE(stream.OnChunk(1, Chunk("late", 1)));  // the engine drops what still runs
+  // The cancelled choices end CANCELLED; the response reports the first failure.
+  engine::FinishInfo cancelled = Finished(engine::FinishReason::kCancelled, 4, 1);
+  cancelled.status = absl::CancelledError("cancelled");
+  stream.OnFinish(0, cancelled);
+  stream.OnFinish(1, cancelled);
+  HttpOutput out = stream.Next();
+  EXPECT_TRUE(out.last);
+  bool done = false;
+  std::vector<json> events = Events(out.body, &done);
+  EXPECT_TRUE(done);
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_THAT(events[0]["error"]["message"].get<std::string>(), HasSubstr("deadline"));
+  stream.OnClientGone();
+  EXPECT_EQ(cancels, 1);
+
+  // Before any output, a body or a stream answers the failure as a plain HTTP error.
+  GenerationStream body(format, false, channel, [&] { ++cancels; });
+  body.OnChunk(0, Chunk("a", 1));
+  body.OnFinish(1, failed);
+  EXPECT_EQ(cancels, 2);
+  out = body.Next();
+  ASSERT_NE(out.head, nullptr);
+  EXPECT_EQ(out.head->status, 504);
+  EXPECT_TRUE(out.last);
+}
+
+TEST(GenerationStreamTest, EachChoiceBlocksAndResumesOnItsOwn) {
+  auto channel = std::make_shared<FakeChannel>();
+  ResponseFormat format = Format(Endpoint::kCompletions);
+  format.choices = 2;
+  std::vector<int> resumed;
+  GenerationStream stream(
+      format, true, channel, [] {}, 1 << 20, [&resumed](int index) { resumed.push_back(index); });
+  for (int i = 0; i < kMaxUnsentChunks; ++i) ASSERT_TRUE(stream.OnChunk(1, Chunk("b", 1)));
+  EXPECT_TRUE(stream.WouldBlock(1));
+  EXPECT_FALSE(stream.WouldBlock(0));
+  ASSERT_TRUE(stream.OnChunk(0, Chunk("a", 1)));
+  EXPECT_FALSE(stream.WouldBlock(0));
+  stream.Next();
+  EXPECT_EQ(resumed, std::vector<int>({1}));
 }
 
 }  // namespace

@@ -1,8 +1,10 @@
 #include "server/http/openai_api.h"
 
 #include <algorithm>
+#include <atomic>
 #include <random>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -56,11 +58,7 @@ OpenAiApi::OpenAiApi(RequestGateway* gateway, const ApiKeys* api_keys)
       seed_state_(std::random_device()()) {}
 
 uint64_t OpenAiApi::NextSeed() {
-  // splitmix64 over a counter: distinct seeds without a shared RNG lock.
-  uint64_t z = seed_state_.fetch_add(0x9e3779b97f4a7c15ULL, std::memory_order_relaxed);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
+  return MixSeed(seed_state_.fetch_add(kSeedStep, std::memory_order_relaxed));
 }
 
 HttpResponseHead OpenAiApi::TransportError(int status, const std::string& message,
@@ -208,15 +206,38 @@ void OpenAiApi::Generate(const HttpRequest& request, Endpoint endpoint, const Te
   format.top_logprobs = parsed->top_logprobs;
   format.tokenizer = &gateway_->engine()->model().tokenizer();
 
-  const std::string request_id = prepared->request_id;
+  // Choice 0 is the prepared request; choice i > 0 is a copy under its own id and seed.
+  const int n = parsed->n;
+  format.choices = n;
+  std::vector<engine::GenerationRequest> requests(n, *prepared);
+  std::vector<std::string> ids(n);
+  for (int i = 0; i < n; ++i) {
+    if (i > 0) {
+      requests[i].request_id = absl::StrCat(prepared->request_id, "-", i);
+      requests[i].sampling.seed = ChoiceSeed(prepared->sampling.seed, i);
+    }
+    ids[i] = requests[i].request_id;
+  }
+  // Only submitted choices are cancelled: an id never submitted may be someone else's.
+  auto submitted = std::make_shared<std::atomic<int>>(0);
   RequestGateway* gateway = gateway_;
+  auto cancel = [gateway, ids, submitted] {
+    for (int i = 0; i < submitted->load(std::memory_order_acquire); ++i) gateway->Cancel(ids[i]);
+  };
+  auto resume = [gateway, ids](int index) { gateway->Resume(ids[index]); };
   auto stream = std::make_shared<GenerationStream>(
-      std::move(format), parsed->stream, channel,
-      [gateway, request_id] { gateway->Cancel(request_id); }, /*max_pending_bytes=*/1 << 20,
-      [gateway, request_id] { gateway->Resume(request_id); });
+      std::move(format), parsed->stream, channel, std::move(cancel),
+      /*max_pending_bytes=*/1 << 20, std::move(resume));
   // Output may arrive before Start(); the connection pulls it once the source is attached.
-  if (absl::Status s = gateway_->Submit(*std::move(prepared), stream, Api::kHttp); !s.ok()) {
-    return Fail(s, *channel);
+  for (int i = 0; i < n; ++i) {
+    absl::Status s =
+        gateway_->Submit(std::move(requests[i]), GenerationStream::SinkFor(stream, i), Api::kHttp);
+    if (!s.ok()) {
+      // All or nothing: the choices already running end with this response.
+      stream->OnClientGone();
+      return Fail(s, *channel);
+    }
+    submitted->store(i + 1, std::memory_order_release);
   }
   channel->Start(std::move(stream));
 }

@@ -220,15 +220,14 @@ absl::Status ParseStop(const json& body, quill::v1::GenerateRequest* out) {
 
 // Options OpenAI has and Quill does not implement: refused rather than ignored, since
 // they change the answer.
-absl::Status RefuseUnsupported(const json& body) {
-  int n = 1;
-  if (absl::Status s = GetInt(body, "n", &n); !s.ok()) return s;
-  if (n != 1) {
-    return Invalid("n", absl::StrCat("must be 1 (one choice per request is supported), got ", n));
-  }
-  int best_of = 1;
+absl::Status RefuseUnsupported(const json& body, int n) {
+  // best_of = n returns every candidate, which is what n alone does; ranking more
+  // candidates than are returned is not implemented.
+  int best_of = n;
   if (absl::Status s = GetInt(body, "best_of", &best_of); !s.ok()) return s;
-  if (best_of != 1) return Invalid("best_of", absl::StrCat("must be 1, got ", best_of));
+  if (best_of != n) {
+    return Invalid("best_of", absl::StrCat("must equal n (", n, "), got ", best_of));
+  }
   bool echo = false;
   if (absl::Status s = GetBool(body, "echo", &echo); !s.ok()) return s;
   if (echo) return Invalid("echo", "is not supported");
@@ -369,6 +368,18 @@ absl::StatusOr<json> ParseObject(absl::string_view body) {
 
 }  // namespace
 
+uint64_t MixSeed(uint64_t counter) {
+  uint64_t z = counter;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+uint64_t ChoiceSeed(uint64_t seed, int index) {
+  if (index == 0) return seed;
+  return MixSeed(seed + static_cast<uint64_t>(index) * kSeedStep);
+}
+
 absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(absl::string_view body, Endpoint endpoint,
                                                  uint64_t random_seed) {
   absl::StatusOr<json> object = ParseObject(body);
@@ -385,7 +396,11 @@ absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(absl::string_view body, Endpoin
   } else {
     if (absl::Status s = ParseMessages(parsed, &out.messages); !s.ok()) return s;
   }
-  if (absl::Status s = RefuseUnsupported(parsed); !s.ok()) return s;
+  if (absl::Status s = GetInt(parsed, "n", &out.n); !s.ok()) return s;
+  if (out.n < 1 || out.n > kMaxChoices) {
+    return Invalid("n", absl::StrCat("must be in [1, ", kMaxChoices, "], got ", out.n));
+  }
+  if (absl::Status s = RefuseUnsupported(parsed, out.n); !s.ok()) return s;
 
   int max_tokens = 0;
   bool given = false;

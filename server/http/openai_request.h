@@ -29,6 +29,9 @@ struct OpenAiRequest {
   // field, and tojson prints them as given), except that a content given as text parts is
   // joined into one string.
   nlohmann::ordered_json messages;
+  // OpenAI's n: this many choices, each its own engine request (choice i > 0 samples with
+  // a seed derived from the request's, see ChoiceSeed).
+  int n = 1;
   bool max_tokens_given = false;  // else the caller picks the default
   // Which field carried max_tokens ("max_tokens" or "max_completion_tokens"), for errors.
   std::string max_tokens_field = "max_tokens";
@@ -44,19 +47,33 @@ struct OpenAiRequest {
   std::string logprobs_field = "logprobs";
 };
 
+// OpenAI's bound on n. Each choice is admitted like a request of its own, so the queue
+// and tenant limits bound what n costs.
+inline constexpr int kMaxChoices = 128;
+
 // OpenAI's default max_tokens for /v1/completions.
 inline constexpr int kDefaultCompletionMaxTokens = 16;
 
 // Parses and checks `body`. INVALID_ARGUMENT naming the field for malformed JSON, a body
-// that is not an object, a field of the wrong type, a missing prompt/messages, n != 1,
-// several prompts, echo, best_of > 1, a non-empty suffix, tools or functions, a
-// response_format other than text, and top_logprobs without logprobs. A request without
-// `seed` that samples gets `random_seed`.
+// that is not an object, a field of the wrong type, a missing prompt/messages, n outside
+// [1, kMaxChoices], several prompts, echo, best_of other than n, a non-empty suffix, tools or
+// functions, a response_format other than text, and top_logprobs without logprobs. A request
+// without `seed` that samples gets `random_seed`.
 absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(absl::string_view body, Endpoint endpoint,
                                                  uint64_t random_seed);
 
 // POST /tokenize (vLLM's form): {"prompt": "text", "add_special_tokens": bool (default
 // true, as a completion's text prompt is encoded)}. INVALID_ARGUMENT naming the field.
+// splitmix64: MixSeed(c + i * kSeedStep) for i = 0, 1, ... are distinct, well-mixed
+// seeds, without a shared RNG.
+inline constexpr uint64_t kSeedStep = 0x9e3779b97f4a7c15ULL;
+uint64_t MixSeed(uint64_t counter);
+
+// The seed of choice `index` of a request seeded with `seed`: `seed` itself for choice 0
+// (n = 1 samples as before), distinct well-mixed seeds for the others, so that a seeded
+// request with n > 1 is reproducible and its choices differ.
+uint64_t ChoiceSeed(uint64_t seed, int index);
+
 absl::StatusOr<quill::v1::TokenizeRequest> ParseTokenizeRequest(absl::string_view body);
 
 // POST /detokenize (vLLM's form): {"tokens": [ids]}. INVALID_ARGUMENT naming the field;

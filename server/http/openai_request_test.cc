@@ -1,6 +1,7 @@
 #include "server/http/openai_request.h"
 
 #include <limits>
+#include <set>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -85,6 +86,32 @@ TEST(OpenAiRequestTest, EveryFieldMapsOntoTheGenerateRequest) {
   EXPECT_TRUE(r->include_usage);
 }
 
+TEST(OpenAiRequestTest, NChoicesAndBestOfEqualToN) {
+  absl::StatusOr<OpenAiRequest> r = Completions(R"({"prompt": "x"})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->n, 1);
+  r = Completions(R"({"prompt": "x", "n": 128, "best_of": 128})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->n, 128);
+  r = Chat(R"({"messages": [{"role": "user", "content": "x"}], "n": 3, "best_of": null})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->n, 3);
+}
+
+TEST(OpenAiRequestTest, ChoiceSeedsKeepChoiceZeroAndDifferForTheOthers) {
+  for (uint64_t seed : {0ull, 1ull, 42ull, ~0ull}) {
+    EXPECT_EQ(ChoiceSeed(seed, 0), seed);
+    std::set<uint64_t> seen = {seed};
+    for (int i = 1; i < kMaxChoices; ++i) {
+      EXPECT_EQ(ChoiceSeed(seed, i), ChoiceSeed(seed, i));  // reproducible
+      EXPECT_TRUE(seen.insert(ChoiceSeed(seed, i)).second) << seed << " " << i;
+    }
+  }
+  // Neighbouring seeds do not share choices (seed 1's choice 1 is not seed 2's choice 0).
+  EXPECT_NE(ChoiceSeed(1, 1), 2u);
+  EXPECT_NE(ChoiceSeed(1, 1), ChoiceSeed(2, 1));
+}
+
 TEST(OpenAiRequestTest, PenaltiesAndLogitBiasMapOntoTheSamplingParams) {
   absl::StatusOr<OpenAiRequest> r = Completions(R"({"prompt": "x", "frequency_penalty": 0.5,
       "presence_penalty": -1.25, "logit_bias": {"13": -100, "7": 2.5, "0": 100}})");
@@ -156,9 +183,11 @@ TEST(OpenAiRequestTest, BadInputNamesTheField) {
     const char* field;
     bool chat = false;
   } cases[] = {
-      {R"({"prompt": "x", "n": 3})", "n"},
+      {R"({"prompt": "x", "n": 0})", "n"},
+      {R"({"prompt": "x", "n": 129})", "n"},
       {R"({"prompt": "x", "n": "1"})", "n"},
       {R"({"prompt": "x", "best_of": 2})", "best_of"},
+      {R"({"prompt": "x", "n": 2, "best_of": 3})", "best_of"},
       {R"({"prompt": "x", "echo": true})", "echo"},
       {R"({"prompt": "x", "frequency_penalty": "0.5"})", "frequency_penalty"},
       {R"({"prompt": "x", "presence_penalty": [1]})", "presence_penalty"},

@@ -90,8 +90,9 @@ json Chunk(const ResponseFormat& format, json choices) {
           {"choices", std::move(choices)}};
 }
 
-json Choice(const ResponseFormat& format, json delta_or_text, json logprobs, json finish_reason) {
-  json choice = {{"index", 0}};
+json Choice(const ResponseFormat& format, int index, json delta_or_text, json logprobs,
+            json finish_reason) {
+  json choice = {{"index", index}};
   if (format.endpoint == Endpoint::kChatCompletions) {
     choice["delta"] = std::move(delta_or_text);
   } else {
@@ -108,8 +109,8 @@ const char* OpenAiFinishReason(engine::FinishReason reason) {
   return reason == engine::FinishReason::kLength ? "length" : "stop";
 }
 
-std::string StreamDeltaEvent(const ResponseFormat& format, const OutputDelta& delta, bool first,
-                             int completion_tokens, LogprobsCursor* cursor) {
+std::string StreamDeltaEvent(const ResponseFormat& format, int index, const OutputDelta& delta,
+                             bool first, int completion_tokens, LogprobsCursor* cursor) {
   json content;
   if (format.endpoint == Endpoint::kChatCompletions) {
     content = {{"content", delta.text}};
@@ -118,7 +119,7 @@ std::string StreamDeltaEvent(const ResponseFormat& format, const OutputDelta& de
     content = delta.text;
   }
   json chunk =
-      Chunk(format, json::array({Choice(format, std::move(content),
+      Chunk(format, json::array({Choice(format, index, std::move(content),
                                         Logprobs(format, delta.tokens, cursor), nullptr)}));
   if (format.continuous_usage) {
     chunk["usage"] = Usage(format.prompt_tokens, completion_tokens);
@@ -128,21 +129,26 @@ std::string StreamDeltaEvent(const ResponseFormat& format, const OutputDelta& de
   return Event(chunk);
 }
 
-std::string StreamEndEvents(const ResponseFormat& format, const engine::FinishInfo& info) {
+std::string StreamFinishEvent(const ResponseFormat& format, int index, engine::FinishReason reason,
+                              const engine::FinishInfo& usage) {
   json empty = format.endpoint == Endpoint::kChatCompletions ? json::object() : json("");
   json chunk = Chunk(
       format,
-      json::array({Choice(format, std::move(empty), nullptr, OpenAiFinishReason(info.reason))}));
+      json::array({Choice(format, index, std::move(empty), nullptr, OpenAiFinishReason(reason))}));
   if (format.continuous_usage) {
-    chunk["usage"] = Usage(info);
+    chunk["usage"] = Usage(usage);
   } else if (format.include_usage) {
     chunk["usage"] = nullptr;
   }
-  std::string out = Event(chunk);
+  return Event(chunk);
+}
+
+std::string StreamDoneEvents(const ResponseFormat& format, const engine::FinishInfo& usage) {
+  std::string out;
   if (format.include_usage) {
-    json usage = Chunk(format, json::array());
-    usage["usage"] = Usage(info);
-    out += Event(usage);
+    json chunk = Chunk(format, json::array());
+    chunk["usage"] = Usage(usage);
+    out += Event(chunk);
   }
   out += "data: [DONE]\n\n";
   return out;
@@ -152,24 +158,29 @@ std::string StreamErrorEvents(const absl::Status& status) {
   return absl::StrCat("data: ", OpenAiErrorJson(status), "\n\ndata: [DONE]\n\n");
 }
 
-std::string CompleteBody(const ResponseFormat& format, const OutputDelta& all,
-                         const engine::FinishInfo& info) {
+std::string CompleteBody(const ResponseFormat& format, const std::vector<FinishedChoice>& choices,
+                         const engine::FinishInfo& usage) {
   const bool chat = format.endpoint == Endpoint::kChatCompletions;
-  LogprobsCursor cursor;
-  json choice = {{"index", 0}};
-  if (chat) {
-    choice["message"] = {{"role", "assistant"}, {"content", all.text}};
-  } else {
-    choice["text"] = all.text;
+  json rendered = json::array();
+  for (size_t i = 0; i < choices.size(); ++i) {
+    const FinishedChoice& c = choices[i];
+    LogprobsCursor cursor;
+    json choice = {{"index", i}};
+    if (chat) {
+      choice["message"] = {{"role", "assistant"}, {"content", c.output.text}};
+    } else {
+      choice["text"] = c.output.text;
+    }
+    choice["logprobs"] = Logprobs(format, c.output.tokens, &cursor);
+    choice["finish_reason"] = OpenAiFinishReason(c.reason);
+    rendered.push_back(std::move(choice));
   }
-  choice["logprobs"] = Logprobs(format, all.tokens, &cursor);
-  choice["finish_reason"] = OpenAiFinishReason(info.reason);
   const json body = {{"id", format.id},
                      {"object", chat ? "chat.completion" : "text_completion"},
                      {"created", format.created},
                      {"model", format.model},
-                     {"choices", json::array({choice})},
-                     {"usage", Usage(info)}};
+                     {"choices", std::move(rendered)},
+                     {"usage", Usage(usage)}};
   return Dump(body);
 }
 

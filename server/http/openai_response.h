@@ -23,6 +23,8 @@ struct ResponseFormat {
   std::string model;    // the served model's name
   int64_t created = 0;  // Unix seconds
   int prompt_tokens = 0;
+  // OpenAI's `n`: this many engine requests answer as choices 0..n-1 of one response.
+  int choices = 1;
   bool include_usage = false;
   bool continuous_usage = false;
   bool logprobs = false;
@@ -47,18 +49,29 @@ struct LogprobsCursor {
   int64_t text_offset = 0;
 };
 
-// One SSE event carrying `delta` (chat: the first event also carries the role).
-// `completion_tokens` is the running count, shown with continuous usage.
-std::string StreamDeltaEvent(const ResponseFormat& format, const OutputDelta& delta, bool first,
-                             int completion_tokens, LogprobsCursor* cursor);
-// The events that end a successful stream: the choice with finish_reason, then the usage
-// chunk when asked for, then [DONE].
-std::string StreamEndEvents(const ResponseFormat& format, const engine::FinishInfo& info);
+// One SSE event carrying `delta` for choice `index` (chat: a choice's first event also
+// carries the role). `completion_tokens` is the running count over all choices, shown
+// with continuous usage.
+std::string StreamDeltaEvent(const ResponseFormat& format, int index, const OutputDelta& delta,
+                             bool first, int completion_tokens, LogprobsCursor* cursor);
+// The event that ends choice `index` with its finish_reason; with continuous usage it
+// carries `usage` (the response's usage so far).
+std::string StreamFinishEvent(const ResponseFormat& format, int index, engine::FinishReason reason,
+                              const engine::FinishInfo& usage);
+// What ends a successful stream once every choice finished: the usage chunk when asked
+// for, then [DONE].
+std::string StreamDoneEvents(const ResponseFormat& format, const engine::FinishInfo& usage);
 // A failure after the stream started: an error event, then [DONE].
 std::string StreamErrorEvents(const absl::Status& status);
 
-// The non-streaming body.
-std::string CompleteBody(const ResponseFormat& format, const OutputDelta& all,
-                         const engine::FinishInfo& info);
+// One choice's whole answer, for a body.
+struct FinishedChoice {
+  OutputDelta output;
+  engine::FinishReason reason = engine::FinishReason::kLength;
+};
+
+// The non-streaming body: `choices` in index order, and the response's `usage`.
+std::string CompleteBody(const ResponseFormat& format, const std::vector<FinishedChoice>& choices,
+                         const engine::FinishInfo& usage);
 
 }  // namespace quill::server::http

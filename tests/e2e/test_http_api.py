@@ -119,7 +119,7 @@ class HttpApiTest(unittest.TestCase):
         self.assertEqual(status, 404)
         self.assertEqual(headers["content-type"], "application/json")
         self.assertIn("error", json.loads(body))
-        r = self.post("/v1/completions", {"prompt": "x", "n": 3})
+        r = self.post("/v1/completions", {"prompt": "x", "n": 0})
         status, _, body = split_head(r.stdout)
         self.assertEqual(status, 400)
         self.assertEqual(json.loads(body)["error"]["param"], "n")

@@ -17,6 +17,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "server/http/openai_request.h"
 #include "server/server.h"
 #include "tests/integration/server_test_util.h"
 #include "tests/integration/test_server.h"
@@ -214,6 +215,134 @@ TEST_F(HttpApiTest, SeededSamplingEqualsTheGrpcStream) {
   }
 }
 
+// One streamed response with n choices, split by choice index.
+struct SseChoices {
+  std::vector<std::string> text;
+  std::vector<std::string> finish_reason;
+  json usage;
+  bool done = false;
+};
+
+SseChoices ParseChoices(const HttpReply& reply, int n) {
+  SseChoices r;
+  r.text.resize(n);
+  r.finish_reason.resize(n);
+  absl::StatusOr<std::vector<std::string>> events = ParseSseData(reply.body);
+  EXPECT_TRUE(events.ok()) << events.status();
+  if (!events.ok()) return r;
+  for (const std::string& data : *events) {
+    if (data == "[DONE]") {
+      r.done = true;
+      continue;
+    }
+    EXPECT_FALSE(r.done) << "an event after [DONE]";
+    const json chunk = json::parse(data);
+    for (const json& choice : chunk["choices"]) {
+      const int i = choice["index"];
+      EXPECT_TRUE(i >= 0 && i < n) << i;
+      if (i < 0 || i >= n) continue;
+      EXPECT_TRUE(r.finish_reason[i].empty()) << "choice " << i << " went on after finishing";
+      if (choice.contains("text")) r.text[i] += choice["text"].get<std::string>();
+      if (choice.contains("delta") && choice["delta"].contains("content")) {
+        r.text[i] += choice["delta"]["content"].get<std::string>();
+      }
+      if (!choice["finish_reason"].is_null()) r.finish_reason[i] = choice["finish_reason"];
+    }
+    if (chunk["choices"].empty()) r.usage = chunk["usage"];
+  }
+  return r;
+}
+
+// OpenAI's n: choice i is the generation seeded with ChoiceSeed(seed, i), so choice 0 is
+// the n = 1 answer, the choices differ, and a seeded request is reproducible.
+TEST_F(HttpApiTest, NChoicesAreTheGenerationsOfTheirSeeds) {
+  constexpr int kChoices = 3, kTokens = 24;
+  const std::string prompt = "And the LORD said";
+  std::vector<Stream> grpc;
+  for (int i = 0; i < kChoices; ++i) {
+    v1::GenerateRequest request = TextRequest(prompt, kTokens);
+    SetSampling(&request, 1.0f, 1.0f, server::http::ChoiceSeed(77, i));
+    request.set_ignore_eos(true);
+    grpc.push_back(Collect(*client_, request));
+    ASSERT_TRUE(grpc.back().status.ok()) << grpc.back().status;
+  }
+  EXPECT_NE(grpc[0].text, grpc[1].text);
+  EXPECT_NE(grpc[1].text, grpc[2].text);
+  const json body = {{"prompt", prompt}, {"max_tokens", kTokens}, {"temperature", 1.0},
+                     {"seed", 77},       {"ignore_eos", true},    {"n", kChoices}};
+  const int prompt_tokens = grpc[0].last.usage().prompt_tokens();
+
+  const HttpReply reply = Post("/v1/completions", body);
+  ASSERT_EQ(reply.status, 200) << reply.body;
+  const json answer = json::parse(reply.body);
+  ASSERT_EQ(answer["choices"].size(), static_cast<size_t>(kChoices));
+  for (int i = 0; i < kChoices; ++i) {
+    EXPECT_EQ(answer["choices"][i]["index"], i);
+    EXPECT_EQ(answer["choices"][i]["text"], grpc[i].text) << i;
+    EXPECT_EQ(answer["choices"][i]["finish_reason"], "length");
+  }
+  EXPECT_EQ(answer["usage"]["prompt_tokens"], prompt_tokens);  // the prompt counts once
+  EXPECT_EQ(answer["usage"]["completion_tokens"], kChoices * kTokens);
+
+  json streamed = body;
+  streamed["stream"] = true;
+  streamed["stream_options"] = {{"include_usage", true}};
+  const SseChoices s = ParseChoices(Post("/v1/completions", streamed), kChoices);
+  EXPECT_TRUE(s.done);
+  for (int i = 0; i < kChoices; ++i) {
+    EXPECT_EQ(s.text[i], grpc[i].text) << i;
+    EXPECT_EQ(s.finish_reason[i], "length") << i;
+  }
+  ASSERT_TRUE(s.usage.is_object());
+  EXPECT_EQ(s.usage["completion_tokens"], kChoices * kTokens);
+  EXPECT_EQ(s.usage["total_tokens"], prompt_tokens + kChoices * kTokens);
+}
+
+// A server with room for six requests (two running, four queued).
+class HttpSmallQueueTest : public HttpApiTest {
+ protected:
+  static void SetUpTestSuite() {
+    server::ServerOptions options = TestOptions();
+    options.engine.max_running = 2;
+    options.engine.max_queue = 4;
+    StartServer(options);
+  }
+};
+
+// n choices are admitted all or none: when the queue cannot take them all the request is a
+// 429 and the choices already admitted end cancelled, holding nothing.
+TEST_F(HttpSmallQueueTest, NChoicesAreAdmittedAllOrNone) {
+  const PromText before = ScrapeWhenIdle(server_->metrics_port());
+  const json body = {
+      {"prompt", "In the beginning"}, {"max_tokens", 200}, {"ignore_eos", true}, {"n", 7}};
+  const HttpReply refused = Post("/v1/completions", body);
+  EXPECT_EQ(refused.status, 429) << refused.body;
+  EXPECT_THAT(refused.body, HasSubstr("queue full"));
+  const auto count = [](const PromText& text, const char* outcome) {
+    return text.Value("quill_requests_total", {{"api", "http"}, {"outcome", outcome}})
+        .value_or(0.0);
+  };
+  // The gauges may read idle before the engine took the six in: wait for their ends.
+  ASSERT_TRUE(ScrapeUntil(server_->metrics_port(), [&](const PromText& t) {
+                return count(t, "cancelled") + count(t, "length") >=
+                       count(before, "cancelled") + count(before, "length") + 6;
+              }).ok());
+  const PromText after = ScrapeWhenIdle(server_->metrics_port());
+  const auto delta = [&](const char* outcome) {
+    return count(after, outcome) - count(before, outcome);
+  };
+  EXPECT_EQ(delta("rejected"), 1.0);
+  EXPECT_EQ(delta("cancelled"), 6.0);
+  EXPECT_EQ(delta("length"), 0.0);
+  // Nothing is held: six choices fit.
+  json six = body;
+  six["n"] = 6;
+  six["max_tokens"] = 4;
+  const HttpReply reply = Post("/v1/completions", six);
+  ASSERT_EQ(reply.status, 200) << reply.body;
+  EXPECT_EQ(json::parse(reply.body)["choices"].size(), 6u);
+}
+
 // OpenAI's logit_bias, frequency_penalty and presence_penalty over HTTP are the gRPC
 // request's sampling fields: the same tokens either way, and they change the answer.
 TEST_F(HttpApiTest, PenaltiesAndLogitBiasEqualTheGrpcStream) {
@@ -346,7 +475,7 @@ TEST_F(HttpApiTest, InvalidInputIs400NamingTheFieldAndCountsAsRejected) {
     json body;
     const char* param;
   } cases[] = {
-      {{{"prompt", "x"}, {"n", 2}}, "n"},
+      {{{"prompt", "x"}, {"n", 0}}, "n"},
       {{{"prompt", "x"}, {"temperature", -1}}, "temperature"},
       {{{"prompt", "x"}, {"temperature", "hot"}}, "temperature"},
       {{{"prompt", "x"}, {"top_p", 1.5}}, "top_p"},
@@ -833,6 +962,35 @@ TEST_F(HttpChatTest, SeededSamplingAndExtrasEqualGenerate) {
   }
 }
 
+// Chat with n: every greedy choice is the same answer, each under its own index, and a
+// stream gives each choice its role.
+TEST_F(HttpChatTest, NGreedyChoicesAreTheSameAnswer) {
+  const Stream want = Expected(kConversation, TextRequest("", 12));
+  const json body = {
+      {"messages", MessagesJson(kConversation)}, {"max_tokens", 12}, {"temperature", 0}, {"n", 2}};
+  const HttpReply reply = Post(body);
+  ASSERT_EQ(reply.status, 200) << reply.body;
+  const json answer = json::parse(reply.body);
+  ASSERT_EQ(answer["choices"].size(), 2u);
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(answer["choices"][i]["index"], i);
+    EXPECT_EQ(answer["choices"][i]["message"]["content"], want.text) << i;
+  }
+  json streamed = body;
+  streamed["stream"] = true;
+  const HttpReply stream = Post(streamed);
+  const SseChoices s = ParseChoices(stream, 2);
+  EXPECT_TRUE(s.done);
+  EXPECT_EQ(s.text, std::vector<std::string>({want.text, want.text}));
+  int roles = 0;
+  absl::StatusOr<std::vector<std::string>> events = ParseSseData(stream.body);
+  ASSERT_TRUE(events.ok()) << events.status();
+  for (const std::string& data : *events) {
+    if (data != "[DONE]" && absl::StrContains(data, R"("role":"assistant")")) ++roles;
+  }
+  EXPECT_EQ(roles, 2);
+}
+
 TEST_F(HttpChatTest, StopStringEndsWithStop) {
   const Stream want = Expected(kConversation, TextRequest("", 40));
   ASSERT_GE(want.text.size(), 8u);
@@ -890,7 +1048,7 @@ TEST_F(HttpChatTest, InvalidChatIs400NamingTheField) {
       {{{"messages", json::array({{{"role", ""}, {"content", "x"}}})}}, "messages"},
       {{{"messages", json::array({{{"content", "x"}}})}}, "messages"},
       {{{"messages", json::array({{{"role", "user"}, {"content", 5}}})}}, "messages"},
-      {{{"messages", ok_messages}, {"n", 2}}, "n"},
+      {{{"messages", ok_messages}, {"n", 129}}, "n"},
       {{{"messages", ok_messages}, {"max_tokens", 0}}, "max_tokens"},
       {{{"messages", ok_messages}, {"max_tokens", 250}}, "max_tokens"},
       {{{"messages", ok_messages}, {"max_completion_tokens", 100000}}, "max_completion_tokens"},

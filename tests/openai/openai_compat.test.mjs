@@ -133,6 +133,28 @@ test('a seed reproduces the gRPC stream of the same request', async () => {
   assert.notEqual(other.choices[0].text, a.choices[0].text);
 });
 
+test('n choices: choice 0 is the n = 1 answer, and a stream splits by index', async () => {
+  const args = { model: 'm', prompt: 'And God said', max_tokens: 32, temperature: 0.8,
+                 top_p: 0.95, seed: 4242, n: 3 };
+  const r = await client.completions.create(args);
+  assert.deepEqual(r.choices.map((c) => c.index), [0, 1, 2]);
+  const one = await client.completions.create({ ...args, n: 1 });
+  assert.equal(r.choices[0].text, one.choices[0].text);
+  assert.notEqual(r.choices[1].text, r.choices[0].text);
+  assert.equal(r.usage.prompt_tokens, one.usage.prompt_tokens);
+  const stream = await client.completions.create({ ...args, stream: true });
+  const texts = ['', '', ''];
+  const finished = [];
+  for await (const chunk of stream) {
+    for (const c of chunk.choices) {
+      texts[c.index] += c.text;
+      if (c.finish_reason) finished.push(c.index);
+    }
+  }
+  assert.deepEqual(texts, r.choices.map((c) => c.text));
+  assert.deepEqual(finished.sort(), [0, 1, 2]);
+});
+
 test('logit_bias and the penalties give the gRPC stream of the same request', async () => {
   const args = { model: 'm', prompt: 'And God said', max_tokens: 24, temperature: 0,
                  frequency_penalty: 1.2, presence_penalty: 0.6, logit_bias: { 100: -100 } };
@@ -146,7 +168,7 @@ test('logit_bias and the penalties give the gRPC stream of the same request', as
 });
 
 test('invalid input is a 400 naming the field', async () => {
-  for (const [extra, param] of [[{ n: 2 }, 'n'], [{ temperature: -1 }, 'temperature'],
+  for (const [extra, param] of [[{ n: 0 }, 'n'], [{ temperature: -1 }, 'temperature'],
                                 [{ max_tokens: 100000 }, 'max_tokens'],
                                 [{ frequency_penalty: 3 }, 'frequency_penalty'],
                                 [{ logit_bias: { 99999: 1 } }, 'logit_bias'],
