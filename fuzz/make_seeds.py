@@ -217,7 +217,7 @@ def request_seeds():
         field(9, 2, field(1, 0, 5000) + field(2, 5, 1.0))
     seeds = {
         "text_prompt": field(1, 2, "req-1") + field(2, 2, "In the beginning") + field(4, 0, 16),
-        "token_ids": field(3, 2, ids) + field(4, 0, 8) + field(9, 0, 3),
+        "token_ids": field(3, 2, ids) + field(4, 0, 8) + field(9, 0, 3) + field(11, 0, 1),
         "sampling_and_stops": field(2, 2, "And God said") + field(4, 0, 32) +
         field(5, 2, sampling) + field(6, 2, "\n\n") + field(6, 2, "Amen") + field(7, 0, 2) +
         field(8, 0, 1),
@@ -276,6 +276,7 @@ def openai_request_seeds():
                    ' "suffix": "end", "tools": [{"type": "function"}],'
                    ' "response_format": {"type": "json_object"}}',
         "choices": '{"prompt": "x", "n": 4, "best_of": 4, "seed": 9, "stream": true}',
+        "echo": '{"prompt": [1, 300, 261], "echo": true, "logprobs": 1, "max_tokens": 1}',
         "penalties_and_logit_bias": '{"prompt": "x", "frequency_penalty": 0.5,'
                                     ' "presence_penalty": -1, "logit_bias": {"5": -100,'
                                     ' "300": 2.5, "abc": 1, "99999": 1e40}}',

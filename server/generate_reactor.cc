@@ -22,7 +22,7 @@ StreamChannel::StreamChannel(std::string request_id, bool with_logprobs, absl::T
 
 bool StreamChannel::HasPendingLocked() const {
   return pending_.token_ids_size() > 0 || !pending_.text().empty() ||
-         pending_.logprobs_size() > 0;
+         pending_.logprobs_size() > 0 || pending_.prompt_logprobs_size() > 0;
 }
 
 bool StreamChannel::OnChunk(engine::TokenChunk chunk) {

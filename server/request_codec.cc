@@ -193,6 +193,7 @@ absl::StatusOr<engine::GenerationRequest> BuildEngineRequest(
   out.stop_token_ids.assign(request.stop_token_ids().begin(), request.stop_token_ids().end());
   out.ignore_eos = request.ignore_eos();
   out.logprobs = request.logprobs();
+  out.prompt_logprobs = request.prompt_logprobs();
   out.disable_speculation = request.disable_speculation();
   return out;
 }
@@ -576,19 +577,28 @@ v1::FinishReason ToProtoFinishReason(engine::FinishReason reason) {
   }
 }
 
+namespace {
+
+void SetLogprobs(const engine::GeneratedToken& token, v1::TokenLogprobs* lp) {
+  lp->set_token_id(token.id);
+  lp->set_logprob(token.logprob);
+  for (const engine::TokenLogprob& alt : token.top_logprobs) {
+    v1::TopLogprob* top = lp->add_top();
+    top->set_token_id(alt.id);
+    top->set_logprob(alt.logprob);
+  }
+}
+
+}  // namespace
+
 void AppendChunk(const engine::TokenChunk& chunk, bool with_logprobs,
                  v1::GenerateResponse* response) {
+  for (const engine::GeneratedToken& token : chunk.prompt_logprobs) {
+    SetLogprobs(token, response->add_prompt_logprobs());
+  }
   for (const engine::GeneratedToken& token : chunk.tokens) {
     response->add_token_ids(token.id);
-    if (!with_logprobs) continue;
-    v1::TokenLogprobs* lp = response->add_logprobs();
-    lp->set_token_id(token.id);
-    lp->set_logprob(token.logprob);
-    for (const engine::TokenLogprob& alt : token.top_logprobs) {
-      v1::TopLogprob* top = lp->add_top();
-      top->set_token_id(alt.id);
-      top->set_logprob(alt.logprob);
-    }
+    if (with_logprobs) SetLogprobs(token, response->add_logprobs());
   }
   response->mutable_text()->append(chunk.text);
 }

@@ -9,6 +9,7 @@
 #include "engine/chat/chat_prompt.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "server/byte_tokenizer_for_test.h"
 
 namespace quill::server {
 namespace {
@@ -16,41 +17,7 @@ namespace {
 namespace v1 = ::quill::v1;
 using ::testing::HasSubstr;
 
-constexpr engine::TokenId kEog[] = {2};
-
-// One id per byte (byte + 3), BOS = 1, EOS = 2; vocabulary of 1024. Enough to test the
-// codec's own rules; the real tokenizer is exercised by the integration tests.
-class ByteTokenizer final : public engine::Tokenizer {
- public:
-  absl::StatusOr<std::vector<engine::TokenId>> Encode(absl::string_view text,
-                                                      bool add_special) const override {
-    encoded_bytes += static_cast<int64_t>(text.size());
-    if (FirstInvalidUtf8(text) >= 0) return absl::InvalidArgumentError("not valid UTF-8");
-    std::vector<engine::TokenId> ids;
-    if (add_special) ids.push_back(1);
-    for (unsigned char c : text) ids.push_back(c + 3);
-    return ids;
-  }
-  absl::StatusOr<std::vector<engine::TokenId>> EncodeWithSpecialTokens(
-      absl::string_view text, bool add_special,
-      absl::Span<const engine::ByteRange> plain_ranges) const override {
-    return Encode(text, add_special);  // no special tokens in this vocabulary
-  }
-  std::string TokenBytes(engine::TokenId id) const override {
-    return id >= 3 ? std::string(1, static_cast<char>(id - 3)) : "";
-  }
-  absl::string_view token_text(engine::TokenId id) const override { return ""; }
-  int vocab_size() const override { return 1024; }
-  engine::TokenId bos_id() const override { return 1; }
-  engine::TokenId eos_id() const override { return 2; }
-  bool add_bos() const override { return true; }
-  bool IsEndOfGeneration(engine::TokenId id) const override { return id == 2; }
-  absl::Span<const engine::TokenId> end_of_generation_ids() const override { return kEog; }
-  bool IsControl(engine::TokenId id) const override { return id < 3; }
-  std::string model_name() const override { return "llama"; }
-
-  mutable int64_t encoded_bytes = 0;  // text handed to Encode so far
-};
+using ::quill::server::testing::ByteTokenizer;
 
 RequestLimits Limits() {
   RequestLimits limits;
@@ -234,6 +201,7 @@ TEST(RequestCodecTest, RequestSizeBoundCoversTheLargestValidRequest) {
   largest.mutable_sampling()->set_presence_penalty(1.5f);
   largest.set_ignore_eos(true);
   largest.set_disable_speculation(true);
+  largest.set_prompt_logprobs(true);
   // The largest valid logit_bias: the most entries, with the vocabulary's largest ids.
   for (int i = 0; i < limits.max_logit_bias; ++i) {
     (*largest.mutable_sampling()->mutable_logit_bias())[1023 - i] = -100.0f;
@@ -371,10 +339,13 @@ TEST(RequestCodecTest, DisableSpeculationIsCarriedFromGenerateAndChat) {
   absl::StatusOr<engine::GenerationRequest> got = ToEngineRequest(r, Limits(), tokenizer);
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_FALSE(got->disable_speculation);  // speculation is on unless a request opts out
+  EXPECT_FALSE(got->prompt_logprobs);
   r.set_disable_speculation(true);
+  r.set_prompt_logprobs(true);
   got = ToEngineRequest(r, Limits(), tokenizer);
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_TRUE(got->disable_speculation);
+  EXPECT_TRUE(got->prompt_logprobs);
   v1::ChatRequest chat;
   chat.set_disable_speculation(true);
   EXPECT_TRUE(ChatOptions(chat).disable_speculation());
@@ -523,6 +494,25 @@ TEST(ResponseCodecTest, ChunksAppendIdsTextAndLogprobsOnRequest) {
   ASSERT_EQ(with.logprobs(1).top_size(), 2);
   EXPECT_EQ(with.logprobs(1).top(1).token_id(), 10);
   EXPECT_EQ(with.logprobs(1).top(1).logprob(), -2.0f);
+}
+
+TEST(ResponseCodecTest, PromptLogprobsGoWhateverTheLogprobsOption) {
+  engine::TokenChunk chunk;
+  engine::GeneratedToken p;
+  p.id = 5;
+  p.logprob = -3.0f;
+  p.top_logprobs = {{9, -0.1f}};
+  chunk.prompt_logprobs = {p, p};
+  chunk.prompt_logprobs[1].id = 6;
+  v1::GenerateResponse response;
+  AppendChunk(chunk, /*with_logprobs=*/false, &response);
+  ASSERT_EQ(response.prompt_logprobs_size(), 2);
+  EXPECT_EQ(response.prompt_logprobs(0).token_id(), 5);
+  EXPECT_EQ(response.prompt_logprobs(1).token_id(), 6);
+  EXPECT_EQ(response.prompt_logprobs(1).logprob(), -3.0f);
+  ASSERT_EQ(response.prompt_logprobs(1).top_size(), 1);
+  EXPECT_EQ(response.prompt_logprobs(1).top(0).token_id(), 9);
+  EXPECT_EQ(response.token_ids_size(), 0);
 }
 
 TEST(ResponseCodecTest, FinalFields) {

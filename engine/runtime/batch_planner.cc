@@ -6,10 +6,12 @@ namespace quill::engine {
 namespace {
 
 // Appends a prefill chunk for a sequence with `remaining` prompt tokens starting at
-// `first`; returns the tokens used.
-int AddPrefillChunk(int sequence, int first, int remaining, int budget,
-                    const PlannerOptions& options, StepPlan* plan) {
-  const int n = std::min({remaining, options.prefill_chunk_tokens, budget});
+// `first`; returns the tokens used. A prompt_logprobs chunk also fits in `logit_rows`,
+// which it decrements.
+int AddPrefillChunk(int sequence, int first, int remaining, bool prompt_logprobs, int budget,
+                    int* logit_rows, const PlannerOptions& options, StepPlan* plan) {
+  int n = std::min({remaining, options.prefill_chunk_tokens, budget});
+  if (prompt_logprobs) n = std::min(n, *logit_rows);
   if (n <= 0) return 0;
   PlannedEntry entry;
   entry.sequence = sequence;
@@ -17,6 +19,8 @@ int AddPrefillChunk(int sequence, int first, int remaining, int budget,
   entry.first_token = first;
   entry.num_tokens = n;
   entry.want_logits = (n == remaining);
+  entry.prompt_logits = prompt_logprobs;
+  if (prompt_logprobs) *logit_rows -= n;
   plan->entries.push_back(entry);
   plan->prefill_tokens += n;
   return n;
@@ -63,12 +67,13 @@ void PlanStep(const PlanInput& input, const PlannerOptions& options, StepPlan* p
     plan->draft_tokens += drafts;
   }
   budget = std::min(budget - plan->draft_tokens, input.max_prefill_tokens);
+  int logit_rows = options.max_prompt_logit_rows;
 
   for (int i = 0; i < num_running && budget > 0; ++i) {
     const RunningView& seq = input.running[i];
     if (seq.state != SequenceState::kPrefill || seq.paused) continue;
     budget -= AddPrefillChunk(i, seq.prefilled_tokens, seq.prompt_tokens - seq.prefilled_tokens,
-                              budget, options, plan);
+                              seq.prompt_logprobs, budget, &logit_rows, options, plan);
   }
 
   // Paused sequences do not count against max_running: they are not in the batch.
@@ -79,11 +84,13 @@ void PlanStep(const PlanInput& input, const PlannerOptions& options, StepPlan* p
     if (budget <= 0) break;
     if (active + plan->num_admitted >= options.max_running) break;
     if (waiting.kv_blocks_needed > free_blocks) break;
+    if (waiting.prompt_logprobs && logit_rows <= 0) break;
     free_blocks -= waiting.kv_blocks_needed;
     const int index = num_running + plan->num_admitted;
     ++plan->num_admitted;
-    budget -= AddPrefillChunk(index, waiting.cached_tokens,
-                              waiting.prompt_tokens - waiting.cached_tokens, budget, options, plan);
+    budget -=
+        AddPrefillChunk(index, waiting.cached_tokens, waiting.prompt_tokens - waiting.cached_tokens,
+                        waiting.prompt_logprobs, budget, &logit_rows, options, plan);
   }
 }
 

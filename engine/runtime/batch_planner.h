@@ -12,6 +12,9 @@ struct PlannerOptions {
   int prefill_chunk_tokens = 256;  // most prompt tokens of one sequence per step
   int max_running = 64;            // running set size (must be <= max_batch_tokens)
   int max_draft_tokens = 0;        // speculative draft tokens in one step, over all sequences
+  // Prompt tokens of one step, over all sequences with prompt_logprobs (each such token
+  // takes a logits row).
+  int max_prompt_logit_rows = 0;
 };
 
 // What the planner needs to know about a running sequence (kPrefill or kDecode).
@@ -22,6 +25,7 @@ struct RunningView {
   bool paused = false;       // its consumer is behind: it keeps its KV, is not stepped
   int draft_tokens = 0;      // kDecode: draft tokens proposed for verification this step
   bool ends_at_prefill = false;  // one token to make: it never decodes
+  bool prompt_logprobs = false;  // every prompt token takes a logits row
 };
 
 // A waiting request, in the engine's admission order (fair across tenants).
@@ -30,6 +34,7 @@ struct WaitingView {
   int kv_blocks_needed = 0;  // reserved in full at admission (prompt + max_tokens)
   int cached_tokens = 0;     // leading prompt tokens already in the KV cache (< prompt)
   bool ends_at_prefill = false;  // one token to make: it never decodes
+  bool prompt_logprobs = false;  // every prompt token takes a logits row
 };
 
 struct PlanInput {
@@ -49,6 +54,9 @@ struct PlannedEntry {
   int num_tokens = 0;   // decode: 1 + draft_tokens
   int draft_tokens = 0;
   bool want_logits = false;  // decode, or the chunk that completes the prompt
+  // A prompt chunk of a prompt_logprobs sequence: logits for every row (the last one of
+  // the prompt's last chunk is also the one sampled from).
+  bool prompt_logits = false;
 };
 
 struct StepPlan {
@@ -81,11 +89,13 @@ int PromptTokensThroughFirstDecoder(const PlanInput& input, const PlannerOptions
 //     plus its proposed draft tokens, in order, while max_draft_tokens and the step's
 //     token budget last (drafts go before prefill: they are few, and bounded).
 //  2. Sequences in kPrefill get chunks of <= prefill_chunk_tokens, in admission order,
-//     while the step's token budget (max_batch_tokens, and max_prefill_tokens) lasts.
+//     while the step's token budget (max_batch_tokens, and max_prefill_tokens) lasts;
+//     chunks of prompt_logprobs sequences also within max_prompt_logit_rows (others go on
+//     when those rows run out).
 //  3. Waiting requests are admitted from the head (in the order given) while the running
 //     set has room, the KV pool has the blocks they reserve, and the step has tokens left
-//     for their first chunk. The first request that does not fit stops admission (no
-//     overtaking).
+//     for their first chunk (a prompt_logprobs one: and logit rows). The first request
+//     that does not fit stops admission (no overtaking).
 // `plan` is cleared and refilled; its vectors keep their capacity between steps.
 void PlanStep(const PlanInput& input, const PlannerOptions& options, StepPlan* plan);
 

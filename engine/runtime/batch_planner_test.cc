@@ -36,6 +36,41 @@ int ThroughFirstDecoder(const Planner& p) {
   return PromptTokensThroughFirstDecoder(input, p.options);
 }
 
+TEST(BatchPlannerTest, PromptLogprobChunksShareTheLogitRowsOthersGoOn) {
+  Planner p;
+  p.options.max_batch_tokens = 512;
+  p.options.prefill_chunk_tokens = 48;
+  p.options.max_prompt_logit_rows = 64;
+  RunningView scored = Prefilling(100, 0), second = Prefilling(30, 10);
+  scored.prompt_logprobs = true;
+  second.prompt_logprobs = true;
+  WaitingView waiting_scored{20, 1, 0, false, /*prompt_logprobs=*/true};
+  p.running = {scored, second, Prefilling(100, 0)};
+  p.waiting = {WaitingView{20, 1, 0}, waiting_scored, WaitingView{20, 1, 0}};
+  const StepPlan& plan = p.Plan();
+  // 48 + 16 rows: the second scored prompt gets what the first left; the plain prompt
+  // goes on; admission takes the plain waiting request and stops at the scored one.
+  ASSERT_EQ(plan.entries.size(), 4u);
+  EXPECT_EQ(plan.entries[0].num_tokens, 48);
+  EXPECT_TRUE(plan.entries[0].prompt_logits);
+  EXPECT_FALSE(plan.entries[0].want_logits);
+  EXPECT_EQ(plan.entries[1].num_tokens, 16);
+  EXPECT_TRUE(plan.entries[1].prompt_logits);
+  EXPECT_EQ(plan.entries[2].num_tokens, 48);
+  EXPECT_FALSE(plan.entries[2].prompt_logits);
+  EXPECT_EQ(plan.entries[3].sequence, 3);
+  EXPECT_EQ(plan.num_admitted, 1);
+  // Its last chunk is both: every row scored, the last also sampled.
+  p.running = {Prefilling(100, 96)};
+  p.running[0].prompt_logprobs = true;
+  p.waiting.clear();
+  const StepPlan& last = p.Plan();
+  ASSERT_EQ(last.entries.size(), 1u);
+  EXPECT_EQ(last.entries[0].num_tokens, 4);
+  EXPECT_TRUE(last.entries[0].prompt_logits);
+  EXPECT_TRUE(last.entries[0].want_logits);
+}
+
 TEST(BatchPlannerTest, DraftsJoinTheirDecodeEntryWithinBothBudgets) {
   Planner p;
   p.options.max_batch_tokens = 12;

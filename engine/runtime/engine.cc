@@ -149,12 +149,15 @@ class Engine::Impl {
     planner_options_.prefill_chunk_tokens = options.prefill_chunk_tokens;
     planner_options_.max_running = options.max_running;
     planner_options_.max_draft_tokens = MaxDraftTokensPerStep(options);
+    planner_options_.max_prompt_logit_rows =
+        std::min(kPromptLogitRowsPerStep, options.max_batch_tokens);
     // Every per-step buffer is sized once here, so steps do not allocate.
     const size_t max_entries = options.max_running;
-    // One logits row per decoding sequence and per draft token verified.
-    const size_t max_rows =
-        std::min(max_entries + planner_options_.max_draft_tokens,
-                 static_cast<size_t>(options.max_batch_tokens));
+    // One logits row per decoding sequence and per draft token verified, and the rows of
+    // prompt logprobs.
+    const size_t max_rows = std::min(max_entries + planner_options_.max_draft_tokens,
+                                     static_cast<size_t>(options.max_batch_tokens)) +
+                            planner_options_.max_prompt_logit_rows;
     running_.reserve(max_entries);
     ended_.reserve(max_entries);
     running_views_.reserve(max_entries);
@@ -605,7 +608,8 @@ bool Engine::Impl::Step() {
   int decoders = 0;
   for (const auto& seq : running_) {
     running_views_.push_back({seq->state(), seq->prompt_tokens(), seq->prefilled_tokens(),
-                              seq->paused(), /*draft_tokens=*/0, seq->ends_at_prefill()});
+                              seq->paused(), /*draft_tokens=*/0, seq->ends_at_prefill(),
+                              seq->request().prompt_logprobs});
     if (seq->state() == SequenceState::kDecode && !seq->paused()) ++decoders;
   }
   ProposeDrafts();
@@ -645,8 +649,9 @@ bool Engine::Impl::Step() {
     } else {
       entry.first_pos = e.first_token;
       entry.tokens = tokens.subspan(e.first_token, e.num_tokens);
+      if (e.prompt_logits) entry.num_logits = e.num_tokens;
     }
-    entry.want_logits = e.want_logits;
+    entry.want_logits = e.want_logits || e.prompt_logits;
     batch_.push_back(entry);
   }
 
@@ -691,6 +696,12 @@ bool Engine::Impl::Step() {
       int kv_final = e.decode ? static_cast<int>(seq.tokens().size())
                               : e.first_token + e.num_tokens;
       if (!e.decode) seq.AddPrefilled(e.num_tokens);
+      if (e.prompt_logits) {
+        // Every row but the prompt's last scores the prompt token after it.
+        const int scored = e.want_logits ? e.num_tokens - 1 : e.num_tokens;
+        seq.AddPromptLogprobs(logits_.data() + row * vocab_size_, e.first_token, scored);
+        row += scored;
+      }
       if (e.want_logits) {
         const int rows = e.decode ? 1 + e.draft_tokens : 1;
         const float* logits = logits_.data() + row * vocab_size_;
@@ -813,6 +824,7 @@ void Engine::Impl::BuildWaitingViews() {
     WaitingView view;
     view.prompt_tokens = seq.prompt_tokens();
     view.ends_at_prefill = seq.ends_at_prefill();
+    view.prompt_logprobs = seq.request().prompt_logprobs;
     view.kv_blocks_needed = kv_->BlocksForTokens(seq.kv_tokens_reserved());
     if (options_.prefix_cache) {
       const KvCache::PrefixMatch match = kv_->MatchPrefix(seq.prompt_lookup_hashes(), seq.tokens());
@@ -903,6 +915,7 @@ int Engine::Impl::EmitTokens(Sequence& seq, const float* logits, int rows,
   if (seq.finish_pending()) return 0;  // e.g. cancelled: no more output
   TokenChunk chunk;
   chunk.tokens.reserve(rows);  // one allocation however many drafts are accepted
+  chunk.prompt_logprobs = seq.TakePromptLogprobs();
   bool finish = false;
   FinishReason reason = FinishReason::kLength;
   int accepted = 0;
@@ -949,7 +962,7 @@ int Engine::Impl::EmitTokens(Sequence& seq, const float* logits, int rows,
   // On the way out, release the held UTF-8 bytes and stop-string lookahead.
   if (finish && seq.FlushText(&chunk.text)) reason = FinishReason::kStop;
 
-  if (!chunk.tokens.empty() || !chunk.text.empty()) {
+  if (!chunk.tokens.empty() || !chunk.text.empty() || !chunk.prompt_logprobs.empty()) {
     if (!seq.sink().OnChunk(std::move(chunk)) && !finish) {
       MarkGone(seq, absl::CancelledError("the consumer went away"));
       return accepted;

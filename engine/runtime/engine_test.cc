@@ -1062,6 +1062,65 @@ TEST_F(PrefixCacheEngineTest, ExactHitIsBitIdenticalAloneAndAmongOthers) {
   EXPECT_EQ(follow->ids(), ReferenceLoop(follow_up));
 }
 
+// Prompt logprobs: row j scores prompt token j + 1, which is what the first token of a
+// request whose prompt ends at j sees. In exact mode the two agree bit for bit, whatever
+// the chunking (prefill chunks of 32, at most 64 logit rows a step), the batch, or a
+// warm prefix cache (which such a request must not use).
+TEST_F(PrefixCacheEngineTest, PromptLogprobsAreEachPrefixsFirstTokenLogprobs) {
+  std::vector<GenerationRequest> requests = SharedPrefixRequests();
+  Start(Options(/*prefix_cache=*/true));
+  const Output plain = OutputOf(*RunAlone(requests[0]));  // also warms the cache
+  GenerationRequest r = requests[0];
+  r.request_id = "prompt-logprobs";
+  r.prompt_logprobs = true;
+  auto sink = RunAlone(r);
+  EXPECT_EQ(sink->info().cached_prompt_tokens, 0);
+  EXPECT_TRUE(OutputOf(*sink) == plain) << "prompt logprobs change no output";
+  const std::vector<TokenChunk> chunks = sink->chunks();
+  ASSERT_FALSE(chunks.empty());
+  const std::vector<GeneratedToken> scored = chunks[0].prompt_logprobs;
+  const int prompt = static_cast<int>(r.prompt_ids.size());
+  ASSERT_EQ(static_cast<int>(scored.size()), prompt - 1);
+  for (size_t i = 1; i < chunks.size(); ++i) EXPECT_TRUE(chunks[i].prompt_logprobs.empty());
+
+  for (int j = 0; j + 1 < prompt; j += (j + 1 < prompt - 8 ? 9 : 1)) {
+    const GeneratedToken& t = scored[j];
+    ASSERT_EQ(t.id, r.prompt_ids[j + 1]) << j;
+    GenerationRequest prefix = Request(absl::StrCat("prefix-", j), "", 1);
+    prefix.prompt_ids.assign(r.prompt_ids.begin(), r.prompt_ids.begin() + j + 1);
+    prefix.logprobs = r.logprobs;
+    const std::vector<TokenChunk> first = RunAlone(prefix)->chunks();
+    ASSERT_EQ(first.size(), 1u) << j;
+    const GeneratedToken& want = first[0].tokens[0];
+    ASSERT_EQ(t.top_logprobs.size(), want.top_logprobs.size()) << j;
+    for (size_t k = 0; k < want.top_logprobs.size(); ++k) {
+      EXPECT_EQ(t.top_logprobs[k].id, want.top_logprobs[k].id) << j;
+      EXPECT_EQ(t.top_logprobs[k].logprob, want.top_logprobs[k].logprob) << j;
+      if (want.top_logprobs[k].id == t.id) {
+        EXPECT_EQ(t.logprob, want.top_logprobs[k].logprob) << j;
+      }
+    }
+    EXPECT_LE(t.logprob, want.top_logprobs[0].logprob) << j;
+  }
+
+  // Among the other prompts (prefilling and decoding beside it): the same values.
+  requests[0] = r;
+  requests[0].request_id = "prompt-logprobs-batched";
+  const std::vector<std::shared_ptr<RecordingSink>> sinks = RunTogether(requests);
+  const std::vector<TokenChunk> batched = sinks[0]->chunks();
+  ASSERT_FALSE(batched.empty());
+  ASSERT_EQ(batched[0].prompt_logprobs.size(), scored.size());
+  for (size_t j = 0; j < scored.size(); ++j) {
+    EXPECT_EQ(batched[0].prompt_logprobs[j].logprob, scored[j].logprob) << j;
+    ASSERT_EQ(batched[0].prompt_logprobs[j].top_logprobs.size(), scored[j].top_logprobs.size());
+    for (size_t k = 0; k < scored[j].top_logprobs.size(); ++k) {
+      EXPECT_EQ(batched[0].prompt_logprobs[j].top_logprobs[k].logprob,
+                scored[j].top_logprobs[k].logprob);
+    }
+  }
+  EXPECT_TRUE(OutputOf(*sinks[0]) == plain);
+}
+
 TEST_F(PrefixCacheEngineTest, FastModeHitGivesTheSameGreedyTokens) {
   std::vector<GenerationRequest> requests = SharedPrefixRequests();
   for (GenerationRequest& r : requests) {

@@ -44,6 +44,11 @@ struct GenerationRequest {
   std::vector<TokenId> stop_token_ids;
   bool ignore_eos = false;
   int logprobs = 0;  // top alternatives per token (0 = none)
+  // The logprob of every prompt token after the first (with `logprobs` alternatives),
+  // delivered with the first TokenChunk. Such a prompt is computed in full, never taken
+  // from the prefix cache (whose blocks carry no logits), in steps of at most
+  // kPromptLogitRowsPerStep tokens.
+  bool prompt_logprobs = false;
   // Opts out of speculative decoding (EngineOptions::spec_tokens); the output is the same
   // either way, only the speed differs.
   bool disable_speculation = false;
@@ -61,6 +66,9 @@ struct GenerationRequest {
 };
 
 inline constexpr size_t kMaxTenantBytes = 64;
+// Rows of logits one step computes for prompt logprobs, over all requests: the engine's
+// logits buffer holds this many rows of the vocabulary beyond the decoders'.
+inline constexpr int kPromptLogitRowsPerStep = 64;
 inline constexpr int kMaxTenantWeight = 1000;
 
 struct GeneratedToken {
@@ -75,6 +83,9 @@ struct TokenChunk {
   // The text these tokens complete: valid UTF-8, never half a character; text held back
   // because it might begin a stop string comes in a later chunk (or never, if it stops).
   std::string text;
+  // With GenerationRequest::prompt_logprobs, in the request's first chunk only: prompt
+  // tokens 1 .. P-1 (id, logprob given the tokens before, alternatives).
+  std::vector<GeneratedToken> prompt_logprobs;
 };
 
 struct RequestTimings {

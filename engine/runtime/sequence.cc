@@ -37,6 +37,8 @@ Sequence::Sequence(KvCache::SeqId kv_id, GenerationRequest request, std::shared_
   tokens_.reserve(request_.prompt_ids.size() + request_.max_tokens);
   tokens_.assign(request_.prompt_ids.begin(), request_.prompt_ids.end());
   top_scratch_.reserve(request_.logprobs);
+  vocab_size_ = vocab_size;
+  if (request_.prompt_logprobs) prompt_logprobs_.reserve(prompt_tokens_ - 1);
   verify_.assign(1 + std::max(0, max_draft_tokens), 0);
   hash_block_size_ = hash_block_size;
   if (hash_block_size_ > 0) {
@@ -46,7 +48,8 @@ Sequence::Sequence(KvCache::SeqId kv_id, GenerationRequest request, std::shared_
 }
 
 absl::Span<const uint64_t> Sequence::prompt_lookup_hashes() const {
-  if (hash_block_size_ <= 0) return {};
+  // Prompt logprobs need the logits of every prompt position: nothing comes from the cache.
+  if (hash_block_size_ <= 0 || request_.prompt_logprobs) return {};
   const size_t max_blocks = static_cast<size_t>(prompt_tokens_ - 1) / hash_block_size_;
   return absl::MakeConstSpan(block_hashes_).subspan(0, std::min(max_blocks, block_hashes_.size()));
 }
@@ -102,6 +105,20 @@ absl::Span<const TokenId> Sequence::VerifyInput(int num_drafts) const {
 
 absl::Span<const TokenId> Sequence::draft() const {
   return absl::MakeConstSpan(verify_).subspan(1, num_drafts_);
+}
+
+void Sequence::AddPromptLogprobs(const float* logits, int first, int rows) {
+  QUILL_DCHECK(request_.prompt_logprobs && first + rows < prompt_tokens_);
+  QUILL_DCHECK(static_cast<int>(prompt_logprobs_.size()) == first);
+  for (int r = 0; r < rows; ++r) {
+    GeneratedToken token;
+    token.id = tokens_[first + r + 1];
+    token.logprob = ComputeLogprobs(
+        absl::MakeConstSpan(logits + static_cast<size_t>(r) * vocab_size_, vocab_size_), token.id,
+        request_.logprobs, &top_scratch_);
+    token.top_logprobs = top_scratch_;
+    prompt_logprobs_.push_back(std::move(token));
+  }
 }
 
 GeneratedToken Sequence::SampleNext(absl::Span<const float> logits) {

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -79,6 +80,12 @@ class Sequence {
   absl::Span<const TokenId> draft() const;  // the proposed drafts
   DraftBackoff& draft_backoff() { return draft_backoff_; }
 
+  // Prompt logprobs (request().prompt_logprobs): `rows` logits rows of a prompt chunk
+  // starting at prompt position `first`; row r scores the prompt token at first + r + 1.
+  void AddPromptLogprobs(const float* logits, int first, int rows);
+  // What AddPromptLogprobs gathered, for the first chunk (empty after).
+  std::vector<GeneratedToken> TakePromptLogprobs() { return std::exchange(prompt_logprobs_, {}); }
+
   // Samples the next token from this sequence's logits row, with logprobs if asked.
   GeneratedToken SampleNext(absl::Span<const float> logits);
   // Records a generated token as output: appends it to the history, counts it, and
@@ -127,6 +134,8 @@ class Sequence {
   StopStringMatcher stop_matcher_;
   std::vector<TokenId> tokens_;
   std::vector<TokenLogprob> top_scratch_;
+  std::vector<GeneratedToken> prompt_logprobs_;  // capacity reserved up front
+  int vocab_size_ = 0;
   std::vector<TokenId> verify_;  // [last token, drafts...], sized once
   int num_drafts_ = 0;
   DraftBackoff draft_backoff_;

@@ -51,6 +51,7 @@ bool GenerationStream::OnChunk(int index, engine::TokenChunk chunk) {
     // Once a choice failed the response is over for the others too.
     if (gone_ || done_ || !failure_.ok()) return false;
     Choice& c = choices_[index];
+    if (format_.echo && !c.echoed) EchoLocked(c, &chunk.prompt_logprobs);
     c.pending.text += chunk.text;
     c.pending.num_tokens += static_cast<int>(chunk.tokens.size());
     ++c.pending_chunks;
@@ -72,6 +73,18 @@ bool GenerationStream::OnChunk(int index, engine::TokenChunk chunk) {
   return !cancel;
 }
 
+void GenerationStream::EchoLocked(Choice& c, std::vector<engine::GeneratedToken>* scored) {
+  c.echoed = true;
+  c.pending.text += format_.echo_text;
+  pending_bytes_ += static_cast<int64_t>(format_.echo_text.size());
+  if (!format_.logprobs) return;
+  engine::GeneratedToken first;
+  first.id = format_.echo_first_token;
+  c.pending.echoed.push_back(std::move(first));
+  if (scored == nullptr) return;
+  for (engine::GeneratedToken& t : *scored) c.pending.echoed.push_back(std::move(t));
+}
+
 bool GenerationStream::WouldBlock(int index) {
   absl::MutexLock lock(&mu_);
   Choice& c = choices_[index];
@@ -84,7 +97,10 @@ void GenerationStream::OnFinish(int index, const engine::FinishInfo& info) {
   bool cancel_others = false;
   {
     absl::MutexLock lock(&mu_);
-    choices_[index].finish = info;
+    Choice& c = choices_[index];
+    c.finish = info;
+    // An answer without output (e.g. end of generation at once) still echoes the prompt.
+    if (format_.echo && !c.echoed && info.status.ok()) EchoLocked(c, nullptr);
     // One failed choice fails the response: the others need not run on (and finish
     // cancelled, which is not the failure to report).
     if (!info.status.ok() && failure_.ok()) {

@@ -70,7 +70,13 @@ class GenerationStream final : public ResponseSource {
     bool role_sent = false;    // chat streams: its first event (with the role) went out
     int completion_tokens = 0;
     LogprobsCursor cursor;
+    bool echoed = false;  // with echo: the prompt went into `pending`
   };
+
+  // Puts the echoed prompt (text; with logprobs its tokens, `scored` holding the engine's
+  // prompt logprobs) at the start of the choice's output.
+  void EchoLocked(Choice& c, std::vector<engine::GeneratedToken>* scored)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   HttpOutput NextLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   HttpOutput NextStreamLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

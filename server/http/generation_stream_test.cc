@@ -7,6 +7,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "server/byte_tokenizer_for_test.h"
 
 namespace quill::server::http {
 namespace {
@@ -377,6 +378,42 @@ TEST(GenerationStreamTest, EachChoiceBlocksAndResumesOnItsOwn) {
   EXPECT_FALSE(stream.WouldBlock(0));
   stream.Next();
   EXPECT_EQ(resumed, std::vector<int>({1}));
+}
+
+TEST(GenerationStreamTest, EchoPutsThePromptAndItsScoredTokensFirst) {
+  auto channel = std::make_shared<FakeChannel>();
+  ResponseFormat format = Format(Endpoint::kCompletions);
+  format.echo = true;
+  format.echo_text = "Hi";
+  format.echo_first_token = 1;
+  format.logprobs = true;
+  format.top_logprobs = 1;
+  testing::ByteTokenizer tokenizer;
+  format.tokenizer = &tokenizer;
+  GenerationStream stream(format, true, channel, [] {});
+  engine::TokenChunk chunk = Chunk("!", 1);
+  // The byte tokenizer's ids are byte + 3.
+  chunk.prompt_logprobs.push_back({'H' + 3, -2.0f, {{'H' + 3, -2.0f}}});
+  chunk.prompt_logprobs.push_back({'i' + 3, -1.0f, {{'o' + 3, -0.5f}}});
+  EXPECT_TRUE(stream.OnChunk(0, std::move(chunk)));
+  stream.OnFinish(0, Finished(engine::FinishReason::kLength, 3, 1));
+  bool done = false;
+  const std::vector<json> events = Events(stream.Next().body, &done);
+  ASSERT_EQ(events.size(), 2u);
+  const json& choice = events[0]["choices"][0];
+  EXPECT_EQ(choice["text"], "Hi!");
+  EXPECT_EQ(choice["logprobs"]["token_logprobs"], json::parse("[null, -2.0, -1.0, -0.5]"));
+  EXPECT_TRUE(choice["logprobs"]["top_logprobs"][0].is_null());
+  EXPECT_EQ(choice["logprobs"]["top_logprobs"][2], json({{"o", -0.5}}));
+  EXPECT_EQ(choice["logprobs"]["tokens"][1], "H");
+
+  // An answer without output still echoes (text only, without logprobs).
+  ResponseFormat text_only = Format(Endpoint::kCompletions);
+  text_only.echo = true;
+  text_only.echo_text = "Hi";
+  GenerationStream body(text_only, false, channel, [] {});
+  body.OnFinish(0, Finished(engine::FinishReason::kEos, 3, 0));
+  EXPECT_EQ(json::parse(body.Next().body)["choices"][0]["text"], "Hi");
 }
 
 }  // namespace

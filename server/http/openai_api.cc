@@ -205,6 +205,16 @@ void OpenAiApi::Generate(const HttpRequest& request, Endpoint endpoint, const Te
   format.logprobs = parsed->logprobs;
   format.top_logprobs = parsed->top_logprobs;
   format.tokenizer = &gateway_->engine()->model().tokenizer();
+  if (parsed->echo) {
+    // The prompt as sent; a prompt of token ids as its text.
+    const engine::Tokenizer& tokenizer = *format.tokenizer;
+    const std::vector<engine::TokenId>& ids = prepared->prompt_ids;
+    format.echo = true;
+    format.echo_text = parsed->generate.has_prompt_token_ids()
+                           ? tokenizer.Decode(ids, !ids.empty() && ids[0] == tokenizer.bos_id())
+                           : parsed->generate.prompt();
+    format.echo_first_token = ids.empty() ? 0 : ids[0];
+  }
 
   // Choice 0 is the prepared request; choice i > 0 is a copy under its own id and seed.
   const int n = parsed->n;

@@ -228,9 +228,6 @@ absl::Status RefuseUnsupported(const json& body, int n) {
   if (best_of != n) {
     return Invalid("best_of", absl::StrCat("must equal n (", n, "), got ", best_of));
   }
-  bool echo = false;
-  if (absl::Status s = GetBool(body, "echo", &echo); !s.ok()) return s;
-  if (echo) return Invalid("echo", "is not supported");
   if (const json* suffix = Find(body, "suffix"); suffix != nullptr) {
     if (!suffix->is_string()) return Invalid("suffix", "must be a string");
     if (!suffix->get_ref<const std::string&>().empty()) {
@@ -425,6 +422,12 @@ absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(absl::string_view body, Endpoin
   if (absl::Status s = ParseSampling(parsed, random_seed, &out.generate); !s.ok()) return s;
   if (absl::Status s = ParseStop(parsed, &out.generate); !s.ok()) return s;
   if (absl::Status s = ParseLogprobs(parsed, endpoint, &out); !s.ok()) return s;
+  if (absl::Status s = GetBool(parsed, "echo", &out.echo); !s.ok()) return s;
+  if (out.echo && endpoint == Endpoint::kChatCompletions) {
+    return Invalid("echo", "is for /v1/completions only");
+  }
+  // Echoed prompt tokens carry their logprobs (the engine scores the prompt).
+  out.generate.set_prompt_logprobs(out.echo && out.logprobs);
   bool ignore_eos = false;
   if (absl::Status s = GetBool(parsed, "ignore_eos", &ignore_eos); !s.ok()) return s;
   out.generate.set_ignore_eos(ignore_eos);

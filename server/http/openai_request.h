@@ -43,6 +43,9 @@ struct OpenAiRequest {
   // chosen token's logprob only alongside alternatives); extra ones are dropped.
   bool logprobs = false;
   int top_logprobs = 0;
+  // Completions: the answer starts with the prompt (and, with logprobs, the prompt's
+  // tokens with their logprobs: generate.prompt_logprobs is set).
+  bool echo = false;
   // The name of the field `generate.logprobs` came from, for errors.
   std::string logprobs_field = "logprobs";
 };

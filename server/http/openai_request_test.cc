@@ -98,6 +98,19 @@ TEST(OpenAiRequestTest, NChoicesAndBestOfEqualToN) {
   EXPECT_EQ(r->n, 3);
 }
 
+TEST(OpenAiRequestTest, EchoWithLogprobsScoresThePrompt) {
+  absl::StatusOr<OpenAiRequest> r = Completions(R"({"prompt": "x", "echo": true})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->echo);
+  EXPECT_FALSE(r->generate.prompt_logprobs());  // text only
+  r = Completions(R"({"prompt": "x", "echo": true, "logprobs": 1, "max_tokens": 1})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->generate.prompt_logprobs());
+  r = Completions(R"({"prompt": "x", "logprobs": 1})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_FALSE(r->generate.prompt_logprobs());
+}
+
 TEST(OpenAiRequestTest, ChoiceSeedsKeepChoiceZeroAndDifferForTheOthers) {
   for (uint64_t seed : {0ull, 1ull, 42ull, ~0ull}) {
     EXPECT_EQ(ChoiceSeed(seed, 0), seed);
@@ -188,7 +201,7 @@ TEST(OpenAiRequestTest, BadInputNamesTheField) {
       {R"({"prompt": "x", "n": "1"})", "n"},
       {R"({"prompt": "x", "best_of": 2})", "best_of"},
       {R"({"prompt": "x", "n": 2, "best_of": 3})", "best_of"},
-      {R"({"prompt": "x", "echo": true})", "echo"},
+      {R"({"prompt": "x", "echo": "yes"})", "echo"},
       {R"({"prompt": "x", "frequency_penalty": "0.5"})", "frequency_penalty"},
       {R"({"prompt": "x", "presence_penalty": [1]})", "presence_penalty"},
       {R"({"prompt": "x", "logit_bias": [1]})", "logit_bias"},
@@ -201,6 +214,7 @@ TEST(OpenAiRequestTest, BadInputNamesTheField) {
       {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]})",
        "tools", true},
       {R"({"messages": [{"role": "user", "content": "x"}], "tools": {}})", "tools", true},
+      {R"({"messages": [{"role": "user", "content": "x"}], "echo": true})", "echo", true},
       {R"({"messages": [{"role": "user", "content": "x"}], "functions": [{"name": "f"}]})",
        "functions", true},
       {R"({"messages": [{"role": "user", "content": "x"}],

@@ -52,33 +52,36 @@ json ChatLogprobs(const ResponseFormat& format, const std::vector<engine::Genera
   return {{"content", content}};
 }
 
-// Completions: {"tokens", "token_logprobs", "top_logprobs": [{token: logprob}], "text_offset"}.
-json CompletionLogprobs(const ResponseFormat& format,
-                        const std::vector<engine::GeneratedToken>& tokens, LogprobsCursor* cursor) {
+// Completions: {"tokens", "token_logprobs", "top_logprobs": [{token: logprob}], "text_offset"};
+// an echoed prompt's tokens come first, its first token with null logprobs (nothing
+// precedes it).
+json CompletionLogprobs(const ResponseFormat& format, const OutputDelta& delta,
+                        LogprobsCursor* cursor) {
   json out = {{"tokens", json::array()},
               {"token_logprobs", json::array()},
               {"top_logprobs", json::array()},
               {"text_offset", json::array()}};
-  for (const engine::GeneratedToken& t : tokens) {
+  auto add = [&](const engine::GeneratedToken& t, bool scored) {
     const std::string piece = format.tokenizer->TokenBytes(t.id);
     json top = json::object();
     for (int i = 0; i < format.top_logprobs && i < static_cast<int>(t.top_logprobs.size()); ++i) {
       top[format.tokenizer->TokenBytes(t.top_logprobs[i].id)] = t.top_logprobs[i].logprob;
     }
     out["tokens"].push_back(piece);
-    out["token_logprobs"].push_back(t.logprob);
-    out["top_logprobs"].push_back(top);
+    out["token_logprobs"].push_back(scored ? json(t.logprob) : json(nullptr));
+    out["top_logprobs"].push_back(scored ? top : json(nullptr));
     out["text_offset"].push_back(cursor->text_offset);
     cursor->text_offset += static_cast<int64_t>(piece.size());
-  }
+  };
+  for (size_t i = 0; i < delta.echoed.size(); ++i) add(delta.echoed[i], /*scored=*/i > 0);
+  for (const engine::GeneratedToken& t : delta.tokens) add(t, /*scored=*/true);
   return out;
 }
 
-json Logprobs(const ResponseFormat& format, const std::vector<engine::GeneratedToken>& tokens,
-              LogprobsCursor* cursor) {
+json Logprobs(const ResponseFormat& format, const OutputDelta& delta, LogprobsCursor* cursor) {
   if (!format.logprobs) return nullptr;
-  return format.endpoint == Endpoint::kChatCompletions ? ChatLogprobs(format, tokens)
-                                                       : CompletionLogprobs(format, tokens, cursor);
+  return format.endpoint == Endpoint::kChatCompletions ? ChatLogprobs(format, delta.tokens)
+                                                       : CompletionLogprobs(format, delta, cursor);
 }
 
 json Chunk(const ResponseFormat& format, json choices) {
@@ -118,9 +121,8 @@ std::string StreamDeltaEvent(const ResponseFormat& format, int index, const Outp
   } else {
     content = delta.text;
   }
-  json chunk =
-      Chunk(format, json::array({Choice(format, index, std::move(content),
-                                        Logprobs(format, delta.tokens, cursor), nullptr)}));
+  json chunk = Chunk(format, json::array({Choice(format, index, std::move(content),
+                                                 Logprobs(format, delta, cursor), nullptr)}));
   if (format.continuous_usage) {
     chunk["usage"] = Usage(format.prompt_tokens, completion_tokens);
   } else if (format.include_usage) {
@@ -171,7 +173,7 @@ std::string CompleteBody(const ResponseFormat& format, const std::vector<Finishe
     } else {
       choice["text"] = c.output.text;
     }
-    choice["logprobs"] = Logprobs(format, c.output.tokens, &cursor);
+    choice["logprobs"] = Logprobs(format, c.output, &cursor);
     choice["finish_reason"] = OpenAiFinishReason(c.reason);
     rendered.push_back(std::move(choice));
   }

@@ -29,6 +29,11 @@ struct ResponseFormat {
   bool continuous_usage = false;
   bool logprobs = false;
   int top_logprobs = 0;
+  // Completions with echo: each choice's answer starts with `echo_text` (the prompt) and,
+  // with logprobs, the prompt's tokens, the first of which (`echo_first_token`) has none.
+  bool echo = false;
+  std::string echo_text;
+  engine::TokenId echo_first_token = 0;
   // Needed for logprobs (token text); must outlive the response.
   const engine::Tokenizer* tokenizer = nullptr;
 };
@@ -36,6 +41,8 @@ struct ResponseFormat {
 // Output accumulated since the last event (or the whole answer, for a body).
 struct OutputDelta {
   std::string text;
+  // With echo and logprobs, the prompt's tokens before `tokens`; echoed[0] has no logprob.
+  std::vector<engine::GeneratedToken> echoed;
   std::vector<engine::GeneratedToken> tokens;  // kept only when logprobs are asked for
   int num_tokens = 0;
 };

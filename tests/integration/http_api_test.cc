@@ -298,6 +298,79 @@ TEST_F(HttpApiTest, NChoicesAreTheGenerationsOfTheirSeeds) {
   EXPECT_EQ(s.usage["total_tokens"], prompt_tokens + kChoices * kTokens);
 }
 
+// echo: the answer starts with the prompt; with logprobs its tokens come first, scored
+// as gRPC's prompt_logprobs score them (the first with null), as lm-eval's loglikelihood
+// requests read them (echo, logprobs 1, max_tokens 1).
+TEST_F(HttpApiTest, EchoReturnsThePromptAndItsLogprobs) {
+  const std::string prompt = "And God said, Let there be light";
+  v1::GenerateRequest request = TextRequest(prompt, 1);
+  request.set_logprobs(1);
+  request.set_prompt_logprobs(true);
+  const Stream grpc = Collect(*client_, request);
+  ASSERT_TRUE(grpc.status.ok()) << grpc.status;
+  const int prompt_tokens = grpc.last.usage().prompt_tokens();
+  ASSERT_EQ(static_cast<int>(grpc.prompt_logprobs.size()), prompt_tokens - 1);
+  ASSERT_EQ(grpc.logprobs.size(), 1u);
+
+  // Without logprobs: only the text.
+  const HttpReply plain =
+      Post("/v1/completions",
+           {{"prompt", prompt}, {"max_tokens", 1}, {"echo", true}, {"temperature", 0}});
+  ASSERT_EQ(plain.status, 200) << plain.body;
+  EXPECT_EQ(json::parse(plain.body)["choices"][0]["text"], prompt + grpc.text);
+
+  const json body = {
+      {"prompt", prompt}, {"max_tokens", 1}, {"echo", true}, {"logprobs", 1}, {"temperature", 0}};
+  const HttpReply reply = Post("/v1/completions", body);
+  ASSERT_EQ(reply.status, 200) << reply.body;
+  const json choice = json::parse(reply.body)["choices"][0];
+  EXPECT_EQ(choice["text"], prompt + grpc.text);
+  const json& lp = choice["logprobs"];
+  ASSERT_EQ(lp["token_logprobs"].size(), static_cast<size_t>(prompt_tokens + 1));
+  EXPECT_TRUE(lp["token_logprobs"][0].is_null());
+  EXPECT_TRUE(lp["top_logprobs"][0].is_null());
+  for (int j = 1; j < prompt_tokens; ++j) {
+    const v1::TokenLogprobs& want = grpc.prompt_logprobs[j - 1];
+    EXPECT_EQ(lp["token_logprobs"][j].get<double>(), static_cast<double>(want.logprob())) << j;
+    ASSERT_EQ(lp["top_logprobs"][j].size(), 1u) << j;
+    EXPECT_EQ(lp["top_logprobs"][j].begin().value().get<double>(),
+              static_cast<double>(want.top(0).logprob()))
+        << j;
+    EXPECT_LE(want.logprob(), want.top(0).logprob()) << j;
+  }
+  EXPECT_EQ(lp["token_logprobs"][prompt_tokens].get<double>(),
+            static_cast<double>(grpc.logprobs[0].logprob()));
+  // Offsets run on through the prompt's tokens into the answer's.
+  for (int j = 1; j <= prompt_tokens; ++j) {
+    EXPECT_GE(lp["text_offset"][j].get<int>(), lp["text_offset"][j - 1].get<int>()) << j;
+  }
+
+  // Streamed: the same text and logprobs, the prompt in the first event.
+  json streamed = body;
+  streamed["stream"] = true;
+  const HttpReply stream_reply = Post("/v1/completions", streamed);
+  const SseResult s = ParseStream(stream_reply);
+  EXPECT_TRUE(s.done);
+  EXPECT_EQ(s.text, prompt + grpc.text);
+  ASSERT_FALSE(s.chunks.empty());
+  EXPECT_TRUE(absl::StartsWith(s.chunks[0]["choices"][0]["text"].get<std::string>(), prompt));
+  json tokens = json::array();
+  for (const json& chunk : s.chunks) {
+    for (const json& c : chunk["choices"]) {
+      if (c["logprobs"].is_null()) continue;
+      for (const json& v : c["logprobs"]["token_logprobs"]) tokens.push_back(v);
+    }
+  }
+  EXPECT_EQ(tokens, lp["token_logprobs"]);
+
+  // The prompt is scored in full even when the prefix cache holds it.
+  const HttpReply again = Post("/v1/completions", body);
+  ASSERT_EQ(again.status, 200) << again.body;
+  const json usage = json::parse(again.body)["usage"];
+  EXPECT_EQ(usage["prompt_tokens_details"]["cached_tokens"], 0);
+  EXPECT_EQ(json::parse(again.body)["choices"][0]["logprobs"], lp);
+}
+
 // A server with room for six requests (two running, four queued).
 class HttpSmallQueueTest : public HttpApiTest {
  protected:

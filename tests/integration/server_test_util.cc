@@ -45,6 +45,11 @@ void Append(const quill::v1::GenerateResponse& response, Stream* stream) {
   stream->ids.insert(stream->ids.end(), response.token_ids().begin(), response.token_ids().end());
   stream->text += response.text();
   for (const auto& lp : response.logprobs()) stream->logprobs.push_back(lp);
+  // Prompt logprobs come on the first message only.
+  if (stream->messages > 0 && response.prompt_logprobs_size() > 0) {
+    ADD_FAILURE() << "prompt_logprobs on message " << stream->messages;
+  }
+  for (const auto& lp : response.prompt_logprobs()) stream->prompt_logprobs.push_back(lp);
   ++stream->messages;
   stream->last = response;
 }

@@ -34,6 +34,7 @@ struct Stream {
   int messages = 0;
   quill::v1::GenerateResponse last;
   std::vector<quill::v1::TokenLogprobs> logprobs;
+  std::vector<quill::v1::TokenLogprobs> prompt_logprobs;
 };
 Stream Collect(client::QuillClient& client, const quill::v1::GenerateRequest& request,
                absl::Duration timeout = absl::Seconds(60), client::GenerateCall* call = nullptr,
