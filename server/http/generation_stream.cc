@@ -51,7 +51,7 @@ bool GenerationStream::OnChunk(int index, engine::TokenChunk chunk) {
     // Once a choice failed the response is over for the others too.
     if (gone_ || done_ || !failure_.ok()) return false;
     Choice& c = choices_[index];
-    if (format_.echo && !c.echoed) EchoLocked(c, &chunk.prompt_logprobs);
+    if (!format_.echo.empty() && !c.echoed) EchoLocked(index, &chunk.prompt_logprobs);
     c.pending.text += chunk.text;
     c.pending.num_tokens += static_cast<int>(chunk.tokens.size());
     ++c.pending_chunks;
@@ -73,13 +73,15 @@ bool GenerationStream::OnChunk(int index, engine::TokenChunk chunk) {
   return !cancel;
 }
 
-void GenerationStream::EchoLocked(Choice& c, std::vector<engine::GeneratedToken>* scored) {
+void GenerationStream::EchoLocked(int index, std::vector<engine::GeneratedToken>* scored) {
+  Choice& c = choices_[index];
+  const ResponseFormat::Echo& echo = format_.echo[index / std::max(format_.n, 1)];
   c.echoed = true;
-  c.pending.text += format_.echo_text;
-  pending_bytes_ += static_cast<int64_t>(format_.echo_text.size());
+  c.pending.text += echo.text;
+  pending_bytes_ += static_cast<int64_t>(echo.text.size());
   if (!format_.logprobs) return;
   engine::GeneratedToken first;
-  first.id = format_.echo_first_token;
+  first.id = echo.first_token;
   c.pending.echoed.push_back(std::move(first));
   if (scored == nullptr) return;
   for (engine::GeneratedToken& t : *scored) c.pending.echoed.push_back(std::move(t));
@@ -100,7 +102,7 @@ void GenerationStream::OnFinish(int index, const engine::FinishInfo& info) {
     Choice& c = choices_[index];
     c.finish = info;
     // An answer without output (e.g. end of generation at once) still echoes the prompt.
-    if (format_.echo && !c.echoed && info.status.ok()) EchoLocked(c, nullptr);
+    if (!format_.echo.empty() && !c.echoed && info.status.ok()) EchoLocked(index, nullptr);
     // One failed choice fails the response: the others need not run on (and finish
     // cancelled, which is not the failure to report).
     if (!info.status.ok() && failure_.ok()) {
@@ -158,19 +160,21 @@ int GenerationStream::CompletionTokensLocked() const {
 engine::FinishInfo GenerationStream::UsageLocked() const {
   engine::FinishInfo usage;
   usage.prompt_tokens = format_.prompt_tokens;
-  bool any_finished = false;
-  for (const Choice& c : choices_) {
-    if (!c.finish.has_value()) {
-      usage.completion_tokens += c.completion_tokens;
-      continue;
+  const size_t n = std::max(format_.n, 1);
+  for (size_t first = 0; first < choices_.size(); first += n) {
+    // A prompt counts once, so its cached part is what each of its choices found cached.
+    std::optional<int> cached;
+    for (size_t i = first; i < std::min(first + n, choices_.size()); ++i) {
+      const Choice& c = choices_[i];
+      if (!c.finish.has_value()) {
+        usage.completion_tokens += c.completion_tokens;
+        continue;
+      }
+      usage.completion_tokens += c.finish->completion_tokens;
+      cached =
+          std::min(cached.value_or(c.finish->cached_prompt_tokens), c.finish->cached_prompt_tokens);
     }
-    usage.prompt_tokens = c.finish->prompt_tokens;
-    usage.completion_tokens += c.finish->completion_tokens;
-    // The prompt counts once, so its cached part is what every choice found cached.
-    usage.cached_prompt_tokens =
-        any_finished ? std::min(usage.cached_prompt_tokens, c.finish->cached_prompt_tokens)
-                     : c.finish->cached_prompt_tokens;
-    any_finished = true;
+    usage.cached_prompt_tokens += cached.value_or(0);
   }
   return usage;
 }

@@ -75,14 +75,14 @@ class GenerationStream final : public ResponseSource {
 
   // Puts the echoed prompt (text; with logprobs its tokens, `scored` holding the engine's
   // prompt logprobs) at the start of the choice's output.
-  void EchoLocked(Choice& c, std::vector<engine::GeneratedToken>* scored)
+  void EchoLocked(int index, std::vector<engine::GeneratedToken>* scored)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   HttpOutput NextLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   HttpOutput NextStreamLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   HttpOutput NextBodyLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool AllFinishedLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The response's usage over the choices that finished: the prompt counts once.
+  // The response's usage: every prompt once, the completion tokens of every choice.
   engine::FinishInfo UsageLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int CompletionTokensLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

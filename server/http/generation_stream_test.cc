@@ -248,6 +248,7 @@ TEST(GenerationStreamTest, ChoicesStreamUnderTheirIndexAndUsageCountsThePromptOn
   auto channel = std::make_shared<FakeChannel>();
   ResponseFormat format = Format(Endpoint::kChatCompletions);
   format.choices = 3;
+  format.n = 3;
   format.include_usage = true;
   GenerationStream stream(format, true, channel, [] {});
   EXPECT_TRUE(stream.OnChunk(1, Chunk("b", 1)));
@@ -299,6 +300,7 @@ TEST(GenerationStreamTest, ABodyWaitsForEveryChoice) {
   auto channel = std::make_shared<FakeChannel>();
   ResponseFormat format = Format(Endpoint::kCompletions);
   format.choices = 2;
+  format.n = 2;
   GenerationStream stream(format, false, channel, [] {});
   stream.OnChunk(1, Chunk("second", 2));
   engine::FinishInfo info = Finished(engine::FinishReason::kStop, 4, 2);
@@ -329,6 +331,7 @@ TEST(GenerationStreamTest, OneFailedChoiceCancelsTheOthersAndFailsTheResponse) {
   auto channel = std::make_shared<FakeChannel>();
   ResponseFormat format = Format(Endpoint::kCompletions);
   format.choices = 3;
+  format.n = 3;
   int cancels = 0;
   GenerationStream stream(format, true, channel, [&] { ++cancels; });
   EXPECT_TRUE(stream.OnChunk(0, Chunk("a", 1)));
@@ -368,6 +371,7 @@ TEST(GenerationStreamTest, EachChoiceBlocksAndResumesOnItsOwn) {
   auto channel = std::make_shared<FakeChannel>();
   ResponseFormat format = Format(Endpoint::kCompletions);
   format.choices = 2;
+  format.n = 2;
   std::vector<int> resumed;
   GenerationStream stream(
       format, true, channel, [] {}, 1 << 20, [&resumed](int index) { resumed.push_back(index); });
@@ -383,9 +387,7 @@ TEST(GenerationStreamTest, EachChoiceBlocksAndResumesOnItsOwn) {
 TEST(GenerationStreamTest, EchoPutsThePromptAndItsScoredTokensFirst) {
   auto channel = std::make_shared<FakeChannel>();
   ResponseFormat format = Format(Endpoint::kCompletions);
-  format.echo = true;
-  format.echo_text = "Hi";
-  format.echo_first_token = 1;
+  format.echo = {{"Hi", /*first_token=*/1}};
   format.logprobs = true;
   format.top_logprobs = 1;
   testing::ByteTokenizer tokenizer;
@@ -409,8 +411,7 @@ TEST(GenerationStreamTest, EchoPutsThePromptAndItsScoredTokensFirst) {
 
   // An answer without output still echoes (text only, without logprobs).
   ResponseFormat text_only = Format(Endpoint::kCompletions);
-  text_only.echo = true;
-  text_only.echo_text = "Hi";
+  text_only.echo = {{"Hi", 1}};
   GenerationStream body(text_only, false, channel, [] {});
   body.OnFinish(0, Finished(engine::FinishReason::kEos, 3, 0));
   EXPECT_EQ(json::parse(body.Next().body)["choices"][0]["text"], "Hi");

@@ -25,8 +25,10 @@ std::string Dump(const json& value) {
   return value.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
-// request_codec names Quill's proto fields; say what the OpenAI client sent instead.
-absl::Status InOpenAiTerms(const absl::Status& status, const OpenAiRequest& request) {
+// request_codec names Quill's proto fields; say what the OpenAI client sent instead
+// (`prompt_field`: "prompt", or "prompt[i]" in a batch).
+absl::Status InOpenAiTerms(const absl::Status& status, const OpenAiRequest& request,
+                           const std::string& prompt_field = "prompt") {
   if (status.code() != absl::StatusCode::kInvalidArgument) return status;
   absl::string_view message = status.message();
   // Quill's proto nests the sampling fields; OpenAI's are flat.
@@ -36,7 +38,8 @@ absl::Status InOpenAiTerms(const absl::Status& status, const OpenAiRequest& requ
   const struct {
     absl::string_view proto;
     std::string openai;
-  } renames[] = {{"prompt_token_ids", "prompt"},
+  } renames[] = {{"prompt_token_ids", prompt_field},
+                 {"prompt", prompt_field},
                  {"max_tokens", request.max_tokens_field},
                  {"logprobs", request.logprobs_field}};
   for (const auto& r : renames) {
@@ -185,46 +188,74 @@ void OpenAiApi::Generate(const HttpRequest& request, Endpoint endpoint, const Te
     return Fail(parsed.status(), *channel);
   }
   // Chat renders the messages with the chat template (FAILED_PRECONDITION, a 400, without
-  // one); both then go the way gRPC's Generate and Chat go.
-  absl::StatusOr<engine::GenerationRequest> prepared =
-      endpoint == Endpoint::kChatCompletions
-          ? gateway_->PrepareChat(parsed->messages, parsed->generate, absl::InfiniteFuture(),
-                                  Api::kHttp, tenant)
-          : gateway_->Prepare(parsed->generate, absl::InfiniteFuture(), Api::kHttp, tenant);
-  if (!prepared.ok()) return Fail(InOpenAiTerms(prepared.status(), *parsed), *channel);
+  // one); both then go the way gRPC's Generate and Chat go, a completion once per prompt.
+  std::vector<engine::GenerationRequest> prepared;
+  if (endpoint == Endpoint::kChatCompletions) {
+    absl::StatusOr<engine::GenerationRequest> chat = gateway_->PrepareChat(
+        parsed->messages, parsed->generate, absl::InfiniteFuture(), Api::kHttp, tenant);
+    if (!chat.ok()) return Fail(InOpenAiTerms(chat.status(), *parsed), *channel);
+    prepared.push_back(*std::move(chat));
+  } else {
+    const bool batch = parsed->prompts.size() > 1;
+    for (size_t p = 0; p < parsed->prompts.size(); ++p) {
+      quill::v1::GenerateRequest one = parsed->generate;
+      one.clear_input();
+      one.MergeFrom(parsed->prompts[p]);  // only the prompt is set there
+      absl::StatusOr<engine::GenerationRequest> completion =
+          gateway_->Prepare(one, absl::InfiniteFuture(), Api::kHttp, tenant);
+      if (!completion.ok()) {
+        return Fail(InOpenAiTerms(completion.status(), *parsed,
+                                  batch ? absl::StrCat("prompt[", p, "]") : "prompt"),
+                    *channel);
+      }
+      prepared.push_back(*std::move(completion));
+    }
+  }
 
   ResponseFormat format;
   format.endpoint = endpoint;
   format.id = absl::StrCat(endpoint == Endpoint::kChatCompletions ? "chatcmpl-" : "cmpl-",
-                           prepared->request_id);
+                           prepared[0].request_id);
   format.model = gateway_->model_name();
   format.created = absl::ToUnixSeconds(absl::Now());
-  format.prompt_tokens = static_cast<int>(prepared->prompt_ids.size());
+  for (const engine::GenerationRequest& r : prepared) {
+    format.prompt_tokens += static_cast<int>(r.prompt_ids.size());
+  }
   format.include_usage = parsed->include_usage;
   format.continuous_usage = parsed->continuous_usage;
   format.logprobs = parsed->logprobs;
   format.top_logprobs = parsed->top_logprobs;
   format.tokenizer = &gateway_->engine()->model().tokenizer();
   if (parsed->echo) {
-    // The prompt as sent; a prompt of token ids as its text.
+    // Each prompt as sent; a prompt of token ids as its text.
     const engine::Tokenizer& tokenizer = *format.tokenizer;
-    const std::vector<engine::TokenId>& ids = prepared->prompt_ids;
-    format.echo = true;
-    format.echo_text = parsed->generate.has_prompt_token_ids()
-                           ? tokenizer.Decode(ids, !ids.empty() && ids[0] == tokenizer.bos_id())
-                           : parsed->generate.prompt();
-    format.echo_first_token = ids.empty() ? 0 : ids[0];
+    for (size_t p = 0; p < prepared.size(); ++p) {
+      const std::vector<engine::TokenId>& ids = prepared[p].prompt_ids;
+      ResponseFormat::Echo echo;
+      echo.text = parsed->prompts[p].has_prompt_token_ids()
+                      ? tokenizer.Decode(ids, !ids.empty() && ids[0] == tokenizer.bos_id())
+                      : parsed->prompts[p].prompt();
+      echo.first_token = ids.empty() ? 0 : ids[0];
+      format.echo.push_back(std::move(echo));
+    }
   }
 
-  // Choice 0 is the prepared request; choice i > 0 is a copy under its own id and seed.
+  // Choice p * n + j answers prompt p: choice p * n is its prepared request, the others
+  // copies under their own id and seed.
   const int n = parsed->n;
-  format.choices = n;
-  std::vector<engine::GenerationRequest> requests(n, *prepared);
-  std::vector<std::string> ids(n);
-  for (int i = 0; i < n; ++i) {
-    if (i > 0) {
-      requests[i].request_id = absl::StrCat(prepared->request_id, "-", i);
-      requests[i].sampling.seed = ChoiceSeed(prepared->sampling.seed, i);
+  const int choices = n * static_cast<int>(prepared.size());
+  format.n = n;
+  format.choices = choices;
+  std::vector<engine::GenerationRequest> requests;
+  requests.reserve(choices);
+  std::vector<std::string> ids(choices);
+  for (int i = 0; i < choices; ++i) {
+    const engine::GenerationRequest& prompt = prepared[i / n];
+    const int j = i % n;
+    requests.push_back(prompt);
+    if (j > 0) {
+      requests[i].request_id = absl::StrCat(prompt.request_id, "-", j);
+      requests[i].sampling.seed = ChoiceSeed(prompt.sampling.seed, j);
     }
     ids[i] = requests[i].request_id;
   }
@@ -239,7 +270,7 @@ void OpenAiApi::Generate(const HttpRequest& request, Endpoint endpoint, const Te
       std::move(format), parsed->stream, channel, std::move(cancel),
       /*max_pending_bytes=*/1 << 20, std::move(resume));
   // Output may arrive before Start(); the connection pulls it once the source is attached.
-  for (int i = 0; i < n; ++i) {
+  for (int i = 0; i < choices; ++i) {
     absl::Status s =
         gateway_->Submit(std::move(requests[i]), GenerationStream::SinkFor(stream, i), Api::kHttp);
     if (!s.ok()) {

@@ -1,5 +1,6 @@
 #include "server/http/openai_request.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <utility>
@@ -123,36 +124,46 @@ absl::Status GetIdList(const char* field, const json& v, std::vector<int32_t>* o
   return absl::OkStatus();
 }
 
-// prompt: "text", ["text"], [ids], or [[ids]]; exactly one prompt.
-absl::Status ParsePrompt(const json& body, quill::v1::GenerateRequest* out) {
-  const json* p = Find(body, "prompt");
-  if (p == nullptr) return Invalid("prompt", "is required");
-  if (p->is_string()) {
-    out->set_prompt(p->get<std::string>());
-    return absl::OkStatus();
-  }
-  if (!p->is_array()) {
-    return Invalid("prompt", "must be a string, an array of token ids, or a one-element array");
-  }
-  if (p->empty()) return Invalid("prompt", "is empty");
-  if ((*p)[0].is_number()) {
-    std::vector<int32_t> ids;
-    if (absl::Status s = GetIdList("prompt", *p, &ids); !s.ok()) return s;
-    out->mutable_prompt_token_ids()->mutable_ids()->Assign(ids.begin(), ids.end());
-    return absl::OkStatus();
-  }
-  if (p->size() != 1) {
-    return Invalid("prompt", absl::StrCat("has ", p->size(),
-                                          " prompts; only one prompt per request is supported"));
-  }
-  const json& only = (*p)[0];
-  if (only.is_string()) {
-    out->set_prompt(only.get<std::string>());
+// One prompt: a string or an array of token ids.
+absl::Status ParseOnePrompt(const std::string& field, const json& p,
+                            quill::v1::GenerateRequest* out) {
+  if (p.is_string()) {
+    out->set_prompt(p.get<std::string>());
     return absl::OkStatus();
   }
   std::vector<int32_t> ids;
-  if (absl::Status s = GetIdList("prompt[0]", only, &ids); !s.ok()) return s;
+  if (absl::Status s = GetIdList(field.c_str(), p, &ids); !s.ok()) return s;
   out->mutable_prompt_token_ids()->mutable_ids()->Assign(ids.begin(), ids.end());
+  return absl::OkStatus();
+}
+
+// "prompt": a string, an array of token ids, or a batch: an array of strings or of token-id
+// arrays.
+absl::Status ParsePrompts(const json& body, std::vector<quill::v1::GenerateRequest>* out) {
+  const json* p = Find(body, "prompt");
+  if (p == nullptr) return Invalid("prompt", "is required");
+  if (!p->is_string() && !p->is_array()) {
+    return Invalid("prompt",
+                   "must be a string, an array of token ids, or an array of such prompts");
+  }
+  if (p->is_array() && p->empty()) return Invalid("prompt", "is empty");
+  if (p->is_string() || (*p)[0].is_number()) {
+    out->emplace_back();
+    return ParseOnePrompt("prompt", *p, &out->back());
+  }
+  if (p->size() > static_cast<size_t>(kMaxChoices)) {
+    return Invalid("prompt", absl::StrCat("has ", p->size(), " prompts; at most ", kMaxChoices,
+                                          " per request"));
+  }
+  for (size_t i = 0; i < p->size(); ++i) {
+    const json& one = (*p)[i];
+    const std::string field = absl::StrCat("prompt[", i, "]");
+    if (!one.is_string() && !one.is_array()) {
+      return Invalid(field, "must be a string or an array of token ids");
+    }
+    out->emplace_back();
+    if (absl::Status s = ParseOnePrompt(field, one, &out->back()); !s.ok()) return s;
+  }
   return absl::OkStatus();
 }
 
@@ -389,13 +400,19 @@ absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(absl::string_view body, Endpoin
     return Invalid("model", "must be a string");
   }
   if (endpoint == Endpoint::kCompletions) {
-    if (absl::Status s = ParsePrompt(parsed, &out.generate); !s.ok()) return s;
+    if (absl::Status s = ParsePrompts(parsed, &out.prompts); !s.ok()) return s;
+    out.generate = out.prompts[0];
   } else {
     if (absl::Status s = ParseMessages(parsed, &out.messages); !s.ok()) return s;
   }
   if (absl::Status s = GetInt(parsed, "n", &out.n); !s.ok()) return s;
   if (out.n < 1 || out.n > kMaxChoices) {
     return Invalid("n", absl::StrCat("must be in [1, ", kMaxChoices, "], got ", out.n));
+  }
+  const size_t choices = out.n * std::max<size_t>(out.prompts.size(), 1);
+  if (choices > static_cast<size_t>(kMaxChoices)) {
+    return Invalid("n", absl::StrCat("gives ", choices, " choices over ", out.prompts.size(),
+                                     " prompts; at most ", kMaxChoices, " per request"));
   }
   if (absl::Status s = RefuseUnsupported(parsed, out.n); !s.ok()) return s;
 

@@ -25,6 +25,10 @@ struct OpenAiRequest {
   // completions the prompt.
   // Chat prompts are rendered from `messages` later.
   quill::v1::GenerateRequest generate;
+  // Completions: every prompt of the request, in order (only the prompt is set; a batch
+  // has several). `generate` holds the first. Choices p * n .. p * n + n - 1 answer
+  // prompt p.
+  std::vector<quill::v1::GenerateRequest> prompts;
   // Chat only: the message array as sent, in the client's key order (templates see every
   // field, and tojson prints them as given), except that a content given as text parts is
   // joined into one string.
@@ -50,8 +54,8 @@ struct OpenAiRequest {
   std::string logprobs_field = "logprobs";
 };
 
-// OpenAI's bound on n. Each choice is admitted like a request of its own, so the queue
-// and tenant limits bound what n costs.
+// OpenAI's bound on n, and Quill's on prompts x n. Each choice is admitted like a request
+// of its own, so the queue and tenant limits bound what they cost.
 inline constexpr int kMaxChoices = 128;
 
 // OpenAI's default max_tokens for /v1/completions.
@@ -59,9 +63,9 @@ inline constexpr int kDefaultCompletionMaxTokens = 16;
 
 // Parses and checks `body`. INVALID_ARGUMENT naming the field for malformed JSON, a body
 // that is not an object, a field of the wrong type, a missing prompt/messages, n outside
-// [1, kMaxChoices], several prompts, echo, best_of other than n, a non-empty suffix, tools or
-// functions, a response_format other than text, and top_logprobs without logprobs. A request
-// without `seed` that samples gets `random_seed`.
+// [1, kMaxChoices], more than kMaxChoices choices over all prompts, echo on chat, best_of
+// other than n, a non-empty suffix, tools or functions, a response_format other than text, and
+// top_logprobs without logprobs. A request without `seed` that samples gets `random_seed`.
 absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(absl::string_view body, Endpoint endpoint,
                                                  uint64_t random_seed);
 

@@ -98,6 +98,26 @@ TEST(OpenAiRequestTest, NChoicesAndBestOfEqualToN) {
   EXPECT_EQ(r->n, 3);
 }
 
+TEST(OpenAiRequestTest, APromptBatchIsOnePromptEach) {
+  absl::StatusOr<OpenAiRequest> r =
+      Completions(R"({"prompt": ["In the", [1, 5, 6], "beginning"], "n": 2, "max_tokens": 3})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->prompts.size(), 3u);
+  EXPECT_EQ(r->prompts[0].prompt(), "In the");
+  EXPECT_THAT(r->prompts[1].prompt_token_ids().ids(), ::testing::ElementsAre(1, 5, 6));
+  EXPECT_EQ(r->prompts[2].prompt(), "beginning");
+  EXPECT_EQ(r->prompts[2].max_tokens(), 0);  // only the prompt: options are in `generate`
+  EXPECT_EQ(r->generate.prompt(), "In the");
+  EXPECT_EQ(r->generate.max_tokens(), 3);
+  // 128 choices in all are the most.
+  EXPECT_TRUE(Completions(R"({"prompt": ["a", "b"], "n": 64})").ok());
+  std::string many = R"({"prompt": [)";
+  for (int i = 0; i <= kMaxChoices; ++i) absl::StrAppend(&many, i > 0 ? "," : "", R"("a")");
+  r = Completions(many + "]}");
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(r.status().message(), HasSubstr("prompt has 129 prompts"));
+}
+
 TEST(OpenAiRequestTest, EchoWithLogprobsScoresThePrompt) {
   absl::StatusOr<OpenAiRequest> r = Completions(R"({"prompt": "x", "echo": true})");
   ASSERT_TRUE(r.ok()) << r.status();
@@ -235,7 +255,9 @@ TEST(OpenAiRequestTest, BadInputNamesTheField) {
       {R"({"prompt": "x", "stream_options": {"include_usage": "yes"}})",
        "stream_options.include_usage"},
       {R"({"prompt": "x", "model": 5})", "model"},
-      {R"({"prompt": ["a", "b"]})", "prompt"},
+      {R"({"prompt": ["a", 7]})", "prompt[1]"},
+      {R"({"prompt": [["a"], [1]]})", "prompt[0][0]"},
+      {R"({"prompt": ["a", "b"], "n": 65})", "n"},
       {R"({"prompt": []})", "prompt"},
       {R"({"prompt": [1, "a"]})", "prompt[1]"},
       {R"({"prompt": 5})", "prompt"},

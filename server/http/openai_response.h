@@ -22,18 +22,23 @@ struct ResponseFormat {
   std::string id;       // "cmpl-..." / "chatcmpl-..."
   std::string model;    // the served model's name
   int64_t created = 0;  // Unix seconds
-  int prompt_tokens = 0;
-  // OpenAI's `n`: this many engine requests answer as choices 0..n-1 of one response.
+  int prompt_tokens = 0;  // of every prompt
+  // Prompts x OpenAI's `n` engine requests answer as choices 0 .. choices-1 of one
+  // response, choice i answering prompt i / n.
+  int n = 1;
   int choices = 1;
   bool include_usage = false;
   bool continuous_usage = false;
   bool logprobs = false;
   int top_logprobs = 0;
-  // Completions with echo: each choice's answer starts with `echo_text` (the prompt) and,
-  // with logprobs, the prompt's tokens, the first of which (`echo_first_token`) has none.
-  bool echo = false;
-  std::string echo_text;
-  engine::TokenId echo_first_token = 0;
+  // Completions with echo, one per prompt (empty: no echo): a choice's answer starts with
+  // its prompt's text and, with logprobs, the prompt's tokens, the first of which
+  // (`first_token`) has no logprob.
+  struct Echo {
+    std::string text;
+    engine::TokenId first_token = 0;
+  };
+  std::vector<Echo> echo;
   // Needed for logprobs (token text); must outlive the response.
   const engine::Tokenizer* tokenizer = nullptr;
 };

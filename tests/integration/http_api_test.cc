@@ -298,6 +298,53 @@ TEST_F(HttpApiTest, NChoicesAreTheGenerationsOfTheirSeeds) {
   EXPECT_EQ(s.usage["total_tokens"], prompt_tokens + kChoices * kTokens);
 }
 
+// A batch of prompts: choice p * n + j is prompt p's choice j, the generation of that
+// prompt with ChoiceSeed(seed, j); usage counts every prompt once; echo is per prompt.
+TEST_F(HttpApiTest, APromptBatchAnswersEachPromptUnderItsChoices) {
+  constexpr int kChoices = 2, kTokens = 12;
+  const std::vector<std::string> prompts = {"In the beginning", "Blessed are the meek"};
+  absl::StatusOr<v1::TokenizeResponse> ids = client_->Tokenize(prompts[1], true);
+  ASSERT_TRUE(ids.ok()) << ids.status();
+  const json batch =
+      json::array({prompts[0], std::vector<int>(ids->token_ids().begin(), ids->token_ids().end())});
+  std::vector<Stream> want;
+  int prompt_tokens = 0;
+  for (int p = 0; p < 2; ++p) {
+    for (int j = 0; j < kChoices; ++j) {
+      v1::GenerateRequest request = TextRequest(prompts[p], kTokens);
+      SetSampling(&request, 1.0f, 1.0f, server::http::ChoiceSeed(5, j));
+      request.set_ignore_eos(true);
+      want.push_back(Collect(*client_, request));
+      ASSERT_TRUE(want.back().status.ok()) << want.back().status;
+    }
+    prompt_tokens += want.back().last.usage().prompt_tokens();
+  }
+  const json body = {{"prompt", batch}, {"max_tokens", kTokens}, {"temperature", 1.0},
+                     {"seed", 5},       {"ignore_eos", true},    {"n", kChoices},
+                     {"echo", true}};
+  const HttpReply reply = Post("/v1/completions", body);
+  ASSERT_EQ(reply.status, 200) << reply.body;
+  const json answer = json::parse(reply.body);
+  ASSERT_EQ(answer["choices"].size(), 4u);
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(answer["choices"][i]["index"], i);
+    EXPECT_EQ(answer["choices"][i]["text"], prompts[i / kChoices] + want[i].text) << i;
+  }
+  EXPECT_EQ(answer["usage"]["prompt_tokens"], prompt_tokens);
+  EXPECT_EQ(answer["usage"]["completion_tokens"], 4 * kTokens);
+
+  json streamed = body;
+  streamed["stream"] = true;
+  const SseChoices s = ParseChoices(Post("/v1/completions", streamed), 4);
+  EXPECT_TRUE(s.done);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(s.text[i], prompts[i / kChoices] + want[i].text) << i;
+
+  // A bad prompt in the batch is named, and nothing runs.
+  const HttpReply bad = Post("/v1/completions", {{"prompt", {"In the", {1, 99999}}}});
+  EXPECT_EQ(bad.status, 400) << bad.body;
+  EXPECT_THAT(bad.body, HasSubstr("prompt[1]"));
+}
+
 // echo: the answer starts with the prompt; with logprobs its tokens come first, scored
 // as gRPC's prompt_logprobs score them (the first with null), as lm-eval's loglikelihood
 // requests read them (echo, logprobs 1, max_tokens 1).
@@ -555,7 +602,7 @@ TEST_F(HttpApiTest, InvalidInputIs400NamingTheFieldAndCountsAsRejected) {
       {{{"prompt", "x"}, {"max_tokens", 0}}, "max_tokens"},
       {{{"prompt", "x"}, {"max_tokens", 100000}}, "max_tokens"},
       {{{"prompt", json::array({1, 99999})}}, "prompt"},
-      {{{"prompt", json::array({"a", "b"})}}, "prompt"},
+      {{{"prompt", json::array({"a", 7})}}, "prompt"},
       {{{"max_tokens", 3}}, "prompt"},
       {{{"prompt", "x"}, {"stop", 7}}, "stop"},
       {{{"prompt", "x"}, {"logprobs", 50}}, "logprobs"},

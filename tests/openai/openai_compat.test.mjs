@@ -155,6 +155,27 @@ test('n choices: choice 0 is the n = 1 answer, and a stream splits by index', as
   assert.deepEqual(finished.sort(), [0, 1, 2]);
 });
 
+test('lm-eval loglikelihood form: a batch of token prompts, echo, logprobs 1', async () => {
+  const ids = [[1, 300, 261, 345, 17], [1, 52, 9]];
+  const r = await client.completions.create({ model: 'm', prompt: ids, max_tokens: 1,
+                                              logprobs: 1, echo: true, temperature: 0 });
+  assert.equal(r.choices.length, 2);
+  for (const [i, choice] of r.choices.entries()) {
+    const lp = choice.logprobs;
+    assert.equal(lp.token_logprobs.length, ids[i].length + 1);
+    assert.equal(lp.token_logprobs[0], null);
+    assert.equal(lp.top_logprobs[0], null);
+    for (let j = 1; j < lp.token_logprobs.length; j++) {
+      assert.ok(lp.token_logprobs[j] <= 0, `${i}:${j}`);
+      // The greedy answer's logprob is its top alternative's.
+      assert.ok(lp.token_logprobs[j] <= Math.max(...Object.values(lp.top_logprobs[j])) + 1e-6);
+    }
+    const last = lp.token_logprobs.length - 1;
+    assert.equal(lp.token_logprobs[last], Math.max(...Object.values(lp.top_logprobs[last])));
+  }
+  assert.equal(r.usage.prompt_tokens, ids[0].length + ids[1].length);
+});
+
 test('logit_bias and the penalties give the gRPC stream of the same request', async () => {
   const args = { model: 'm', prompt: 'And God said', max_tokens: 24, temperature: 0,
                  frequency_penalty: 1.2, presence_penalty: 0.6, logit_bias: { 100: -100 } };
