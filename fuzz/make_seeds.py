@@ -277,6 +277,7 @@ def openai_request_seeds():
                    ' "response_format": {"type": "json_object"}}',
         "choices": '{"prompt": "x", "n": 4, "best_of": 4, "seed": 9, "stream": true}',
         "echo": '{"prompt": [1, 300, 261], "echo": true, "logprobs": 1, "max_tokens": 1}',
+        "batch": '{"prompt": ["In the", [1, 300, 261], [], "x"], "n": 2, "echo": true}',
         "penalties_and_logit_bias": '{"prompt": "x", "frequency_penalty": 0.5,'
                                     ' "presence_penalty": -1, "logit_bias": {"5": -100,'
                                     ' "300": 2.5, "abc": 1, "99999": 1e40}}',

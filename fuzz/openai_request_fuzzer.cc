@@ -31,9 +31,16 @@ void CheckParsed(const http::OpenAiRequest& r) {
   QUILL_CHECK(!r.logprobs || r.generate.logprobs() >= 1);
   QUILL_CHECK(r.n >= 1 && r.n <= http::kMaxChoices);
   if (r.endpoint == http::Endpoint::kCompletions) {
+    QUILL_CHECK(!r.prompts.empty() &&
+                r.n * static_cast<int>(r.prompts.size()) <= http::kMaxChoices);
+    for (const quill::v1::GenerateRequest& prompt : r.prompts) {
+      QUILL_CHECK(prompt.input_case() != quill::v1::GenerateRequest::INPUT_NOT_SET);
+    }
     QUILL_CHECK(r.generate.input_case() != quill::v1::GenerateRequest::INPUT_NOT_SET);
+    QUILL_CHECK(r.generate.prompt_logprobs() == (r.echo && r.logprobs));
     return;
   }
+  QUILL_CHECK(!r.echo);
   QUILL_CHECK(r.messages.is_array() && !r.messages.empty());
   for (const auto& message : r.messages) {
     QUILL_CHECK(message.is_object());
@@ -68,14 +75,24 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return 0;
   }
   CheckParsed(*parsed);
-  auto converted =
-      chat ? quill::server::ToEngineChatRequest(parsed->messages, parsed->generate, limits,
-                                                (*prompters)[(data[0] >> 1) % prompters->size()])
-           : quill::server::ToEngineRequest(parsed->generate, limits, *tokenizer);
-  if (converted.ok()) {
-    quill::fuzz::CheckAccepted(*converted, limits);
-  } else {
-    QUILL_CHECK(converted.status().code() == absl::StatusCode::kInvalidArgument);
+  auto check = [&](const absl::StatusOr<quill::engine::GenerationRequest>& converted) {
+    if (converted.ok()) {
+      quill::fuzz::CheckAccepted(*converted, limits);
+    } else {
+      QUILL_CHECK(converted.status().code() == absl::StatusCode::kInvalidArgument);
+    }
+  };
+  if (chat) {
+    check(quill::server::ToEngineChatRequest(parsed->messages, parsed->generate, limits,
+                                             (*prompters)[(data[0] >> 1) % prompters->size()]));
+    return 0;
+  }
+  // Every prompt of a batch, with the request's options, as the HTTP API submits them.
+  for (const quill::v1::GenerateRequest& prompt : parsed->prompts) {
+    quill::v1::GenerateRequest one = parsed->generate;
+    one.clear_input();
+    one.MergeFrom(prompt);
+    check(quill::server::ToEngineRequest(one, limits, *tokenizer));
   }
   return 0;
 }

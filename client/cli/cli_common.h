@@ -92,6 +92,7 @@ std::string MemoryLine(const quill::v1::ModelInfo& info);
 int GenerateCommand(const std::vector<std::string>& args);
 int ChatCommand(const std::vector<std::string>& args);
 int TokenizeCommand(const std::vector<std::string>& args);
+int ScoreCommand(const std::vector<std::string>& args);
 int InfoCommand(const std::vector<std::string>& args);
 int HealthCommand(const std::vector<std::string>& args);
 int BenchCommand(const std::vector<std::string>& args);

@@ -18,6 +18,7 @@ constexpr Command kCommands[] = {
     {"generate", quill::cli::GenerateCommand, "Stream a generation for a prompt."},
     {"chat", quill::cli::ChatCommand, "Chat with the model: one question, or a conversation."},
     {"tokenize", quill::cli::TokenizeCommand, "Show the token ids and pieces of a text."},
+    {"score", quill::cli::ScoreCommand, "Score a text: each token's logprob, and perplexity."},
     {"info", quill::cli::InfoCommand, "Show the served model and the server's limits."},
     {"health", quill::cli::HealthCommand, "Check the server's health (exit 0 iff SERVING)."},
     {"bench", quill::cli::BenchCommand, "Load-test the server; report throughput and latency."},
@@ -35,6 +36,7 @@ void PrintUsage(std::ostream& out) {
          "Examples:\n"
          "  quill generate --max-tokens 64 --temperature 0.7 --seed 1 \"In the beginning\"\n"
          "  echo \"And God said\" | quill generate --json\n"
+         "  quill score \"In the beginning God created the heaven and the earth.\"\n"
          "  quill chat --system \"Be brief.\" \"Who made the heaven and the earth?\"\n"
          "  quill chat                 # a conversation: one message per line, Ctrl-D quits\n"
          "  quill bench --concurrency 4 --duration 20s --prompt-tokens 32 --max-tokens 64\n";

@@ -176,6 +176,84 @@ void OpenAiApi::Detokenize(const HttpRequest& request, ResponseChannel& channel)
   channel.Respond(HttpResponseHead(), Dump(json{{"prompt", *text}}));
 }
 
+absl::StatusOr<std::vector<engine::GenerationRequest>> OpenAiApi::Prepare(
+    const OpenAiRequest& parsed, Endpoint endpoint, const Tenant& tenant) {
+  // Chat renders the messages with the chat template (FAILED_PRECONDITION, a 400, without
+  // one); both then go the way gRPC's Generate and Chat go, a completion once per prompt.
+  std::vector<engine::GenerationRequest> prepared;
+  if (endpoint == Endpoint::kChatCompletions) {
+    absl::StatusOr<engine::GenerationRequest> chat = gateway_->PrepareChat(
+        parsed.messages, parsed.generate, absl::InfiniteFuture(), Api::kHttp, tenant);
+    if (!chat.ok()) return InOpenAiTerms(chat.status(), parsed);
+    prepared.push_back(*std::move(chat));
+    return prepared;
+  }
+  const bool batch = parsed.prompts.size() > 1;
+  for (size_t p = 0; p < parsed.prompts.size(); ++p) {
+    quill::v1::GenerateRequest one = parsed.generate;
+    one.clear_input();
+    one.MergeFrom(parsed.prompts[p]);  // only the prompt is set there
+    absl::StatusOr<engine::GenerationRequest> completion =
+        gateway_->Prepare(one, absl::InfiniteFuture(), Api::kHttp, tenant);
+    if (!completion.ok()) {
+      return InOpenAiTerms(completion.status(), parsed,
+                           batch ? absl::StrCat("prompt[", p, "]") : "prompt");
+    }
+    prepared.push_back(*std::move(completion));
+  }
+  return prepared;
+}
+
+ResponseFormat OpenAiApi::FormatFor(const OpenAiRequest& parsed, Endpoint endpoint,
+                                    const std::vector<engine::GenerationRequest>& prepared) const {
+  ResponseFormat format;
+  format.endpoint = endpoint;
+  format.id = absl::StrCat(endpoint == Endpoint::kChatCompletions ? "chatcmpl-" : "cmpl-",
+                           prepared[0].request_id);
+  format.model = gateway_->model_name();
+  format.created = absl::ToUnixSeconds(absl::Now());
+  for (const engine::GenerationRequest& r : prepared) {
+    format.prompt_tokens += static_cast<int>(r.prompt_ids.size());
+  }
+  format.n = parsed.n;
+  format.choices = parsed.n * static_cast<int>(prepared.size());
+  format.include_usage = parsed.include_usage;
+  format.continuous_usage = parsed.continuous_usage;
+  format.logprobs = parsed.logprobs;
+  format.top_logprobs = parsed.top_logprobs;
+  format.tokenizer = &gateway_->engine()->model().tokenizer();
+  if (!parsed.echo) return format;
+  // Each prompt as sent; a prompt of token ids as its text.
+  const engine::Tokenizer& tokenizer = *format.tokenizer;
+  for (size_t p = 0; p < prepared.size(); ++p) {
+    const std::vector<engine::TokenId>& ids = prepared[p].prompt_ids;
+    ResponseFormat::Echo echo;
+    echo.text = parsed.prompts[p].has_prompt_token_ids()
+                    ? tokenizer.Decode(ids, !ids.empty() && ids[0] == tokenizer.bos_id())
+                    : parsed.prompts[p].prompt();
+    echo.first_token = ids.empty() ? 0 : ids[0];
+    format.echo.push_back(std::move(echo));
+  }
+  return format;
+}
+
+std::vector<engine::GenerationRequest> OpenAiApi::ChoiceRequests(
+    const std::vector<engine::GenerationRequest>& prepared, int n) {
+  // Choice p * n + j answers prompt p: choice p * n is its prepared request, the others
+  // copies under their own id and seed.
+  std::vector<engine::GenerationRequest> requests;
+  requests.reserve(prepared.size() * n);
+  for (const engine::GenerationRequest& prompt : prepared) {
+    for (int j = 0; j < n; ++j) {
+      requests.push_back(prompt);
+      if (j == 0) continue;
+      requests.back().request_id = absl::StrCat(prompt.request_id, "-", j);
+      requests.back().sampling.seed = ChoiceSeed(prompt.sampling.seed, j);
+    }
+  }
+  return requests;
+}
+
 void OpenAiApi::Generate(const HttpRequest& request, Endpoint endpoint, const Tenant& tenant,
                          std::shared_ptr<ResponseChannel> channel) {
   if (absl::Status s = gateway_->CheckServing(); !s.ok()) {
@@ -187,78 +265,14 @@ void OpenAiApi::Generate(const HttpRequest& request, Endpoint endpoint, const Te
     gateway_->RecordRejected(Api::kHttp, tenant.name);
     return Fail(parsed.status(), *channel);
   }
-  // Chat renders the messages with the chat template (FAILED_PRECONDITION, a 400, without
-  // one); both then go the way gRPC's Generate and Chat go, a completion once per prompt.
-  std::vector<engine::GenerationRequest> prepared;
-  if (endpoint == Endpoint::kChatCompletions) {
-    absl::StatusOr<engine::GenerationRequest> chat = gateway_->PrepareChat(
-        parsed->messages, parsed->generate, absl::InfiniteFuture(), Api::kHttp, tenant);
-    if (!chat.ok()) return Fail(InOpenAiTerms(chat.status(), *parsed), *channel);
-    prepared.push_back(*std::move(chat));
-  } else {
-    const bool batch = parsed->prompts.size() > 1;
-    for (size_t p = 0; p < parsed->prompts.size(); ++p) {
-      quill::v1::GenerateRequest one = parsed->generate;
-      one.clear_input();
-      one.MergeFrom(parsed->prompts[p]);  // only the prompt is set there
-      absl::StatusOr<engine::GenerationRequest> completion =
-          gateway_->Prepare(one, absl::InfiniteFuture(), Api::kHttp, tenant);
-      if (!completion.ok()) {
-        return Fail(InOpenAiTerms(completion.status(), *parsed,
-                                  batch ? absl::StrCat("prompt[", p, "]") : "prompt"),
-                    *channel);
-      }
-      prepared.push_back(*std::move(completion));
-    }
-  }
-
-  ResponseFormat format;
-  format.endpoint = endpoint;
-  format.id = absl::StrCat(endpoint == Endpoint::kChatCompletions ? "chatcmpl-" : "cmpl-",
-                           prepared[0].request_id);
-  format.model = gateway_->model_name();
-  format.created = absl::ToUnixSeconds(absl::Now());
-  for (const engine::GenerationRequest& r : prepared) {
-    format.prompt_tokens += static_cast<int>(r.prompt_ids.size());
-  }
-  format.include_usage = parsed->include_usage;
-  format.continuous_usage = parsed->continuous_usage;
-  format.logprobs = parsed->logprobs;
-  format.top_logprobs = parsed->top_logprobs;
-  format.tokenizer = &gateway_->engine()->model().tokenizer();
-  if (parsed->echo) {
-    // Each prompt as sent; a prompt of token ids as its text.
-    const engine::Tokenizer& tokenizer = *format.tokenizer;
-    for (size_t p = 0; p < prepared.size(); ++p) {
-      const std::vector<engine::TokenId>& ids = prepared[p].prompt_ids;
-      ResponseFormat::Echo echo;
-      echo.text = parsed->prompts[p].has_prompt_token_ids()
-                      ? tokenizer.Decode(ids, !ids.empty() && ids[0] == tokenizer.bos_id())
-                      : parsed->prompts[p].prompt();
-      echo.first_token = ids.empty() ? 0 : ids[0];
-      format.echo.push_back(std::move(echo));
-    }
-  }
-
-  // Choice p * n + j answers prompt p: choice p * n is its prepared request, the others
-  // copies under their own id and seed.
-  const int n = parsed->n;
-  const int choices = n * static_cast<int>(prepared.size());
-  format.n = n;
-  format.choices = choices;
-  std::vector<engine::GenerationRequest> requests;
-  requests.reserve(choices);
-  std::vector<std::string> ids(choices);
-  for (int i = 0; i < choices; ++i) {
-    const engine::GenerationRequest& prompt = prepared[i / n];
-    const int j = i % n;
-    requests.push_back(prompt);
-    if (j > 0) {
-      requests[i].request_id = absl::StrCat(prompt.request_id, "-", j);
-      requests[i].sampling.seed = ChoiceSeed(prompt.sampling.seed, j);
-    }
-    ids[i] = requests[i].request_id;
-  }
+  absl::StatusOr<std::vector<engine::GenerationRequest>> prepared =
+      Prepare(*parsed, endpoint, tenant);
+  if (!prepared.ok()) return Fail(prepared.status(), *channel);
+  ResponseFormat format = FormatFor(*parsed, endpoint, *prepared);
+  std::vector<engine::GenerationRequest> requests = ChoiceRequests(*prepared, parsed->n);
+  const int choices = static_cast<int>(requests.size());
+  std::vector<std::string> ids;
+  for (const engine::GenerationRequest& r : requests) ids.push_back(r.request_id);
   // Only submitted choices are cancelled: an id never submitted may be someone else's.
   auto submitted = std::make_shared<std::atomic<int>>(0);
   RequestGateway* gateway = gateway_;

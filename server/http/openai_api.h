@@ -11,10 +11,12 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "server/http/http_exchange.h"
 #include "server/http/openai_request.h"
+#include "server/http/openai_response.h"
 #include "server/request_gateway.h"
 #include "server/security/api_keys.h"
 
@@ -37,6 +39,16 @@ class OpenAiApi final : public HttpHandler {
   void Detokenize(const HttpRequest& request, ResponseChannel& channel);
   void Generate(const HttpRequest& request, Endpoint endpoint, const Tenant& tenant,
                 std::shared_ptr<ResponseChannel> channel);
+  // The engine requests of a generation, one per prompt (chat: one), before n; errors in
+  // OpenAI's terms.
+  absl::StatusOr<std::vector<engine::GenerationRequest>> Prepare(const OpenAiRequest& parsed,
+                                                                 Endpoint endpoint,
+                                                                 const Tenant& tenant);
+  ResponseFormat FormatFor(const OpenAiRequest& parsed, Endpoint endpoint,
+                           const std::vector<engine::GenerationRequest>& prepared) const;
+  // Every choice's engine request: n per prompt, choice j > 0 under its own id and seed.
+  static std::vector<engine::GenerationRequest> ChoiceRequests(
+      const std::vector<engine::GenerationRequest>& prepared, int n);
   // Answers `status` as an OpenAI error; counts a refused generation when `count`.
   void Fail(const absl::Status& status, ResponseChannel& channel);
   uint64_t NextSeed();

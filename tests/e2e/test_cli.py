@@ -3,6 +3,7 @@
 health, help, and error reporting."""
 
 import json
+import math
 import re
 import unittest
 
@@ -113,6 +114,39 @@ class CliTest(unittest.TestCase):
         human = self.server.cli("tokenize", "In the beginning")
         self.assertEqual(human.returncode, 0, human.stderr)
         self.assertIn("%d tokens; decoded: \"In the beginning\"" % len(result["token_ids"]), human.stdout)
+
+    def test_score_gives_each_tokens_logprob_and_the_perplexity(self):
+        text = "In the beginning God created the heaven and the earth."
+        r = self.server.cli("score", "--json", "--top", "1", text)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        scores = json.loads(r.stdout)
+        t = self.server.cli("tokenize", "--json", "--add-special-tokens", text)
+        ids = json.loads(t.stdout)["token_ids"]
+        self.assertEqual([tok["token_id"] for tok in scores["tokens"]], ids)
+        self.assertIsNone(scores["tokens"][0]["logprob"])
+        logprobs = [tok["logprob"] for tok in scores["tokens"][1:]]
+        self.assertEqual(scores["scored_tokens"], len(ids) - 1)
+        self.assertAlmostEqual(scores["logprob_sum"], sum(logprobs), places=3)
+        self.assertAlmostEqual(scores["perplexity"],
+                               math.exp(-scores["logprob_sum"] / len(logprobs)), places=6)
+        for tok in scores["tokens"][1:]:
+            self.assertLessEqual(tok["logprob"], tok["top"][0]["logprob"] + 1e-6)
+        # Each score is what the model gives that token next: the greedy continuation of a
+        # prefix, generated with logprobs, is its most likely token with the same logprob.
+        body = json.dumps({"prompt": ids[:9], "max_tokens": 1, "logprobs": 1,
+                           "temperature": 0})
+        g = run(["curl", "-sS", "-H", "Content-Type: application/json", "-d", body,
+                 self.server.http_url + "/v1/completions"])
+        self.assertEqual(g.returncode, 0, g.stderr)
+        first = json.loads(g.stdout)["choices"][0]["logprobs"]
+        self.assertAlmostEqual(scores["tokens"][9]["top"][0]["logprob"],
+                               first["token_logprobs"][0], places=5)
+        # Bible text is likelier than nonsense.
+        nonsense = json.loads(self.server.cli("score", "--json", "zebra quantum the of").stdout)
+        self.assertGreater(nonsense["perplexity"], scores["perplexity"])
+        one = self.server.cli("score", "")
+        self.assertNotEqual(one.returncode, 0)
+        self.assertIn("nothing to score", one.stderr)
 
     def test_info(self):
         r = self.server.cli("info", "--json")
