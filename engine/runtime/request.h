@@ -66,10 +66,10 @@ struct GenerationRequest {
 };
 
 inline constexpr size_t kMaxTenantBytes = 64;
+inline constexpr int kMaxTenantWeight = 1000;
 // Rows of logits one step computes for prompt logprobs, over all requests: the engine's
 // logits buffer holds this many rows of the vocabulary beyond the decoders'.
 inline constexpr int kPromptLogitRowsPerStep = 64;
-inline constexpr int kMaxTenantWeight = 1000;
 
 struct GeneratedToken {
   TokenId id = 0;
