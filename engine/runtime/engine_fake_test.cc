@@ -457,6 +457,54 @@ TEST_F(EngineFakeTest, LogprobsFromRawLogits) {
   EXPECT_NEAR(t.top_logprobs[1].logprob, -std::log(std::exp(10.0f) + 63.0f), 1e-5);
 }
 
+// Prompt logprobs: every prompt token after the first, scored by the row before it, in
+// steps of at most kPromptLogitRowsPerStep rows; the first chunk carries them all.
+TEST_F(EngineFakeTest, PromptLogprobsScoreEveryPromptTokenInStepsOfBoundedRows) {
+  Start();
+  std::vector<TokenId> prompt = {kBos};
+  for (int i = 1; i < 120; ++i) {
+    // Mostly the rule's next token (a likely one), every fifth a jump (an unlikely one).
+    prompt.push_back(i % 5 == 0 ? Letter('q') : NextToken(prompt.back()));
+  }
+  GenerationRequest r = Request("scored", prompt, 3);
+  r.prompt_logprobs = true;
+  r.logprobs = 1;
+  auto sink = std::make_shared<RecordingSink>();
+  ASSERT_TRUE(engine_->Submit(r, sink).ok());
+  ASSERT_TRUE(sink->Wait());
+  EXPECT_EQ(sink->violations(), "");
+  const std::vector<TokenChunk> chunks = sink->chunks();
+  ASSERT_EQ(chunks.size(), 3u);
+  ASSERT_EQ(chunks[0].prompt_logprobs.size(), prompt.size() - 1);
+  EXPECT_TRUE(chunks[1].prompt_logprobs.empty());
+  const float hit = 10.0f - std::log(std::exp(10.0f) + 63.0f);
+  const float miss = -std::log(std::exp(10.0f) + 63.0f);
+  for (size_t j = 0; j + 1 < prompt.size(); ++j) {
+    const GeneratedToken& t = chunks[0].prompt_logprobs[j];
+    EXPECT_EQ(t.id, prompt[j + 1]) << j;
+    EXPECT_NEAR(t.logprob, prompt[j + 1] == NextToken(prompt[j]) ? hit : miss, 1e-5) << j;
+    ASSERT_EQ(t.top_logprobs.size(), 1u);
+    EXPECT_EQ(t.top_logprobs[0].id, NextToken(prompt[j])) << j;
+  }
+  EXPECT_EQ(sink->ids(),
+            (std::vector<TokenId>{NextToken(prompt.back()), NextToken(NextToken(prompt.back())),
+                                  NextToken(NextToken(NextToken(prompt.back())))}));
+  // 64 rows, then the remaining 56 (whose last row is also sampled), then two decodes.
+  EXPECT_EQ(Steps(), (std::vector<std::vector<int>>{{64}, {56}, {1}, {1}}));
+
+  // Cancelled during its prefill: no chunk, and its blocks return (TearDown checks).
+  SetPaused(true);
+  auto cancelled = std::make_shared<RecordingSink>();
+  r.request_id = "cancelled";
+  ASSERT_TRUE(engine_->Submit(r, cancelled).ok());
+  WaitForwardsEntered(5);  // its first chunk is in flight
+  engine_->Cancel("cancelled");
+  SetPaused(false);
+  ASSERT_TRUE(cancelled->Wait());
+  EXPECT_EQ(cancelled->info().reason, FinishReason::kCancelled);
+  EXPECT_TRUE(cancelled->chunks().empty());
+}
+
 TEST_F(EngineFakeTest, ValidationErrorsNameTheFieldAndNeverCallTheSink) {
   EngineOptions options = SmallOptions();
   options.kv_cache_bytes = 32 * 16 * 4;  // 4 blocks of 16 tokens = 64 tokens
