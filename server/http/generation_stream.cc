@@ -25,6 +25,12 @@ class ChoiceSink final : public engine::TokenSink {
   const int index_;
 };
 
+// Anything to send: text, tokens, or an echoed prompt's tokens (a BOS-only prompt echoes
+// no text).
+bool HasOutput(const OutputDelta& delta) {
+  return delta.num_tokens > 0 || !delta.text.empty() || !delta.echoed.empty();
+}
+
 }  // namespace
 
 GenerationStream::GenerationStream(ResponseFormat format, bool stream,
@@ -190,9 +196,8 @@ HttpOutput GenerationStream::NextLocked() {
     return out;
   }
   // A failure before any output is a plain HTTP error, for streams too.
-  const bool any_output = std::any_of(choices_.begin(), choices_.end(), [](const Choice& c) {
-    return c.pending.num_tokens > 0 || !c.pending.text.empty();
-  });
+  const bool any_output = std::any_of(choices_.begin(), choices_.end(),
+                                      [](const Choice& c) { return HasOutput(c.pending); });
   if (!started_ && !failure_.ok() && (!stream_ || !any_output)) {
     done_ = true;
     HttpOutput out;
@@ -222,7 +227,7 @@ HttpOutput GenerationStream::NextStreamLocked() {
   for (size_t i = 0; i < choices_.size(); ++i) {
     Choice& c = choices_[i];
     const int index = static_cast<int>(i);
-    const bool has_delta = c.pending.num_tokens > 0 || !c.pending.text.empty();
+    const bool has_delta = HasOutput(c.pending);
     // Chat's first event of a choice carries the role even when the answer is empty.
     if (has_delta || (chat && !c.role_sent && c.finish.has_value())) {
       body += StreamDeltaEvent(format_, index, c.pending, /*first=*/!c.role_sent,

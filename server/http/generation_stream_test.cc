@@ -409,6 +409,15 @@ TEST(GenerationStreamTest, EchoPutsThePromptAndItsScoredTokensFirst) {
   EXPECT_EQ(choice["logprobs"]["top_logprobs"][2], json({{"o", -0.5}}));
   EXPECT_EQ(choice["logprobs"]["tokens"][1], "H");
 
+  // A prompt of BOS alone echoes no text but its token, even when nothing is generated.
+  ResponseFormat bos_only = format;
+  bos_only.echo = {{"", 1}};
+  GenerationStream empty(bos_only, true, channel, [] {});
+  empty.OnFinish(0, Finished(engine::FinishReason::kEos, 1, 0));
+  const std::vector<json> bos_events = Events(empty.Next().body, &done);
+  ASSERT_EQ(bos_events.size(), 2u);
+  EXPECT_EQ(bos_events[0]["choices"][0]["logprobs"]["token_logprobs"], json::parse("[null]"));
+
   // An answer without output still echoes (text only, without logprobs).
   ResponseFormat text_only = Format(Endpoint::kCompletions);
   text_only.echo = {{"Hi", 1}};
