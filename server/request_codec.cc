@@ -430,10 +430,14 @@ absl::StatusOr<v1::TokenizeResponse> TokenizeText(const v1::TokenizeRequest& req
     out.add_token_ids(id);
     out.add_pieces(ToValidUtf8(tokenizer.TokenBytes(id)));
   }
+  out.set_text(IdsToText(*ids, tokenizer));
+  return out;
+}
+
+std::string IdsToText(absl::Span<const int32_t> ids, const engine::Tokenizer& tokenizer) {
   // A vocabulary that prefixes the text with a space when encoding (SentencePiece
   // add_space_prefix) has it dropped again.
-  out.set_text(ToValidUtf8(tokenizer.Decode(*ids, tokenizer.adds_space_prefix())));
-  return out;
+  return ToValidUtf8(tokenizer.Decode(ids, tokenizer.adds_space_prefix()));
 }
 
 absl::StatusOr<std::string> DetokenizeIds(absl::Span<const int32_t> ids,
@@ -446,7 +450,7 @@ absl::StatusOr<std::string> DetokenizeIds(absl::Span<const int32_t> ids,
                                        limits.max_tokenize_tokens, " (the context length)"));
   }
   if (absl::Status s = ValidateIds(field, ids, limits.vocab_size); !s.ok()) return s;
-  return ToValidUtf8(tokenizer.Decode(ids, tokenizer.adds_space_prefix()));
+  return IdsToText(ids, tokenizer);
 }
 
 engine::SamplingParams ToEngineSampling(const v1::GenerateRequest& request) {

@@ -148,7 +148,11 @@ absl::StatusOr<quill::v1::TokenizeResponse> TokenizeText(const quill::v1::Tokeni
                                                          const engine::Tokenizer& tokenizer,
                                                          absl::string_view field = "text");
 
-// Token ids -> their text, as Tokenize's `text` decodes (HTTP POST /detokenize).
+// Token ids -> the text that encodes to them (the inverse of Tokenize): valid UTF-8, without
+// the space a SentencePiece vocabulary prefixes. The ids must be in the vocabulary.
+std::string IdsToText(absl::Span<const int32_t> ids, const engine::Tokenizer& tokenizer);
+
+// Token ids -> their text, checked, then IdsToText (HTTP POST /detokenize).
 // INVALID_ARGUMENT naming `field` for an id outside the vocabulary or more than
 // max_tokenize_tokens ids (the context length).
 absl::StatusOr<std::string> DetokenizeIds(absl::Span<const int32_t> ids,

@@ -6,6 +6,8 @@
 #include <utility>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "client/quill_client.h"
@@ -112,6 +114,23 @@ std::string DumpJson(const nlohmann::json& value, int indent) {
   return value.dump(indent, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
+nlohmann::json ToJson(const quill::v1::TokenLogprobs& token) {
+  nlohmann::json top = nlohmann::json::array();
+  for (const quill::v1::TopLogprob& alt : token.top()) {
+    top.push_back({{"token_id", alt.token_id()}, {"logprob", alt.logprob()}});
+  }
+  return {{"token_id", token.token_id()}, {"logprob", token.logprob()}, {"top", top}};
+}
+
+std::string AlternativesText(const quill::v1::TokenLogprobs& token) {
+  if (token.top_size() == 0) return "";
+  std::vector<std::string> top;
+  for (const quill::v1::TopLogprob& alt : token.top()) {
+    top.push_back(absl::StrFormat("%d:%.4f", alt.token_id(), alt.logprob()));
+  }
+  return absl::StrCat("  [", absl::StrJoin(top, " "), "]");
+}
+
 nlohmann::json ToJson(const quill::v1::GenerateResponse& response) {
   nlohmann::json out = {{"request_id", response.request_id()},
                         {"token_ids", response.token_ids()},
@@ -119,12 +138,7 @@ nlohmann::json ToJson(const quill::v1::GenerateResponse& response) {
   if (response.logprobs_size() > 0) {
     nlohmann::json logprobs = nlohmann::json::array();
     for (const quill::v1::TokenLogprobs& token : response.logprobs()) {
-      nlohmann::json top = nlohmann::json::array();
-      for (const quill::v1::TopLogprob& alt : token.top()) {
-        top.push_back({{"token_id", alt.token_id()}, {"logprob", alt.logprob()}});
-      }
-      logprobs.push_back(
-          {{"token_id", token.token_id()}, {"logprob", token.logprob()}, {"top", top}});
+      logprobs.push_back(ToJson(token));
     }
     out["logprobs"] = logprobs;
   }

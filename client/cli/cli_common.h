@@ -80,6 +80,10 @@ std::string TextFromArgsOrStdin(const std::vector<std::string>& positional);
 std::string DumpJson(const nlohmann::json& value, int indent = -1);
 
 // JSON forms of the API messages (field names as in the proto).
+// {"token_id", "logprob", "top": [{"token_id", "logprob"}]}.
+nlohmann::json ToJson(const quill::v1::TokenLogprobs& token);
+// "  [id:logprob id:logprob ...]" for the token's alternatives; "" without any.
+std::string AlternativesText(const quill::v1::TokenLogprobs& token);
 nlohmann::json ToJson(const quill::v1::GenerateResponse& response);
 nlohmann::json ToJson(const quill::v1::ModelInfo& info);
 nlohmann::json ToJson(const quill::v1::TokenizeResponse& response);

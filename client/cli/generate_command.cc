@@ -8,7 +8,6 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_join.h"
 #include "client/cli/cli_common.h"
 #include "client/quill_client.h"
 
@@ -45,13 +44,8 @@ void PrintSummary(const quill::v1::GenerateResponse& last, double ttft_s, double
   if (!logprobs.empty()) {
     std::cerr << "logprobs (token_id: logprob [top alternatives]):\n";
     for (const quill::v1::TokenLogprobs& token : logprobs) {
-      std::cerr << absl::StrFormat("  %6d: %8.4f", token.token_id(), token.logprob());
-      std::vector<std::string> top;
-      for (const quill::v1::TopLogprob& alt : token.top()) {
-        top.push_back(absl::StrFormat("%d:%.4f", alt.token_id(), alt.logprob()));
-      }
-      if (!top.empty()) std::cerr << "  [" << absl::StrJoin(top, " ") << "]";
-      std::cerr << "\n";
+      std::cerr << absl::StrFormat("  %6d: %8.4f", token.token_id(), token.logprob())
+                << AlternativesText(token) << "\n";
     }
   }
   std::cerr << absl::StrFormat(

@@ -10,7 +10,6 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_join.h"
 #include "client/cli/cli_common.h"
 #include "client/quill_client.h"
 
@@ -62,18 +61,11 @@ absl::StatusOr<Scores> Score(client::QuillClient& client, const std::string& tex
 nlohmann::json ScoresJson(const Scores& s) {
   nlohmann::json tokens = nlohmann::json::array();
   for (int i = 0; i < s.tokens.token_ids_size(); ++i) {
-    nlohmann::json token = {{"token_id", s.tokens.token_ids(i)},
-                            {"piece", i < s.tokens.pieces_size() ? s.tokens.pieces(i) : ""},
-                            {"logprob", nullptr}};
-    if (i > 0) {
-      const quill::v1::TokenLogprobs& lp = s.logprobs[i - 1];
-      token["logprob"] = lp.logprob();
-      nlohmann::json top = nlohmann::json::array();
-      for (const quill::v1::TopLogprob& alt : lp.top()) {
-        top.push_back({{"token_id", alt.token_id()}, {"logprob", alt.logprob()}});
-      }
-      token["top"] = top;
-    }
+    // The first token is not scored: nothing precedes it.
+    nlohmann::json token =
+        i > 0 ? ToJson(s.logprobs[i - 1])
+              : nlohmann::json{{"token_id", s.tokens.token_ids(0)}, {"logprob", nullptr}};
+    token["piece"] = i < s.tokens.pieces_size() ? s.tokens.pieces(i) : "";
     tokens.push_back(token);
   }
   return {{"tokens", tokens},
@@ -91,14 +83,9 @@ void PrintScores(const Scores& s) {
       continue;
     }
     const quill::v1::TokenLogprobs& lp = s.logprobs[i - 1];
-    std::vector<std::string> top;
-    for (const quill::v1::TopLogprob& alt : lp.top()) {
-      top.push_back(absl::StrFormat("%d:%.4f", alt.token_id(), alt.logprob()));
-    }
     std::cout << absl::StrFormat("%5d %8d %10.4f  %s", i, s.tokens.token_ids(i), lp.logprob(),
-                                 piece);
-    if (!top.empty()) std::cout << "  [" << absl::StrJoin(top, " ") << "]";
-    std::cout << "\n";
+                                 piece)
+              << AlternativesText(lp) << "\n";
   }
   std::cout << absl::StrFormat("%d tokens scored: logprob sum %.4f, mean %.4f, perplexity %.3f\n",
                                s.logprobs.size(), s.sum,

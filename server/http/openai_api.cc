@@ -14,6 +14,7 @@
 #include "nlohmann/json.hpp"
 #include "server/http/generation_stream.h"
 #include "server/http/openai_error.h"
+#include "server/request_codec.h"
 #include "spdlog/spdlog.h"
 
 namespace quill::server::http {
@@ -223,14 +224,12 @@ ResponseFormat OpenAiApi::FormatFor(const OpenAiRequest& parsed, Endpoint endpoi
   format.top_logprobs = parsed.top_logprobs;
   format.tokenizer = &gateway_->engine()->model().tokenizer();
   if (!parsed.echo) return format;
-  // Each prompt as sent; a prompt of token ids as its text.
-  const engine::Tokenizer& tokenizer = *format.tokenizer;
+  // Each prompt as sent; a prompt of token ids as the text that encodes to them.
   for (size_t p = 0; p < prepared.size(); ++p) {
     const std::vector<engine::TokenId>& ids = prepared[p].prompt_ids;
     ResponseFormat::Echo echo;
-    echo.text = parsed.prompts[p].has_prompt_token_ids()
-                    ? tokenizer.Decode(ids, !ids.empty() && ids[0] == tokenizer.bos_id())
-                    : parsed.prompts[p].prompt();
+    echo.text = parsed.prompts[p].has_prompt_token_ids() ? IdsToText(ids, *format.tokenizer)
+                                                         : parsed.prompts[p].prompt();
     echo.first_token = ids.empty() ? 0 : ids[0];
     format.echo.push_back(std::move(echo));
   }
