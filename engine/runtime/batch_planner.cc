@@ -85,6 +85,7 @@ void PlanStep(const PlanInput& input, const PlannerOptions& options, StepPlan* p
     if (active + plan->num_admitted >= options.max_running) break;
     if (waiting.kv_blocks_needed > free_blocks) break;
     if (waiting.prompt_logprobs && logit_rows <= 0) break;
+    if (waiting.awaits_shared_prefix) break;
     free_blocks -= waiting.kv_blocks_needed;
     const int index = num_running + plan->num_admitted;
     ++plan->num_admitted;

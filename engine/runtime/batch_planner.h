@@ -35,6 +35,10 @@ struct WaitingView {
   int cached_tokens = 0;     // leading prompt tokens already in the KV cache (< prompt)
   bool ends_at_prefill = false;  // one token to make: it never decodes
   bool prompt_logprobs = false;  // every prompt token takes a logits row
+  // The next block of its prompt past cached_tokens is being prefilled by a sequence ahead
+  // of it (running, or waiting before it): admitted now, it would compute that K/V again;
+  // a step or a few later, it takes it from the prefix cache.
+  bool awaits_shared_prefix = false;
 };
 
 struct PlanInput {
@@ -95,7 +99,7 @@ int PromptTokensThroughFirstDecoder(const PlanInput& input, const PlannerOptions
 //  3. Waiting requests are admitted from the head (in the order given) while the running
 //     set has room, the KV pool has the blocks they reserve, and the step has tokens left
 //     for their first chunk (a prompt_logprobs one: and logit rows). The first request
-//     that does not fit stops admission (no overtaking).
+//     that does not fit, or that awaits a shared prefix, stops admission (no overtaking).
 // `plan` is cleared and refilled; its vectors keep their capacity between steps.
 void PlanStep(const PlanInput& input, const PlannerOptions& options, StepPlan* plan);
 

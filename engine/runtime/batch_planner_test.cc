@@ -308,6 +308,19 @@ TEST(BatchPlannerTest, AdmittedRequestWithACachedPrefixPrefillsOnlyTheRest) {
   EXPECT_EQ(plan.prefill_tokens, 44);
 }
 
+TEST(BatchPlannerTest, ARequestAwaitingASharedPrefixStopsAdmission) {
+  Planner p;
+  p.free_blocks = 20;
+  p.waiting = {{40, 3}, {40, 3}, {8, 1}};
+  p.waiting[1].awaits_shared_prefix = true;
+  const StepPlan& plan = p.Plan();
+  // The second would fit, but waits for the first to write its prompt's K/V; the third
+  // does not overtake it.
+  EXPECT_EQ(plan.num_admitted, 1);
+  ASSERT_EQ(plan.entries.size(), 1u);
+  EXPECT_EQ(plan.entries[0].num_tokens, 40);
+}
+
 TEST(BatchPlannerTest, PromptTokensThroughFirstDecoderCountChunksInPlanningOrder) {
   Planner p;
   p.options.prefill_chunk_tokens = 64;

@@ -225,6 +225,10 @@ class Engine::Impl {
   bool Step();
   // Looks up each admissible waiting request's cached prefix and fills waiting_views_.
   void BuildWaitingViews();
+  // Whether the prompt block after `cached_blocks` of waiting_head_[index]'s prompt is
+  // one that a sequence ahead of it will write: an unpaused running one still prefilling
+  // it, or a waiting one before it (whose cached prefix ends at or before that block).
+  bool AwaitsSharedPrefix(size_t index, int cached_blocks) const;
   // How many prompt tokens the next step may take next to `decode_tokens` decoders and
   // the `draft_tokens` drafts they verify.
   int PrefillTokenLimit(const PlanInput& input, int decode_tokens, int draft_tokens) const;
@@ -831,9 +835,35 @@ void Engine::Impl::BuildWaitingViews() {
       // Held cached blocks cost nothing; unheld ones leave the free count when taken.
       view.kv_blocks_needed += match.evictable_blocks - match.blocks;
       view.cached_tokens = match.blocks * kv_block_size_;
+      view.awaits_shared_prefix = AwaitsSharedPrefix(i, match.blocks);
     }
     waiting_views_.push_back(view);
   }
+}
+
+bool Engine::Impl::AwaitsSharedPrefix(size_t index, int cached_blocks) const {
+  const absl::Span<const uint64_t> lookup = waiting_head_[index]->prompt_lookup_hashes();
+  if (static_cast<size_t>(cached_blocks) >= lookup.size()) return false;
+  // Chained hashes: one equal hash means the whole prefix up to it is equal (a collision
+  // only makes the request wait for nothing, as long as the writer prefills).
+  const uint64_t next = lookup[cached_blocks];
+  const int block_end = (cached_blocks + 1) * kv_block_size_;
+  const auto writes_block = [&](const Sequence& seq, int written_tokens) {
+    const absl::Span<const uint64_t> hashes = seq.block_hashes();
+    return !seq.finish_pending() && static_cast<size_t>(cached_blocks) < hashes.size() &&
+           hashes[cached_blocks] == next && written_tokens < block_end &&
+           block_end <= seq.prompt_tokens();
+  };
+  for (const auto& seq : running_) {
+    if (seq->state() == SequenceState::kPrefill && !seq->paused() &&
+        writes_block(*seq, seq->prefilled_tokens())) {
+      return true;
+    }
+  }
+  for (size_t j = 0; j < index; ++j) {
+    if (writes_block(*waiting_head_[j], waiting_views_[j].cached_tokens)) return true;
+  }
+  return false;
 }
 
 void Engine::Impl::Admit(absl::Time now) {

@@ -576,7 +576,7 @@ TEST_F(EngineTest, CancelTwentyOfThirty) {
     sinks.push_back(std::make_shared<RecordingSink>(/*gate_chunk=*/i == 0 || i == 29 ? 1 : 0));
     GenerationRequest r = Request(absl::StrCat("c", i), kPrompts[i % 8], 100);
     r.ignore_eos = true;
-    ASSERT_TRUE(engine_->Submit(r, sinks.back()).ok());
+    EXPECT_TRUE(engine_->Submit(r, sinks.back()).ok());  // no ASSERT: the gate must open
     if (i == 0) sinks[0]->WaitGated();
   }
   sinks[0]->Release();
@@ -1060,6 +1060,46 @@ TEST_F(PrefixCacheEngineTest, ExactHitIsBitIdenticalAloneAndAmongOthers) {
   EXPECT_EQ(follow->info().cached_prompt_tokens,
             static_cast<int>((follow_up.prompt_ids.size() - 1) / kBlock * kBlock));
   EXPECT_EQ(follow->ids(), ReferenceLoop(follow_up));
+}
+
+// Requests that arrive together with a common prompt prefix (a shared system prompt, or
+// the n choices of one prompt) prefill it once: the first writes each block, the others
+// wait for it and take it from the cache, so each reuses all it shares with any request
+// ahead of it; and their tokens are still the reference's.
+TEST_F(PrefixCacheEngineTest, RequestsArrivingTogetherPrefillTheSharedPrefixOnce) {
+  std::vector<GenerationRequest> requests = SharedPrefixRequests();
+  for (uint64_t seed : {7, 8}) {  // two more choices of request 1's prompt
+    GenerationRequest choice = requests[1];
+    choice.request_id = absl::StrCat(choice.request_id, "-", seed);
+    choice.sampling = Seeded(seed);
+    requests.push_back(std::move(choice));
+  }
+  Start(Options(/*prefix_cache=*/true));
+  // The engine thread waits in the sink of a request's first token while all of them are
+  // submitted: they are all waiting at the next step, and could all be admitted in it.
+  auto gate = std::make_shared<RecordingSink>(/*gate_chunk=*/1);
+  ASSERT_TRUE(engine_->Submit(Request("gate", "Amen", 2), gate).ok());
+  gate->WaitGated();
+  std::vector<std::shared_ptr<RecordingSink>> sinks;
+  for (const GenerationRequest& r : requests) {
+    sinks.push_back(std::make_shared<RecordingSink>());
+    EXPECT_TRUE(engine_->Submit(r, sinks.back()).ok());  // no ASSERT: the gate must open
+  }
+  gate->Release();
+  for (const auto& sink : sinks) ASSERT_TRUE(sink->Wait());
+  EXPECT_EQ(sinks[0]->info().cached_prompt_tokens, 0);
+  for (size_t i = 1; i < requests.size(); ++i) {
+    int shared = 0;
+    for (size_t j = 0; j < i; ++j) {
+      shared =
+          std::max(shared, ExpectedCachedTokens(requests[i].prompt_ids, requests[j].prompt_ids));
+    }
+    EXPECT_GE(shared, 96);
+    EXPECT_EQ(sinks[i]->info().cached_prompt_tokens, shared) << "request " << i;
+  }
+  for (size_t i = 0; i < requests.size(); ++i) {
+    EXPECT_EQ(sinks[i]->ids(), ReferenceLoop(requests[i])) << "request " << i;
+  }
 }
 
 // Prompt logprobs: row j scores prompt token j + 1, which is what the first token of a
