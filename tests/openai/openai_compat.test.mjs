@@ -24,8 +24,19 @@ const tight = new OpenAI({ baseURL: `${env.QUILL_TIGHT_HTTP_URL}/v1`, apiKey: 'u
 const chat = new OpenAI({ baseURL: `${env.QUILL_CHAT_HTTP_URL}/v1`, apiKey: 'unused', maxRetries: 0 });
 const PROMPT = 'In the beginning';
 
+// A scrape is idempotent: one retry covers a kept-alive connection the metrics server
+// closed just as fetch reused it ("fetch failed", seen once in a loaded ctest run).
+async function scrape(url) {
+  try {
+    return await (await fetch(url)).text();
+  } catch (e) {
+    if (!(e instanceof TypeError)) throw e;
+    return await (await fetch(url)).text();
+  }
+}
+
 async function metric(url, name, labels = '') {
-  const text = await (await fetch(url)).text();
+  const text = await scrape(url);
   const line = text.split('\n').find((l) => l.startsWith(`${name}${labels} `) ||
                                             (labels === '' && l.startsWith(`${name} `)));
   assert.ok(line, `${name}${labels} not in /metrics`);
