@@ -321,6 +321,7 @@ class Engine::Impl {
   std::vector<absl::Duration> inter_token_latencies_;
   int step_prefix_query_tokens_ = 0;  // over this step's admissions
   int step_prefix_hit_tokens_ = 0;
+  int step_prefix_waited_requests_ = 0;
   // Requests finished per second of busy time: engine work, and time a queue waited while
   // every running request was paused (idle time is left out).
   EwmaRate finished_rate_{absl::Seconds(5)};
@@ -746,6 +747,7 @@ bool Engine::Impl::Step() {
     stats.num_sequences = static_cast<int>(plan_.entries.size());
     stats.prefix_query_tokens = step_prefix_query_tokens_;
     stats.prefix_hit_tokens = step_prefix_hit_tokens_;
+    stats.prefix_waited_requests = step_prefix_waited_requests_;
     stats.phase = plan_.prefill_tokens == 0  ? StepPhase::kDecode
                   : plan_.decode_tokens == 0 ? StepPhase::kPrefill
                                              : StepPhase::kMixed;
@@ -824,7 +826,7 @@ void Engine::Impl::BuildWaitingViews() {
     for (std::unique_ptr<Sequence>* seq : fair_head_) waiting_head_.push_back(seq->get());
   }
   for (size_t i = 0; i < waiting_head_.size(); ++i) {
-    const Sequence& seq = *waiting_head_[i];
+    Sequence& seq = *waiting_head_[i];
     WaitingView view;
     view.prompt_tokens = seq.prompt_tokens();
     view.ends_at_prefill = seq.ends_at_prefill();
@@ -836,6 +838,7 @@ void Engine::Impl::BuildWaitingViews() {
       view.kv_blocks_needed += match.evictable_blocks - match.blocks;
       view.cached_tokens = match.blocks * kv_block_size_;
       view.awaits_shared_prefix = AwaitsSharedPrefix(i, match.blocks);
+      seq.awaited_shared_prefix |= view.awaits_shared_prefix;
     }
     waiting_views_.push_back(view);
   }
@@ -869,6 +872,7 @@ bool Engine::Impl::AwaitsSharedPrefix(size_t index, int cached_blocks) const {
 void Engine::Impl::Admit(absl::Time now) {
   step_prefix_query_tokens_ = 0;
   step_prefix_hit_tokens_ = 0;
+  step_prefix_waited_requests_ = 0;
   // Two passes: every admitted request first takes its cached prefix, and only then are
   // new blocks allocated. An allocation may evict an unheld cached block, and must not
   // evict one that a request admitted in this same step was planned to reuse.
@@ -880,6 +884,7 @@ void Engine::Impl::Admit(absl::Time now) {
     seq.SetCachedPromptTokens(blocks * kv_block_size_);
     step_prefix_query_tokens_ += seq.prompt_tokens();
     step_prefix_hit_tokens_ += seq.cached_prompt_tokens();
+    step_prefix_waited_requests_ += seq.awaited_shared_prefix ? 1 : 0;
   }
   // The whole reservation up front, so a running request never runs out.
   for (int i = 0; i < plan_.num_admitted; ++i) {

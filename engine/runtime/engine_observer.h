@@ -24,6 +24,9 @@ struct StepStats {
   // tokens looked up, and those found cached (not prefilled).
   int prefix_query_tokens = 0;
   int prefix_hit_tokens = 0;
+  // Of those requests, the ones whose admission waited for prompt blocks that a request
+  // ahead of them was prefilling (to reuse them instead of computing them again).
+  int prefix_waited_requests = 0;
   absl::Duration duration;  // whole step: plan + forward + sample + emit
   // Gaps between each emitted token and the previous token of the same request
   // (inter-token latency), one per decode token emitted this step.

@@ -45,10 +45,11 @@ class StepRecorder final : public EngineObserver {
   struct Step {
     int prefill_tokens;
     int decode_tokens;
+    int prefix_waited_requests;
   };
   void OnStep(const StepStats& stats, const EngineGauges& /*gauges*/) override {
     absl::MutexLock lock(&mu_);
-    steps_.push_back({stats.prefill_tokens, stats.decode_tokens});
+    steps_.push_back({stats.prefill_tokens, stats.decode_tokens, stats.prefix_waited_requests});
   }
   std::vector<Step> steps() {
     absl::MutexLock lock(&mu_);
@@ -1074,7 +1075,8 @@ TEST_F(PrefixCacheEngineTest, RequestsArrivingTogetherPrefillTheSharedPrefixOnce
     choice.sampling = Seeded(seed);
     requests.push_back(std::move(choice));
   }
-  Start(Options(/*prefix_cache=*/true));
+  StepRecorder recorder;
+  Start(Options(/*prefix_cache=*/true), &recorder);
   // The engine thread waits in the sink of a request's first token while all of them are
   // submitted: they are all waiting at the next step, and could all be admitted in it.
   auto gate = std::make_shared<RecordingSink>(/*gate_chunk=*/1);
@@ -1097,6 +1099,11 @@ TEST_F(PrefixCacheEngineTest, RequestsArrivingTogetherPrefillTheSharedPrefixOnce
     EXPECT_GE(shared, 96);
     EXPECT_EQ(sinks[i]->info().cached_prompt_tokens, shared) << "request " << i;
   }
+  // Every request but the first waited (and was counted once) before it was admitted.
+  engine_->Shutdown(absl::Seconds(30));  // every OnStep has been delivered
+  int waited = 0;
+  for (const StepRecorder::Step& step : recorder.steps()) waited += step.prefix_waited_requests;
+  EXPECT_EQ(waited, static_cast<int>(requests.size()) - 1);
   for (size_t i = 0; i < requests.size(); ++i) {
     EXPECT_EQ(sinks[i]->ids(), ReferenceLoop(requests[i])) << "request " << i;
   }

@@ -108,6 +108,8 @@ class Sequence {
   // or admitted from the queue).
   int kv_blocks = 0;
   bool holds_capacity = false;
+  // Admission was held back at least once for prompt blocks a request ahead was prefilling.
+  bool awaited_shared_prefix = false;
 
   // Backpressure (see TokenSink::WouldBlock): since when the request has been paused
   // because its consumer stopped reading; absl::InfinitePast() = not paused.

@@ -163,6 +163,10 @@ QuillMetrics::QuillMetrics(bool per_tenant)
   prefix_cache_hit_tokens_ =
       counter("quill_prefix_cache_hit_tokens_total",
               "Prompt tokens found in the prefix cache (their K/V reused, not prefilled).");
+  prefix_cache_waited_requests_ =
+      counter("quill_prefix_cache_waited_requests_total",
+              "Admitted requests that first waited for prompt blocks a request ahead of them was "
+              "prefilling, to reuse them from the prefix cache instead of computing them again.");
   spec_draft_tokens_ = counter("quill_spec_draft_tokens_total",
                                "Speculative draft tokens (n-gram lookup) verified by the model.");
   spec_accepted_tokens_ =
@@ -267,6 +271,7 @@ void QuillMetrics::OnStep(const engine::StepStats& stats, const engine::EngineGa
   if (stats.prefix_query_tokens > 0) {
     prefix_cache_query_tokens_->Increment(stats.prefix_query_tokens);
     prefix_cache_hit_tokens_->Increment(stats.prefix_hit_tokens);
+    prefix_cache_waited_requests_->Increment(stats.prefix_waited_requests);
   }
   for (absl::Duration gap : stats.inter_token_latencies) {
     inter_token_latency_->Observe(absl::ToDoubleSeconds(gap));

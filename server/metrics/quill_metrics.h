@@ -128,6 +128,7 @@ class QuillMetrics final : public engine::EngineObserver {
   prometheus::Counter* generated_tokens_;
   prometheus::Counter* prefix_cache_query_tokens_;
   prometheus::Counter* prefix_cache_hit_tokens_;
+  prometheus::Counter* prefix_cache_waited_requests_;
   prometheus::Counter* spec_draft_tokens_;
   prometheus::Counter* spec_accepted_tokens_;
   // Gauges.

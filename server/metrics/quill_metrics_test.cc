@@ -207,18 +207,22 @@ TEST(QuillMetricsTest, PrefixCacheCountersAndGauge) {
   step.prefill_tokens = 40;
   step.prefix_query_tokens = 136;
   step.prefix_hit_tokens = 96;
+  step.prefix_waited_requests = 2;
   engine::EngineGauges gauges;
   gauges.kv_blocks_total = 100;
   gauges.kv_blocks_cached = 7;
   metrics.OnStep(step, gauges);
   step.prefix_query_tokens = 10;
   step.prefix_hit_tokens = 0;
+  step.prefix_waited_requests = 1;
   metrics.OnStep(step, gauges);
   step.prefix_query_tokens = 0;  // a step that admitted nothing
+  step.prefix_waited_requests = 0;
   metrics.OnStep(step, gauges);
   const PromText text = Parse(metrics);
   EXPECT_EQ(text.Value("quill_prefix_cache_query_tokens_total"), 146.0);
   EXPECT_EQ(text.Value("quill_prefix_cache_hit_tokens_total"), 96.0);
+  EXPECT_EQ(text.Value("quill_prefix_cache_waited_requests_total"), 3.0);
   EXPECT_EQ(text.Value("quill_prefix_cache_blocks"), 7.0);
 }
 
