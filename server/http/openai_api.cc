@@ -223,6 +223,11 @@ ResponseFormat OpenAiApi::FormatFor(const OpenAiRequest& parsed, Endpoint endpoi
   format.logprobs = parsed.logprobs;
   format.top_logprobs = parsed.top_logprobs;
   format.tokenizer = &gateway_->engine()->model().tokenizer();
+  for (const engine::GenerationRequest& r : prepared) {
+    const bool bos_only = r.prompt_ids.size() == 1 && r.prompt_ids[0] == format.tokenizer->bos_id();
+    format.drops_first_space.push_back(format.tokenizer->adds_space_prefix() &&
+                                       (parsed.echo || bos_only));
+  }
   if (!parsed.echo) return format;
   // Each prompt as sent; a prompt of token ids as the text that encodes to them.
   for (size_t p = 0; p < prepared.size(); ++p) {

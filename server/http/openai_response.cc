@@ -1,5 +1,7 @@
 #include "server/http/openai_response.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
 #include "server/http/openai_error.h"
@@ -55,14 +57,21 @@ json ChatLogprobs(const ResponseFormat& format, const std::vector<engine::Genera
 // Completions: {"tokens", "token_logprobs", "top_logprobs": [{token: logprob}], "text_offset"};
 // an echoed prompt's tokens come first, its first token with null logprobs (nothing
 // precedes it).
-json CompletionLogprobs(const ResponseFormat& format, const OutputDelta& delta,
+json CompletionLogprobs(const ResponseFormat& format, int index, const OutputDelta& delta,
                         LogprobsCursor* cursor) {
+  const size_t prompt = static_cast<size_t>(index / std::max(format.n, 1));
+  const bool drops_first_space =
+      prompt < format.drops_first_space.size() && format.drops_first_space[prompt];
   json out = {{"tokens", json::array()},
               {"token_logprobs", json::array()},
               {"top_logprobs", json::array()},
               {"text_offset", json::array()}};
   auto add = [&](const engine::GeneratedToken& t, bool scored) {
-    const std::string piece = format.tokenizer->TokenBytes(t.id);
+    std::string piece = format.tokenizer->TokenBytes(t.id);
+    if (!cursor->text_started && !piece.empty()) {
+      cursor->text_started = true;
+      if (drops_first_space && piece.front() == ' ') piece.erase(0, 1);
+    }
     json top = json::object();
     for (int i = 0; i < format.top_logprobs && i < static_cast<int>(t.top_logprobs.size()); ++i) {
       top[format.tokenizer->TokenBytes(t.top_logprobs[i].id)] = t.top_logprobs[i].logprob;
@@ -78,10 +87,12 @@ json CompletionLogprobs(const ResponseFormat& format, const OutputDelta& delta,
   return out;
 }
 
-json Logprobs(const ResponseFormat& format, const OutputDelta& delta, LogprobsCursor* cursor) {
+json Logprobs(const ResponseFormat& format, int index, const OutputDelta& delta,
+              LogprobsCursor* cursor) {
   if (!format.logprobs) return nullptr;
-  return format.endpoint == Endpoint::kChatCompletions ? ChatLogprobs(format, delta.tokens)
-                                                       : CompletionLogprobs(format, delta, cursor);
+  return format.endpoint == Endpoint::kChatCompletions
+             ? ChatLogprobs(format, delta.tokens)
+             : CompletionLogprobs(format, index, delta, cursor);
 }
 
 json Chunk(const ResponseFormat& format, json choices) {
@@ -121,8 +132,9 @@ std::string StreamDeltaEvent(const ResponseFormat& format, int index, const Outp
   } else {
     content = delta.text;
   }
-  json chunk = Chunk(format, json::array({Choice(format, index, std::move(content),
-                                                 Logprobs(format, delta, cursor), nullptr)}));
+  json chunk =
+      Chunk(format, json::array({Choice(format, index, std::move(content),
+                                        Logprobs(format, index, delta, cursor), nullptr)}));
   if (format.continuous_usage) {
     chunk["usage"] = Usage(format.prompt_tokens, completion_tokens);
   } else if (format.include_usage) {
@@ -173,7 +185,7 @@ std::string CompleteBody(const ResponseFormat& format, const std::vector<Finishe
     } else {
       choice["text"] = c.output.text;
     }
-    choice["logprobs"] = Logprobs(format, c.output, &cursor);
+    choice["logprobs"] = Logprobs(format, static_cast<int>(i), c.output, &cursor);
     choice["finish_reason"] = OpenAiFinishReason(c.reason);
     rendered.push_back(std::move(choice));
   }

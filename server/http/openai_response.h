@@ -39,6 +39,11 @@ struct ResponseFormat {
     engine::TokenId first_token = 0;
   };
   std::vector<Echo> echo;
+  // Per prompt: its answers' text starts where the sequence's text starts (echo, or a
+  // prompt of BOS alone), and the vocabulary drops the SentencePiece space it prefixes
+  // when encoding: the first token's leading space is then not in the text, nor in that
+  // token's logprobs entry and the offsets after it. Empty: none.
+  std::vector<bool> drops_first_space;
   // Needed for logprobs (token text); must outlive the response.
   const engine::Tokenizer* tokenizer = nullptr;
 };
@@ -59,6 +64,7 @@ const char* OpenAiFinishReason(engine::FinishReason reason);
 // running offset here.
 struct LogprobsCursor {
   int64_t text_offset = 0;
+  bool text_started = false;  // a token with text went before (see drops_first_space)
 };
 
 // One SSE event carrying `delta` for choice `index` (chat: a choice's first event also

@@ -345,6 +345,21 @@ TEST_F(HttpApiTest, APromptBatchAnswersEachPromptUnderItsChoices) {
   EXPECT_THAT(bad.body, HasSubstr("prompt[1]"));
 }
 
+// A completion's logprobs: tokens[j] is the text at text_offset[j], and the tokens spell
+// the whole text.
+void ExpectTokensSpellTheText(const json& choice) {
+  const std::string text = choice["text"];
+  const json& lp = choice["logprobs"];
+  ASSERT_EQ(lp["tokens"].size(), lp["text_offset"].size());
+  std::string spelled;
+  for (size_t j = 0; j < lp["tokens"].size(); ++j) {
+    const std::string token = lp["tokens"][j];
+    EXPECT_EQ(lp["text_offset"][j].get<size_t>(), spelled.size()) << j;
+    spelled += token;
+  }
+  EXPECT_EQ(spelled, text);
+}
+
 // echo: the answer starts with the prompt; with logprobs its tokens come first, scored
 // as gRPC's prompt_logprobs score them (the first with null), as lm-eval's loglikelihood
 // requests read them (echo, logprobs 1, max_tokens 1).
@@ -387,10 +402,11 @@ TEST_F(HttpApiTest, EchoReturnsThePromptAndItsLogprobs) {
   }
   EXPECT_EQ(lp["token_logprobs"][prompt_tokens].get<double>(),
             static_cast<double>(grpc.logprobs[0].logprob()));
-  // Offsets run on through the prompt's tokens into the answer's.
-  for (int j = 1; j <= prompt_tokens; ++j) {
-    EXPECT_GE(lp["text_offset"][j].get<int>(), lp["text_offset"][j - 1].get<int>()) << j;
-  }
+  // Offsets run on through the prompt's tokens into the answer's: each token's text is
+  // where its offset says, and together they are the text (ASCII: bytes are characters).
+  // The first token's SentencePiece space is not in the echoed prompt, so not in its entry.
+  ExpectTokensSpellTheText(choice);
+  EXPECT_EQ(lp["tokens"][1], "And");
 
   // Streamed: the same text and logprobs, the prompt in the first event.
   json streamed = body;
@@ -402,13 +418,33 @@ TEST_F(HttpApiTest, EchoReturnsThePromptAndItsLogprobs) {
   ASSERT_FALSE(s.chunks.empty());
   EXPECT_TRUE(absl::StartsWith(s.chunks[0]["choices"][0]["text"].get<std::string>(), prompt));
   json tokens = json::array();
+  json offsets = json::array();
+  std::string spelled;
   for (const json& chunk : s.chunks) {
     for (const json& c : chunk["choices"]) {
       if (c["logprobs"].is_null()) continue;
       for (const json& v : c["logprobs"]["token_logprobs"]) tokens.push_back(v);
+      for (const json& v : c["logprobs"]["text_offset"]) offsets.push_back(v);
+      for (const json& v : c["logprobs"]["tokens"]) spelled += v.get<std::string>();
     }
   }
   EXPECT_EQ(tokens, lp["token_logprobs"]);
+  EXPECT_EQ(offsets, lp["text_offset"]);
+  EXPECT_EQ(spelled, s.text);
+
+  // A prompt of BOS alone: the answer starts the text, without its first token's space
+  // (the engine drops it, as decoding a whole sequence does), in the text and the tokens.
+  for (bool echo : {false, true}) {
+    const HttpReply bos = Post("/v1/completions", {{"prompt", json::array({1})},
+                                                   {"max_tokens", 4},
+                                                   {"echo", echo},
+                                                   {"logprobs", 1},
+                                                   {"temperature", 0}});
+    ASSERT_EQ(bos.status, 200) << bos.body;
+    const json bos_choice = json::parse(bos.body)["choices"][0];
+    EXPECT_NE(bos_choice["text"].get<std::string>().front(), ' ') << echo;
+    ExpectTokensSpellTheText(bos_choice);
+  }
 
   // The prompt is scored in full even when the prefix cache holds it.
   const HttpReply again = Post("/v1/completions", body);
