@@ -163,6 +163,11 @@ absl::Status ValidateOptions(const v1::GenerateRequest& request, const RequestLi
     return Invalid("logprobs", absl::StrCat("must be in [0, ", limits.max_logprobs, "], got ",
                                             request.logprobs()));
   }
+  if (request.json_object() && request.ignore_eos()) {
+    return Invalid("json_object",
+                   "cannot be combined with ignore_eos (the object's end ends "
+                   "the answer)");
+  }
   return ValidateStops(request, limits);
 }
 
@@ -195,6 +200,7 @@ absl::StatusOr<engine::GenerationRequest> BuildEngineRequest(
   out.logprobs = request.logprobs();
   out.prompt_logprobs = request.prompt_logprobs();
   out.disable_speculation = request.disable_speculation();
+  out.json_object = request.json_object();
   return out;
 }
 
@@ -366,6 +372,7 @@ v1::GenerateRequest ChatOptions(const v1::ChatRequest& request) {
   options.set_ignore_eos(request.ignore_eos());
   options.set_logprobs(request.logprobs());
   options.set_disable_speculation(request.disable_speculation());
+  options.set_json_object(request.json_object());
   return options;
 }
 

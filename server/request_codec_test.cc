@@ -351,6 +351,23 @@ TEST(RequestCodecTest, DisableSpeculationIsCarriedFromGenerateAndChat) {
   EXPECT_TRUE(ChatOptions(chat).disable_speculation());
 }
 
+TEST(RequestCodecTest, JsonObjectIsCarriedAndRefusesIgnoreEos) {
+  ByteTokenizer tokenizer;
+  v1::GenerateRequest r = Valid();
+  r.set_ignore_eos(false);
+  r.set_json_object(true);
+  absl::StatusOr<engine::GenerationRequest> got = ToEngineRequest(r, Limits(), tokenizer);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_TRUE(got->json_object);
+  v1::ChatRequest chat;
+  chat.set_json_object(true);
+  EXPECT_TRUE(ChatOptions(chat).json_object());
+  r.set_ignore_eos(true);
+  got = ToEngineRequest(r, Limits(), tokenizer);
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(got.status().message(), ::testing::HasSubstr("json_object"));
+}
+
 TEST(RequestCodecTest, PromptIdsArePassedThroughUnchanged) {
   ByteTokenizer tokenizer;
   v1::GenerateRequest r;

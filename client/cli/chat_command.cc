@@ -25,6 +25,7 @@ struct ChatFlags {
   int max_tokens = 0;
   SamplingFlags sampling;
   bool disable_speculation = false;
+  bool json_object = false;
   absl::Duration timeout = absl::Seconds(120);
   bool stats = false;
 };
@@ -56,6 +57,7 @@ class Conversation {
     request.set_max_tokens(f.max_tokens);
     f.sampling.Fill(&request);
     request.set_disable_speculation(f.disable_speculation);
+    request.set_json_object(f.json_object);
     return request;
   }
 
@@ -109,6 +111,9 @@ int ChatCommand(const std::vector<std::string>& args) {
   f.sampling.Register(parser, "Sampling seed (each turn uses it).");
   parser.AddBool("disable-speculation", &f.disable_speculation,
                  "Opt the answers out of the server's speculative decoding (same text).");
+  parser.AddBool("json-object", &f.json_object,
+                 "JSON mode: each answer is one JSON object (tokens that would break it are "
+                 "never sampled; its close ends the answer).");
   parser.AddDuration("timeout", &f.timeout, "Deadline for each answer.");
   parser.AddBool("stats", &f.stats, "After each answer, print finish reason and usage on stderr.");
   std::vector<std::string> positional;

@@ -20,6 +20,7 @@ struct GenerateFlags {
   SamplingFlags sampling;
   bool ignore_eos = false;
   bool disable_speculation = false;
+  bool json_object = false;
   int logprobs = 0;
   std::string request_id;
   absl::Duration timeout = absl::Seconds(60);
@@ -34,6 +35,7 @@ quill::v1::GenerateRequest BuildRequest(const GenerateFlags& f, std::string prom
   f.sampling.Fill(&request);
   request.set_ignore_eos(f.ignore_eos);
   request.set_disable_speculation(f.disable_speculation);
+  request.set_json_object(f.json_object);
   request.set_logprobs(f.logprobs);
   return request;
 }
@@ -81,6 +83,9 @@ int GenerateCommand(const std::vector<std::string>& args) {
   parser.AddBool("disable-speculation", &f.disable_speculation,
                  "Opt this request out of the server's speculative decoding (same text; for "
                  "comparing speed).");
+  parser.AddBool("json-object", &f.json_object,
+                 "JSON mode: the answer is one JSON object (tokens that would break it are "
+                 "never sampled; its close ends the answer).");
   parser.AddInt("logprobs", &f.logprobs,
                 "Return each token's logprob and this many top alternatives (0 = none); shown "
                 "on stderr, or in the JSON.");

@@ -170,6 +170,7 @@ class Engine::Impl {
     batch_.reserve(max_entries * 2);
     inter_token_latencies_.reserve(max_rows);
     logits_.assign(max_rows * vocab_size_, 0.0f);
+    BuildTokenTable();
     commands_.reserve(64);
     PublishGauges(LiveGauges());
   }
@@ -223,6 +224,8 @@ class Engine::Impl {
   // Returns false when it planned nothing (every running request is paused and nothing
   // can be admitted): only a command or a timer can change that.
   bool Step();
+  // Fills token_table_ from the tokenizer (JSON mode's view of the vocabulary).
+  void BuildTokenTable();
   // Looks up each admissible waiting request's cached prefix and fills waiting_views_.
   void BuildWaitingViews();
   // Whether the prompt block after `cached_blocks` of waiting_head_[index]'s prompt is
@@ -273,6 +276,7 @@ class Engine::Impl {
   std::unique_ptr<ModelDrafter> drafter_;  // null: n-gram drafting
   Inbox inbox_;
   const int vocab_size_;
+  TokenBytesTable token_table_;  // built once; read by JSON-mode sequences
   const int context_length_;
   const int max_tokens_limit_;
   const int kv_block_size_;
@@ -374,6 +378,14 @@ absl::Status Engine::Impl::Validate(const GenerationRequest& r) const {
                      ") exceeds the context length ", context_length_));
   }
   QUILL_RETURN_IF_ERROR(ValidateSamplingParams(r.sampling));
+  if (r.json_object && r.ignore_eos) {
+    return absl::InvalidArgumentError(
+        "json_object cannot be combined with ignore_eos: the object's end ends the answer");
+  }
+  if (r.json_object && step_model_->tokenizer().end_of_generation_ids().empty()) {
+    return absl::InvalidArgumentError(
+        "json_object: the vocabulary has no end-of-generation token to end the object with");
+  }
   if (r.logprobs < 0 || r.logprobs > kMaxLogprobs) {
     return absl::InvalidArgumentError(
         absl::StrCat("logprobs must be in [0, ", kMaxLogprobs, "], got ", r.logprobs));
@@ -421,11 +433,13 @@ absl::Status Engine::Impl::Submit(GenerationRequest request, std::shared_ptr<Tok
   QUILL_RETURN_IF_ERROR(Validate(request));
   // Cheap early answer; PushSubmit checks again under the lock.
   if (inbox_.closed()) return absl::UnavailableError("server shutting down");
+  // A JSON-mode request's tokens depend on a mask drafts are not checked against.
+  if (request.json_object) request.disable_speculation = true;
   const int max_drafts = request.disable_speculation ? 0 : options_.spec_tokens;
-  auto sequence = std::make_unique<Sequence>(next_kv_id_.fetch_add(1, std::memory_order_relaxed),
-                                             std::move(request), std::move(sink),
-                                             step_model_->tokenizer(), vocab_size_, clock_->Now(),
-                                             options_.prefix_cache ? kv_block_size_ : 0, max_drafts);
+  auto sequence = std::make_unique<Sequence>(
+      next_kv_id_.fetch_add(1, std::memory_order_relaxed), std::move(request), std::move(sink),
+      step_model_->tokenizer(), vocab_size_, clock_->Now(),
+      options_.prefix_cache ? kv_block_size_ : 0, max_drafts, &token_table_);
   // The inbox's capacity count takes the whole reservation, cache hits or not: it may
   // queue a request the cache would have let in, never the reverse.
   sequence->kv_blocks =
@@ -810,6 +824,19 @@ int Engine::Impl::GuaranteedPrefillTokens() const {
       finished_prompt_token_rate_.per_second() * absl::ToDoubleSeconds(last_step_duration_);
   return std::max(kMinPrefillTokensPerStep,
                   static_cast<int>(std::ceil(kFinishedPromptHeadroom * finished_per_step)));
+}
+
+void Engine::Impl::BuildTokenTable() {
+  const Tokenizer& tokenizer = step_model_->tokenizer();
+  token_table_.bytes.resize(vocab_size_);
+  token_table_.ends_generation.assign(vocab_size_, 0);
+  // Model rows past the tokenizer's vocabulary (padding) have no bytes: never allowed.
+  for (int id = 0; id < std::min(vocab_size_, tokenizer.vocab_size()); ++id) {
+    if (!tokenizer.IsControl(id)) token_table_.bytes[id] = tokenizer.TokenBytes(id);
+  }
+  for (TokenId id : tokenizer.end_of_generation_ids()) {
+    if (id >= 0 && id < vocab_size_) token_table_.ends_generation[id] = 1;
+  }
 }
 
 void Engine::Impl::BuildWaitingViews() {

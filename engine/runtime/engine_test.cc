@@ -20,6 +20,7 @@
 #include "engine/runtime/recording_sink_for_test.h"
 #include "engine/sampler/sampler.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 #include "tests/testing/heap_allocations.h"
 
 namespace quill::engine {
@@ -641,6 +642,84 @@ TEST_F(EngineTest, StopStringSpanningTwoTokens) {
   EXPECT_EQ(sink->text(), text.substr(0, first)) << "stop \"" << stop << "\"";
   EXPECT_EQ(sink->info().reason, FinishReason::kStop);
   EXPECT_TRUE(sink->info().status.ok());
+}
+
+// Whether `text` is a JSON object or the start of one, by nlohmann's parser: a text that
+// some continuation makes valid fails only where the input ends (the error is at byte
+// size + 1), an invalid one at a byte inside it.
+bool IsJsonObjectOrItsStart(const std::string& text) {
+  struct ErrorAt : nlohmann::json_sax<nlohmann::json> {
+    size_t position = 0;
+    bool null() override { return true; }
+    bool boolean(bool) override { return true; }
+    bool number_integer(number_integer_t) override { return true; }
+    bool number_unsigned(number_unsigned_t) override { return true; }
+    bool number_float(number_float_t, const string_t&) override { return true; }
+    bool string(string_t&) override { return true; }
+    bool binary(binary_t&) override { return true; }
+    bool start_object(std::size_t) override { return true; }
+    bool key(string_t&) override { return true; }
+    bool end_object() override { return true; }
+    bool start_array(std::size_t) override { return true; }
+    bool end_array() override { return true; }
+    bool parse_error(std::size_t at, const std::string&,
+                     const nlohmann::detail::exception&) override {
+      position = at;
+      return false;
+    }
+  };
+  const size_t first = text.find_first_not_of(" \t\n\r");
+  if (first != std::string::npos && text[first] != '{') return false;
+  ErrorAt handler;
+  if (nlohmann::json::sax_parse(text, &handler)) return true;
+  return handler.position == text.size() + 1;
+}
+
+// JSON mode: kjv-1m writes scripture, never JSON; the mask alone makes every answer a
+// JSON object (ended by EOS) or, cut at max_tokens, the start of one. Greedy and seeded,
+// and in a batch with other requests each answer is its answer alone.
+TEST_F(EngineTest, JsonObjectModeAnswersWithAJsonObject) {
+  // The checker itself, on texts whose status is known.
+  EXPECT_TRUE(IsJsonObjectOrItsStart("{\"a\": \"xy"));
+  EXPECT_TRUE(IsJsonObjectOrItsStart(" {\"a\": [1, tr"));
+  EXPECT_FALSE(IsJsonObjectOrItsStart("{\"a\": x"));
+  EXPECT_FALSE(IsJsonObjectOrItsStart("{}x"));
+  EXPECT_FALSE(IsJsonObjectOrItsStart("[1"));
+
+  Start();
+  std::vector<GenerationRequest> requests;
+  for (int i = 0; i < 8; ++i) {
+    GenerationRequest r = Request(absl::StrCat("json", i), kPrompts[i], 200);
+    if (i > 0) r.sampling = Seeded(40 + i);
+    r.json_object = i % 4 != 3;  // two plain requests share the batch
+    requests.push_back(std::move(r));
+  }
+  std::vector<std::vector<TokenId>> alone;
+  int objects = 0;
+  for (const GenerationRequest& r : requests) {
+    auto sink = RunAlone(r);
+    alone.push_back(sink->ids());
+    if (!r.json_object) continue;
+    const std::string text = sink->text();
+    if (sink->info().reason == FinishReason::kEos) {
+      ASSERT_TRUE(nlohmann::json::accept(text)) << r.request_id << ": " << text;
+      EXPECT_TRUE(nlohmann::json::parse(text).is_object()) << text;
+      ++objects;
+    } else {
+      EXPECT_EQ(sink->info().reason, FinishReason::kLength) << r.request_id;
+      EXPECT_TRUE(IsJsonObjectOrItsStart(text)) << r.request_id << ": " << text;
+    }
+  }
+  EXPECT_GE(objects, 3);  // most answers close their object well before 200 tokens
+  const std::vector<std::shared_ptr<RecordingSink>> together = RunTogether(requests);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    EXPECT_EQ(together[i]->ids(), alone[i]) << requests[i].request_id;
+  }
+
+  GenerationRequest endless = requests[0];
+  endless.ignore_eos = true;
+  EXPECT_EQ(engine_->Submit(endless, std::make_shared<RecordingSink>()).code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST_F(EngineTest, StopTokenIdsAndMaxTokens) {

@@ -52,6 +52,12 @@ struct GenerationRequest {
   // Opts out of speculative decoding (EngineOptions::spec_tokens); the output is the same
   // either way, only the speed differs.
   bool disable_speculation = false;
+  // JSON mode (OpenAI's response_format json_object): the output is one JSON object. Each
+  // step, tokens that would break it are masked out before sampling (logprobs still come
+  // from the raw logits); once it closes, only end-of-generation tokens may follow. It
+  // never speculates, and cannot be combined with ignore_eos. At max_tokens the object may
+  // be unfinished (finish reason "length"), as with OpenAI.
+  bool json_object = false;
   absl::Time deadline = absl::InfiniteFuture();
   // Opaque to the engine: copied into FinishInfo so that its observer can tell front ends
   // apart (the server's metrics label requests "grpc" or "http").

@@ -25,7 +25,7 @@ absl::Duration Between(absl::Time from, absl::Time to) {
 
 Sequence::Sequence(KvCache::SeqId kv_id, GenerationRequest request, std::shared_ptr<TokenSink> sink,
                    const Tokenizer& tokenizer, int vocab_size, absl::Time submit,
-                   int hash_block_size, int max_draft_tokens)
+                   int hash_block_size, int max_draft_tokens, const TokenBytesTable* token_table)
     : submit_time(submit),
       kv_id_(kv_id),
       request_(std::move(request)),
@@ -34,6 +34,12 @@ Sequence::Sequence(KvCache::SeqId kv_id, GenerationRequest request, std::shared_
       detokenizer_(tokenizer, StripLeadingSpace(request_, tokenizer)),
       stop_matcher_(request_.stop) {
   prompt_tokens_ = static_cast<int>(request_.prompt_ids.size());
+  if (request_.json_object) {
+    QUILL_CHECK(token_table != nullptr &&
+                static_cast<int>(token_table->bytes.size()) == vocab_size);
+    json_.emplace(*token_table);
+    masked_logits_.assign(vocab_size, 0.0f);
+  }
   tokens_.reserve(request_.prompt_ids.size() + request_.max_tokens);
   tokens_.assign(request_.prompt_ids.begin(), request_.prompt_ids.end());
   top_scratch_.reserve(request_.logprobs);
@@ -124,8 +130,18 @@ void Sequence::AddPromptLogprobs(const float* logits, int first, int rows) {
 GeneratedToken Sequence::SampleNext(absl::Span<const float> logits) {
   GeneratedToken token;
   const absl::Span<const TokenId> tokens = tokens_;
-  token.id =
-      sampler_.Sample(logits, tokens.subspan(0, prompt_tokens_), tokens.subspan(prompt_tokens_));
+  absl::Span<const float> candidates = logits;
+  if (json_.has_value()) {
+    std::copy(logits.begin(), logits.end(), masked_logits_.begin());
+    candidates = masked_logits_;
+    if (json_->Mask(absl::MakeSpan(masked_logits_)) == 0) {
+      // The vocabulary cannot continue the object (it lacks the bytes): end the answer.
+      token.id = json_->FirstEndOfGeneration();
+      return token;
+    }
+  }
+  token.id = sampler_.Sample(candidates, tokens.subspan(0, prompt_tokens_),
+                             tokens.subspan(prompt_tokens_));
   if (request_.logprobs > 0) {
     token.logprob = ComputeLogprobs(logits, token.id, request_.logprobs, &top_scratch_);
     token.top_logprobs = top_scratch_;
@@ -137,6 +153,7 @@ bool Sequence::AcceptToken(TokenId id, std::string* text) {
   QUILL_DCHECK(tokens_.size() < tokens_.capacity());
   tokens_.push_back(id);
   ++completion_tokens_;
+  if (json_.has_value()) json_->Advance(id);
   return stop_matcher_.Push(detokenizer_.Push(id), text);
 }
 

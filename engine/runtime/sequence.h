@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -16,6 +17,7 @@
 #include "engine/runtime/sequence_state.h"
 #include "engine/runtime/stop_matcher.h"
 #include "engine/runtime/token_sink.h"
+#include "engine/sampler/json_constraint.h"
 #include "engine/sampler/sampler.h"
 #include "engine/tokenizer/tokenizer.h"
 
@@ -29,9 +31,12 @@ class Sequence {
   // `hash_block_size` > 0 turns on the block hashes for prefix caching (the KV block
   // size); they are computed here, on the submitting thread, for the prompt.
   // `max_draft_tokens` sizes the speculative-decoding buffer (0 = never drafts).
+  // `token_table` (the vocabulary's bytes, which must outlive the sequence) is needed for
+  // JSON mode (request.json_object).
   Sequence(KvCache::SeqId kv_id, GenerationRequest request, std::shared_ptr<TokenSink> sink,
            const Tokenizer& tokenizer, int vocab_size, absl::Time submit_time,
-           int hash_block_size = 0, int max_draft_tokens = 0);
+           int hash_block_size = 0, int max_draft_tokens = 0,
+           const TokenBytesTable* token_table = nullptr);
   Sequence(const Sequence&) = delete;
   Sequence& operator=(const Sequence&) = delete;
 
@@ -136,6 +141,9 @@ class Sequence {
   StopStringMatcher stop_matcher_;
   std::vector<TokenId> tokens_;
   std::vector<TokenLogprob> top_scratch_;
+  // JSON mode: the object so far, and the logits it masks (sized once).
+  std::optional<JsonConstraint> json_;
+  std::vector<float> masked_logits_;
   std::vector<GeneratedToken> prompt_logprobs_;  // capacity reserved up front
   int vocab_size_ = 0;
   std::vector<TokenId> verify_;  // [last token, drafts...], sized once

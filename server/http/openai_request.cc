@@ -246,23 +246,34 @@ absl::Status RefuseUnsupported(const json& body, int n) {
                      "is not supported (no insertion: the completion follows the prompt)");
     }
   }
-  // Tools and structured output would need the answer parsed or constrained: without that,
-  // the model would answer in plain text as if they had not been sent.
+  // Tools would need the answer parsed into calls: without that, the model would answer in
+  // plain text as if they had not been sent.
   for (const char* field : {"tools", "functions"}) {
     if (const json* list = Find(body, field); list != nullptr) {
       if (!list->is_array()) return Invalid(field, "must be an array");
       if (!list->empty()) return Invalid(field, "is not supported (no tool calling)");
     }
   }
-  if (const json* format = Find(body, "response_format"); format != nullptr) {
-    const json* type = format->is_object() ? Find(*format, "type") : nullptr;
-    if (type == nullptr || !type->is_string()) {
-      return Invalid("response_format", "must be an object with a string \"type\"");
-    }
-    if (type->get_ref<const std::string&>() != "text") {
-      return Invalid("response_format", absl::StrCat("type \"", type->get_ref<const std::string&>(),
-                                                     "\" is not supported (only \"text\")"));
-    }
+  return absl::OkStatus();
+}
+
+// response_format: "text" (the default) or "json_object" (JSON mode: the engine masks
+// every token that would break the object). A JSON schema would need the schema's own
+// grammar, which is not implemented.
+absl::Status ParseResponseFormat(const json& body, quill::v1::GenerateRequest* generate) {
+  const json* format = Find(body, "response_format");
+  if (format == nullptr) return absl::OkStatus();
+  const json* type = format->is_object() ? Find(*format, "type") : nullptr;
+  if (type == nullptr || !type->is_string()) {
+    return Invalid("response_format", "must be an object with a string \"type\"");
+  }
+  const std::string& name = type->get_ref<const std::string&>();
+  if (name == "json_object") {
+    generate->set_json_object(true);
+  } else if (name != "text") {
+    return Invalid(
+        "response_format",
+        absl::StrCat("type \"", name, "\" is not supported (only \"text\" and \"json_object\")"));
   }
   return absl::OkStatus();
 }
@@ -454,6 +465,12 @@ absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(absl::string_view body, Endpoin
     return s;
   }
   out.generate.set_disable_speculation(disable_speculation);
+  if (absl::Status s = ParseResponseFormat(parsed, &out.generate); !s.ok()) return s;
+  if (out.generate.json_object() && ignore_eos) {
+    return Invalid("response_format",
+                   "json_object cannot be combined with ignore_eos (the object's end ends the "
+                   "answer)");
+  }
   if (const json* ids = Find(parsed, "stop_token_ids"); ids != nullptr) {
     std::vector<int32_t> list;
     if (absl::Status s = GetIdList("stop_token_ids", *ids, &list); !s.ok()) return s;

@@ -59,6 +59,19 @@ TEST(OpenAiRequestTest, DisableSpeculationIsAQuillExtraOnBothEndpoints) {
   }
 }
 
+TEST(OpenAiRequestTest, ResponseFormatJsonObjectIsJsonMode) {
+  absl::StatusOr<OpenAiRequest> r = Chat(R"({"messages": [{"role": "user", "content": "x"}],
+               "response_format": {"type": "json_object"}})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->generate.json_object());
+  r = Completions(R"({"prompt": "x", "response_format": {"type": "json_object"}})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->generate.json_object());
+  r = Completions(R"({"prompt": "x", "response_format": {"type": "text"}})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_FALSE(r->generate.json_object());
+}
+
 TEST(OpenAiRequestTest, EveryFieldMapsOntoTheGenerateRequest) {
   absl::StatusOr<OpenAiRequest> r = Completions(R"({
       "prompt": ["Hi"], "max_tokens": 5, "temperature": 0.5, "top_p": 0.9, "top_k": 7,
@@ -238,6 +251,9 @@ TEST(OpenAiRequestTest, BadInputNamesTheField) {
       {R"({"messages": [{"role": "user", "content": "x"}], "functions": [{"name": "f"}]})",
        "functions", true},
       {R"({"messages": [{"role": "user", "content": "x"}],
+           "response_format": {"type": "json_schema", "json_schema": {"name": "x"}}})",
+       "response_format", true},
+      {R"({"messages": [{"role": "user", "content": "x"}], "ignore_eos": true,
            "response_format": {"type": "json_object"}})",
        "response_format", true},
       {R"({"messages": [{"role": "user", "content": "x"}], "response_format": "json"})",

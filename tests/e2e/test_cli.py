@@ -65,6 +65,17 @@ class CliTest(unittest.TestCase):
         for message in lines[:-1]:
             self.assertNotIn("finish_reason", message)
 
+    def test_generate_json_object_answers_with_a_json_object(self):
+        # kjv-1m never writes JSON unless JSON mode masks everything else.
+        r = self.server.cli("generate", "--json-object", "--max-tokens", "120", "--temperature",
+                            "0.8", "--seed", "77", "And God said")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertRegex(r.stderr, r"\[finish_reason: EOS\]")
+        self.assertIsInstance(json.loads(r.stdout), dict)
+        r = self.server.cli("generate", "--json-object", "--ignore-eos", "x")
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("json_object", r.stderr)
+
     def test_generate_sampling_flags_reach_the_server(self):
         def ids(*flags):
             r = self.server.cli("generate", "--json", "--max-tokens", "12", *flags, "And God said")

@@ -215,6 +215,45 @@ TEST_F(HttpApiTest, SeededSamplingEqualsTheGrpcStream) {
   }
 }
 
+// response_format json_object is gRPC's json_object: the same answer, which kjv-1m (it
+// writes scripture, never JSON) gives as a JSON object only because JSON mode masks
+// everything else; ended by the object's close ("stop"), streamed or not.
+TEST_F(HttpApiTest, JsonObjectResponseFormatIsJsonMode) {
+  v1::GenerateRequest request = TextRequest("And God said", 120);
+  SetSampling(&request, 0.8f, 1.0f, 77);
+  request.set_json_object(true);
+  const Stream grpc = Collect(*client_, request);
+  ASSERT_TRUE(grpc.status.ok()) << grpc.status;
+  ASSERT_EQ(grpc.last.finish_reason(), v1::EOS) << grpc.text;
+  const json object = json::parse(grpc.text);  // throws (fails the test) if not JSON
+  EXPECT_TRUE(object.is_object()) << grpc.text;
+  const json body = {{"prompt", "And God said"},
+                     {"max_tokens", 120},
+                     {"temperature", 0.8},
+                     {"seed", 77},
+                     {"response_format", {{"type", "json_object"}}}};
+  for (bool stream : {false, true}) {
+    json b = body;
+    b["stream"] = stream;
+    const HttpReply reply = Post("/v1/completions", b);
+    ASSERT_EQ(reply.status, 200) << reply.body;
+    if (stream) {
+      const SseResult s = ParseStream(reply);
+      EXPECT_EQ(s.text, grpc.text);
+    } else {
+      const json choice = json::parse(reply.body)["choices"][0];
+      EXPECT_EQ(choice["text"], grpc.text);
+      EXPECT_EQ(choice["finish_reason"], "stop");
+    }
+  }
+  // Without JSON mode the same request writes scripture.
+  json plain = body;
+  plain.erase("response_format");
+  const HttpReply reply = Post("/v1/completions", plain);
+  ASSERT_EQ(reply.status, 200) << reply.body;
+  EXPECT_FALSE(json::accept(json::parse(reply.body)["choices"][0]["text"].get<std::string>()));
+}
+
 // One streamed response with n choices, split by choice index.
 struct SseChoices {
   std::vector<std::string> text;
@@ -650,7 +689,7 @@ TEST_F(HttpApiTest, InvalidInputIs400NamingTheFieldAndCountsAsRejected) {
       {{{"prompt", "x"}, {"logit_bias", {{"99999", 1}}}}, "logit_bias"},
       {{{"prompt", "x"}, {"logit_bias", {{"5", 101}}}}, "logit_bias"},
       {{{"prompt", "x"}, {"suffix", "and the end"}}, "suffix"},
-      {{{"prompt", "x"}, {"response_format", {{"type", "json_object"}}}}, "response_format"},
+      {{{"prompt", "x"}, {"response_format", {{"type", "json_schema"}}}}, "response_format"},
   };
   for (const auto& c : cases) {
     const HttpReply reply = Post("/v1/completions", c.body);

@@ -1,0 +1,44 @@
+#pragma once
+
+// JSON mode: each step, the tokens that would break the JSON object being written are
+// masked out of the logits before sampling; once the object is closed only the
+// end-of-generation tokens remain. Holds the recognizer's state between steps.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/types/span.h"
+#include "engine/sampler/json_prefix.h"
+
+namespace quill::engine {
+
+// What JSON mode needs of a vocabulary, built once per model: each token's bytes and
+// which tokens end a generation.
+struct TokenBytesTable {
+  std::vector<std::string> bytes;        // by token id; "" for control tokens
+  std::vector<uint8_t> ends_generation;  // by token id: 1 for the end-of-generation ids
+};
+
+class JsonConstraint {
+ public:
+  explicit JsonConstraint(const TokenBytesTable& table) : table_(&table) {}
+
+  // Sets every token the object cannot take next to -inf (logits has one entry per token
+  // of the table). Tokens without bytes are masked, except the end-of-generation ones
+  // once the object is complete; an incomplete object takes only tokens with bytes it
+  // accepts. Returns how many tokens remain allowed.
+  int Mask(absl::Span<float> logits) const;
+  // The sampled token joins the object (it was allowed by Mask).
+  void Advance(int32_t token);
+  bool complete() const { return json_.complete(); }
+  // The lowest end-of-generation id, -1 if the table has none: what ends an answer the
+  // vocabulary cannot continue (Mask allowed nothing).
+  int32_t FirstEndOfGeneration() const;
+
+ private:
+  const TokenBytesTable* table_;
+  JsonPrefix json_;
+};
+
+}  // namespace quill::engine

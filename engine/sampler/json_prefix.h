@@ -1,0 +1,80 @@
+#pragma once
+
+// A byte-at-a-time recognizer of one JSON object (RFC 8259): it accepts a byte only when
+// the bytes so far can still be continued into a valid object, and says when the object
+// is complete. JSON mode (OpenAI's response_format json_object) masks every token whose
+// bytes it would refuse, so the output is always a prefix of a JSON object.
+//
+// Bounded so that a model cannot wander without end where JSON allows it: at most
+// kMaxDepth nested containers and kMaxWhitespaceRun whitespace bytes in a row between
+// tokens. The state is a small value type: copying it to try a token costs a memcpy.
+
+#include <cstdint>
+
+#include "absl/strings/string_view.h"
+
+namespace quill::engine {
+
+class JsonPrefix {
+ public:
+  static constexpr int kMaxDepth = 32;
+  static constexpr int kMaxWhitespaceRun = 32;
+
+  // Feeds one byte; false (and the state unspecified) when no valid object continues the
+  // bytes with it. Callers that may be refused try a copy.
+  bool Accept(uint8_t byte);
+  // Feeds every byte; false as soon as one is refused.
+  bool Accept(absl::string_view bytes);
+  // The object is closed: nothing may follow it.
+  bool complete() const { return mode_ == Mode::kDone; }
+
+ private:
+  enum class Mode : uint8_t {
+    kStart,              // before the top-level '{'
+    kValue,              // a value must start (after ':' or ',' in an array)
+    kFirstKeyOrClose,    // after '{'
+    kKey,                // after ',' in an object
+    kColon,              // after a key
+    kFirstValueOrClose,  // after '['
+    kAfterValue,         // ',' or the container's close
+    kString,
+    kEscape,        // after '\' in a string
+    kHex,           // hex digits of \uXXXX left: hex_left_
+    kLowBackslash,  // a high surrogate's \uXXXX ended: its low half's '\' must follow
+    kLowU,          // and its 'u'
+    kMinus,         // after a number's '-'
+    kZero,          // a number's integer part is "0"
+    kInt,           // integer digits
+    kFracStart,     // after '.'
+    kFrac,          // fraction digits
+    kExpStart,      // after 'e' / 'E'
+    kExpSign,       // after the exponent's sign
+    kExp,           // exponent digits
+    kLiteral,       // inside true / false / null
+    kDone,
+  };
+
+  bool AcceptHexDigit(uint8_t byte);
+  bool AcceptStructural(uint8_t byte);
+  bool StartValue(uint8_t byte);
+  bool Open(uint8_t bracket);
+  bool Close(uint8_t bracket);
+  // The value just ended: what follows it depends on the container around it.
+  void EndValue();
+  bool InObject() const { return depth_ > 0 && stack_[depth_ - 1] == '{'; }
+
+  Mode mode_ = Mode::kStart;
+  uint8_t depth_ = 0;
+  uint8_t whitespace_run_ = 0;
+  uint8_t utf8_left_ = 0;  // continuation bytes the string's current character still needs
+  uint8_t hex_left_ = 0;
+  uint8_t hex_first_ = 0;      // the escape's first hex digit, lowercased
+  bool expect_low_ = false;    // this \u escape must be a low surrogate (DC00-DFFF)
+  bool pending_high_ = false;  // this \u escape is a high surrogate (D800-DBFF)
+  uint8_t literal_ = 0;        // kLiteral: which of kLiterals
+  uint8_t literal_pos_ = 0;    // bytes of it matched
+  bool string_is_key_ = false;
+  char stack_[kMaxDepth] = {};  // '{' or '[' per open container
+};
+
+}  // namespace quill::engine
