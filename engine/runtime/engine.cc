@@ -828,15 +828,16 @@ int Engine::Impl::GuaranteedPrefillTokens() const {
 
 void Engine::Impl::BuildTokenTable() {
   const Tokenizer& tokenizer = step_model_->tokenizer();
-  token_table_.bytes.resize(vocab_size_);
-  token_table_.ends_generation.assign(vocab_size_, 0);
+  std::vector<std::string> bytes(vocab_size_);
+  std::vector<uint8_t> ends_generation(vocab_size_, 0);
   // Model rows past the tokenizer's vocabulary (padding) have no bytes: never allowed.
   for (int id = 0; id < std::min(vocab_size_, tokenizer.vocab_size()); ++id) {
-    if (!tokenizer.IsControl(id)) token_table_.bytes[id] = tokenizer.TokenBytes(id);
+    if (!tokenizer.IsControl(id)) bytes[id] = tokenizer.TokenBytes(id);
   }
   for (TokenId id : tokenizer.end_of_generation_ids()) {
-    if (id >= 0 && id < vocab_size_) token_table_.ends_generation[id] = 1;
+    if (id >= 0 && id < vocab_size_) ends_generation[id] = 1;
   }
+  token_table_ = TokenBytesTable::Make(std::move(bytes), std::move(ends_generation));
 }
 
 void Engine::Impl::BuildWaitingViews() {

@@ -1,5 +1,6 @@
 #include "engine/sampler/json_constraint.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -11,11 +12,11 @@ namespace {
 
 // A toy vocabulary: id 0 ends generation, 1 is another control token, then pieces.
 TokenBytesTable Table() {
-  TokenBytesTable table;
-  table.bytes = {"", "", "{", "}", "\"", "a", ":", " ", "1", "{\"", "\"}", "x\"", "]"};
-  table.ends_generation.assign(table.bytes.size(), 0);
-  table.ends_generation[0] = 1;
-  return table;
+  std::vector<std::string> bytes = {"",  "",  "{",   "}",   "\"",  "a", ":",
+                                    " ", "1", "{\"", "\"}", "x\"", "]"};
+  std::vector<uint8_t> ends(bytes.size(), 0);
+  ends[0] = 1;
+  return TokenBytesTable::Make(std::move(bytes), std::move(ends));
 }
 
 std::vector<int> Allowed(const JsonConstraint& constraint, size_t vocab) {
@@ -53,6 +54,64 @@ TEST(JsonConstraintTest, MasksTokensTheObjectCannotTakeAndEndsWithEndOfGeneratio
   EXPECT_TRUE(json.complete());
   // Complete: only the end of generation (not the other control token).
   EXPECT_EQ(Allowed(json, vocab), (std::vector<int>{0}));
+}
+
+// The shortcuts (first byte, plain string text) decide exactly what trying each token's
+// bytes decides: over every prefix of varied objects, and a vocabulary of pieces with cut
+// and stray UTF-8, escapes, quotes and whitespace runs (plus each object byte alone, to
+// advance by).
+TEST(JsonConstraintTest, MaskEqualsTryingEveryToken) {
+  const std::string objects[] = {
+      "{\"key\": \"caf\xc3\xa9 \\u00e9 \\n the\", \"n\": [-0.5e+3, 12, true, null], \"o\": {}}",
+      "{ \"a\" : [ { } , [ ] ] ,\"\xf0\x9f\x98\x80\":false}",
+      "{" + std::string(30, ' ') + "}",  // near the whitespace run's bound
+  };
+  std::vector<std::string> pieces = {"",         "\\",
+                                     "\\n",      "\\u00",
+                                     "-0.5e+3",  "nul",
+                                     "\"}",      "\":",
+                                     "\", \"",   "caf\xc3\xa9",
+                                     "\xc3",     "\xa9",
+                                     "\xe2\x82", "\x80",
+                                     "\x01",     "\t\"",
+                                     "E+",       "\"a\": [",
+                                     "}]}",      " the",
+                                     "\n  ",     "\xf0\x9f\x98\x80"};
+  for (const std::string& object : objects) {
+    for (char c : object) {
+      if (std::find(pieces.begin(), pieces.end(), std::string(1, c)) == pieces.end()) {
+        pieces.push_back(std::string(1, c));
+      }
+    }
+  }
+  std::vector<uint8_t> ends(pieces.size(), 0);
+  ends[0] = 1;
+  const TokenBytesTable table = TokenBytesTable::Make(pieces, ends);
+  int states = 0;
+  for (const std::string& object : objects) {
+    JsonConstraint constraint(table);
+    JsonPrefix state;
+    for (size_t i = 0; i <= object.size(); ++i) {
+      std::vector<float> logits(pieces.size(), 1.0f);
+      const int allowed = constraint.Mask(absl::MakeSpan(logits));
+      int expected = 0;
+      for (size_t id = 0; id < pieces.size(); ++id) {
+        JsonPrefix next = state;
+        const bool ok = pieces[id].empty() ? state.complete() && ends[id] != 0
+                                           : !state.complete() && next.Accept(pieces[id]);
+        EXPECT_EQ(!std::isinf(logits[id]), ok) << object.substr(0, i) << " | " << pieces[id];
+        expected += ok ? 1 : 0;
+      }
+      EXPECT_EQ(allowed, expected);
+      ++states;
+      if (i == object.size()) break;
+      ASSERT_TRUE(state.Accept(static_cast<uint8_t>(object[i])));
+      const auto one = std::find(pieces.begin(), pieces.end(), std::string(1, object[i]));
+      constraint.Advance(static_cast<int32_t>(one - pieces.begin()));
+    }
+    EXPECT_TRUE(constraint.complete());
+  }
+  EXPECT_GT(states, 100);
 }
 
 }  // namespace

@@ -27,6 +27,14 @@ class JsonPrefix {
   bool Accept(absl::string_view bytes);
   // The object is closed: nothing may follow it.
   bool complete() const { return mode_ == Mode::kDone; }
+  // Inside a string, between two characters (not in an escape or a UTF-8 sequence): any
+  // whole characters other than '"', '\\' and control characters may follow.
+  bool between_string_characters() const { return mode_ == Mode::kString && utf8_left_ == 0; }
+  // Not inside a string (nor its escapes): whitespace here separates tokens.
+  bool outside_strings() const {
+    return mode_ != Mode::kString && mode_ != Mode::kEscape && mode_ != Mode::kHex &&
+           mode_ != Mode::kLowBackslash && mode_ != Mode::kLowU;
+  }
 
  private:
   enum class Mode : uint8_t {
