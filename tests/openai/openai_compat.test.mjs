@@ -199,6 +199,23 @@ test('logit_bias and the penalties give the gRPC stream of the same request', as
   assert.notEqual(r.choices[0].text, plain.choices[0].text);
 });
 
+test('response_format json_object: the gRPC json_object answer, a JSON object', async () => {
+  // kjv-1m writes scripture; only JSON mode's mask makes this JSON.
+  const args = { model: 'm', prompt: 'And God said', max_tokens: 120, temperature: 0.8,
+                 seed: 77, response_format: { type: 'json_object' } };
+  const r = await client.completions.create(args);
+  assert.equal(r.choices[0].finish_reason, 'stop');
+  const object = JSON.parse(r.choices[0].text);
+  assert.equal(typeof object, 'object');
+  assert.ok(!Array.isArray(object) && object !== null);
+  const grpc = grpcText(['--max-tokens', '120', '--temperature', '0.8', '--seed', '77',
+                         '--json-object', 'And God said']);
+  assert.equal(r.choices[0].text, grpc);
+  await assert.rejects(
+    client.completions.create({ ...args, response_format: { type: 'json_schema' } }),
+    (e) => e instanceof OpenAI.BadRequestError && e.param === 'response_format');
+});
+
 test('invalid input is a 400 naming the field', async () => {
   for (const [extra, param] of [[{ n: 0 }, 'n'], [{ temperature: -1 }, 'temperature'],
                                 [{ max_tokens: 100000 }, 'max_tokens'],
