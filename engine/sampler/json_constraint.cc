@@ -73,7 +73,7 @@ int JsonConstraint::Mask(absl::Span<float> logits) const {
   const bool outside_strings = json_.outside_strings();
   bool runs_ok[JsonPrefix::kMaxWhitespaceRun + 2] = {};
   bool after_space_ok[256] = {};
-  if (outside_strings && first_byte_ok[' ']) {
+  if (outside_strings && first_byte_ok[static_cast<uint8_t>(' ')]) {
     JsonPrefix spaces = json_;
     for (int k = 1; k < JsonPrefix::kMaxWhitespaceRun + 2; ++k) runs_ok[k] = spaces.Accept(' ');
     JsonPrefix one = json_;
