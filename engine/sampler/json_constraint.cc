@@ -4,34 +4,21 @@
 #include <limits>
 #include <utility>
 
+#include "engine/base/utf8.h"
+
 namespace quill::engine {
 
 namespace {
 
-// Whether `bytes` are whole UTF-8 characters, none of them '"', '\\' or a control character.
+// Whether `bytes` are well-formed UTF-8 with no '"', '\\' or control character: text a
+// string takes as it is (stricter than JsonPrefix, so the shortcut never admits a token
+// that trying its bytes would refuse).
 bool IsPlainStringText(const std::string& bytes) {
-  size_t i = 0;
-  while (i < bytes.size()) {
-    const uint8_t b = static_cast<uint8_t>(bytes[i]);
+  for (char c : bytes) {
+    const uint8_t b = static_cast<uint8_t>(c);
     if (b < 0x20 || b == '"' || b == '\\') return false;
-    size_t continuations = 0;
-    if (b >= 0xC2 && b <= 0xDF) {
-      continuations = 1;
-    } else if (b >= 0xE0 && b <= 0xEF) {
-      continuations = 2;
-    } else if (b >= 0xF0 && b <= 0xF4) {
-      continuations = 3;
-    } else if (b >= 0x80) {
-      return false;  // not a lead byte
-    }
-    if (i + continuations >= bytes.size() && continuations > 0) return false;  // cut short
-    for (size_t c = 1; c <= continuations; ++c) {
-      const uint8_t next = static_cast<uint8_t>(bytes[i + c]);
-      if (next < 0x80 || next > 0xBF) return false;
-    }
-    i += 1 + continuations;
   }
-  return true;
+  return IsValidUtf8(bytes);
 }
 
 }  // namespace
@@ -46,11 +33,8 @@ TokenBytesTable TokenBytesTable::Make(std::vector<std::string> bytes,
   for (size_t id = 0; id < table.bytes.size(); ++id) {
     const std::string& bytes = table.bytes[id];
     table.plain_string[id] = !bytes.empty() && IsPlainStringText(bytes);
-    const size_t spaces = std::min<size_t>(bytes.find_first_not_of(" \t\n\r") == std::string::npos
-                                               ? bytes.size()
-                                               : bytes.find_first_not_of(" \t\n\r"),
-                                           255);
-    table.leading_whitespace[id] = static_cast<uint8_t>(spaces);
+    const size_t spaces = std::min(bytes.find_first_not_of(" \t\n\r"), bytes.size());
+    table.leading_whitespace[id] = static_cast<uint8_t>(std::min<size_t>(spaces, 255));
   }
   return table;
 }
