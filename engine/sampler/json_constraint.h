@@ -10,19 +10,17 @@
 
 #include "absl/types/span.h"
 #include "engine/sampler/json_prefix.h"
+#include "engine/sampler/token_trie.h"
 
 namespace quill::engine {
 
 // What JSON mode needs of a vocabulary, built once per model (Make): each token's bytes,
-// which tokens end a generation, and which can sit inside a JSON string as they are.
+// which tokens end a generation, and the tokens with bytes as a prefix tree.
 struct TokenBytesTable {
   std::vector<std::string> bytes;        // by token id; "" for control tokens
   std::vector<uint8_t> ends_generation;  // by token id: 1 for the end-of-generation ids
-  // By token id: 1 when the bytes are whole UTF-8 characters with no '"', '\\' or control
-  // character, so that a string between characters takes them unchanged.
-  std::vector<uint8_t> plain_string;
-  // By token id: how many whitespace bytes it starts with (at most 255).
-  std::vector<uint8_t> leading_whitespace;
+  std::vector<int32_t> without_bytes;    // the ids whose bytes are ""
+  TokenTrie trie;                        // the others
 
   static TokenBytesTable Make(std::vector<std::string> bytes, std::vector<uint8_t> ends_generation);
 };
@@ -34,10 +32,9 @@ class JsonConstraint {
   // Sets every token the object cannot take next to -inf (logits has one entry per token
   // of the table). Tokens without bytes are masked, except the end-of-generation ones
   // once the object is complete; an incomplete object takes only tokens with bytes it
-  // accepts. Returns how many tokens remain allowed. Most tokens are decided without
-  // trying their bytes: a token whose first byte the object refuses is refused, and so is
-  // one (outside strings) whose leading whitespace or first byte after it is refused;
-  // between two characters of a string a plain_string token is taken.
+  // accepts. Returns how many tokens remain allowed. Walks the table's trie: a prefix
+  // refused refuses its subtree, and inside a string a subtree of plain text is taken
+  // without trying it.
   int Mask(absl::Span<float> logits) const;
   // The sampled token joins the object (it was allowed by Mask).
   void Advance(int32_t token);

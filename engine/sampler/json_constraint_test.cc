@@ -56,39 +56,27 @@ TEST(JsonConstraintTest, MasksTokensTheObjectCannotTakeAndEndsWithEndOfGeneratio
   EXPECT_EQ(Allowed(json, vocab), (std::vector<int>{0}));
 }
 
-// The shortcuts (first byte, plain string text) decide exactly what trying each token's
-// bytes decides: over every prefix of varied objects, and a vocabulary of pieces with cut
-// and stray UTF-8, escapes, quotes and whitespace runs (plus each object byte alone, to
-// advance by).
-TEST(JsonConstraintTest, MaskEqualsTryingEveryToken) {
-  const std::string objects[] = {
-      "{\"key\": \"caf\xc3\xa9 \\u00e9 \\n the\", \"n\": [-0.5e+3, 12, true, null], \"o\": {}}",
-      "{ \"a\" : [ { } , [ ] ] ,\"\xf0\x9f\x98\x80\":false}",
-      "{" + std::string(30, ' ') + "}",  // near the whitespace run's bound
-  };
-  std::vector<std::string> pieces = {"",         "\\",
-                                     "\\n",      "\\u00",
-                                     "-0.5e+3",  "nul",
-                                     "\"}",      "\":",
-                                     "\", \"",   "caf\xc3\xa9",
-                                     "\xc3",     "\xa9",
-                                     "\xe2\x82", "\x80",
-                                     "\x01",     "\t\"",
-                                     "E+",       "\"a\": [",
-                                     "}]}",      " the",
-                                     "\n  ",     "\xf0\x9f\x98\x80"};
+// Adds each byte of the objects as a piece of its own (to advance by), unless it is one.
+void AddEachByte(const std::vector<std::string>& objects, std::vector<std::string>* pieces) {
   for (const std::string& object : objects) {
     for (char c : object) {
-      if (std::find(pieces.begin(), pieces.end(), std::string(1, c)) == pieces.end()) {
-        pieces.push_back(std::string(1, c));
+      if (std::find(pieces->begin(), pieces->end(), std::string(1, c)) == pieces->end()) {
+        pieces->push_back(std::string(1, c));
       }
     }
   }
+}
+
+// Over every prefix of each object, the mask allows exactly the tokens whose bytes the
+// object accepts (trying each token alone), and counts them.
+void ExpectMaskEqualsTryingEveryToken(const std::vector<std::string>& pieces,
+                                      const std::vector<std::string>& objects) {
   std::vector<uint8_t> ends(pieces.size(), 0);
   ends[0] = 1;
   const TokenBytesTable table = TokenBytesTable::Make(pieces, ends);
-  int states = 0;
+  size_t states = 0, expected_states = 0;
   for (const std::string& object : objects) {
+    expected_states += object.size() + 1;
     JsonConstraint constraint(table);
     JsonPrefix state;
     for (size_t i = 0; i <= object.size(); ++i) {
@@ -99,7 +87,7 @@ TEST(JsonConstraintTest, MaskEqualsTryingEveryToken) {
         JsonPrefix next = state;
         const bool ok = pieces[id].empty() ? state.complete() && ends[id] != 0
                                            : !state.complete() && next.Accept(pieces[id]);
-        EXPECT_EQ(!std::isinf(logits[id]), ok) << object.substr(0, i) << " | " << pieces[id];
+        ASSERT_EQ(!std::isinf(logits[id]), ok) << object.substr(0, i) << " | " << pieces[id];
         expected += ok ? 1 : 0;
       }
       EXPECT_EQ(allowed, expected);
@@ -107,11 +95,65 @@ TEST(JsonConstraintTest, MaskEqualsTryingEveryToken) {
       if (i == object.size()) break;
       ASSERT_TRUE(state.Accept(static_cast<uint8_t>(object[i])));
       const auto one = std::find(pieces.begin(), pieces.end(), std::string(1, object[i]));
+      ASSERT_NE(one, pieces.end());
       constraint.Advance(static_cast<int32_t>(one - pieces.begin()));
     }
     EXPECT_TRUE(constraint.complete());
   }
-  EXPECT_GT(states, 100);
+  EXPECT_EQ(states, expected_states);  // every prefix checked, none skipped
+}
+
+// The trie's walk (a refused prefix refuses its subtree, plain string text is taken)
+// decides exactly what trying each token's bytes decides: over every prefix of varied
+// objects, and a vocabulary of pieces with cut and stray UTF-8, escapes, quotes,
+// whitespace runs and subtrees that are plain text but for one piece (plus each object
+// byte alone, to advance by).
+TEST(JsonConstraintTest, MaskEqualsTryingEveryToken) {
+  const std::vector<std::string> objects = {
+      "{\"key\": \"caf\xc3\xa9 \\u00e9 \\n the\", \"n\": [-0.5e+3, 12, true, null], \"o\": {}}",
+      "{ \"a\" : [ { } , [ ] ] ,\"\xf0\x9f\x98\x80\":false}",
+      "{" + std::string(30, ' ') + "}",  // near the whitespace run's bound
+  };
+  std::vector<std::string> pieces = {"", "\\", "\\n", "\\u00", "-0.5e+3", "nul", "\"}",
+                                     "\":", "\", \"", "caf\xc3\xa9", "\xc3", "\xa9", "\xe2\x82",
+                                     "\x80", "\x01", "\t\"", "E+", "\"a\": [", "}]}", " the",
+                                     "\n  ", "\xf0\x9f\x98\x80",
+                                     // Subtrees of plain text but for one piece, which a
+                                     // string refuses: a stray continuation byte, a
+                                     // control character, a bad escape.
+                                     "v", "vo", "v\xa9", "z", "zo", "z\x01", "q", "qo", "q\\q"};
+  // Pieces longer than the walk's recursion, tried byte by byte past it.
+  for (const std::string& piece : {std::string(70, 'a') + "\"", "\"" + std::string(100, 'b'),
+                                   std::string(31, ' ') + std::string(40, 'c'),
+                                   std::string(70, 'a') + "\xa9", std::string(70, 'a')}) {
+    pieces.push_back(piece);
+  }
+  AddEachByte(objects, &pieces);
+  ExpectMaskEqualsTryingEveryToken(pieces, objects);
+}
+
+// The trie's walk on a vocabulary of every string of up to 3 symbols over JSON's
+// structural bytes, escapes, digits, letters, whitespace and cut UTF-8 (each shared prefix
+// a node with many children, every token a prefix of others), with duplicated pieces.
+TEST(JsonConstraintTest, MaskEqualsTryingEveryTokenOfAnExhaustiveVocabulary) {
+  const std::vector<std::string> symbols = {"{", "}",  "[",  "]", "\"",   ":",    ",",
+                                            " ", "\n", "\\", "u", "0",    "1",    "-",
+                                            "e", ".",  "a",  "t", "\xc3", "\xa9", "\x01"};
+  std::vector<std::string> pieces = {""};
+  for (const std::string& a : symbols) {
+    pieces.push_back(a);
+    for (const std::string& b : symbols) {
+      pieces.push_back(a + b);
+      for (const std::string& c : symbols) pieces.push_back(a + b + c);
+    }
+  }
+  for (const char* twice : {"{\"", "\"a", " ", "\xc3\xa9", "1"}) pieces.push_back(twice);
+  const std::vector<std::string> objects = {
+      "{\"a\": [1, -0.1e1, true], \"t\\u00e9\xc3\xa9\": {\"\": \"e\\n\"}}",
+      "{\n\"ta\":[[],{},\"\"],\"u\":-1}",
+  };
+  AddEachByte(objects, &pieces);
+  ExpectMaskEqualsTryingEveryToken(pieces, objects);
 }
 
 }  // namespace
