@@ -22,8 +22,9 @@ constexpr int kMaxWalkDepth = 64;
 // Masks the tokens below `node`, which is `depth` bytes deep and whose prefix has brought
 // the object to `state`, that the object refuses (the node's own tokens are not below
 // it); returns how many it left allowed.
+template <typename Recognizer>
 int MaskBelow(const TokenBytesTable& table, const TokenTrie::Node& node, int depth,
-              const JsonPrefix& state, float* logits) {
+              const Recognizer& state, float* logits) {
   if (node.plain_below && state.between_string_characters()) {
     return node.tokens_end - node.own_end;
   }
@@ -32,7 +33,7 @@ int MaskBelow(const TokenBytesTable& table, const TokenTrie::Node& node, int dep
   if (depth >= kMaxWalkDepth) {
     for (int32_t i = node.own_end; i < node.tokens_end; ++i) {
       const int32_t id = trie.order()[i];
-      JsonPrefix next = state;
+      Recognizer next = state;
       if (next.Accept(absl::string_view(table.bytes[id]).substr(depth))) {
         ++allowed;
       } else {
@@ -43,7 +44,7 @@ int MaskBelow(const TokenBytesTable& table, const TokenTrie::Node& node, int dep
   }
   for (int32_t c = node.children_begin; c < node.children_end; ++c) {
     const TokenTrie::Node& child = trie.node(c);
-    JsonPrefix next = state;  // a small value: trying a byte costs a copy
+    Recognizer next = state;  // a small value: trying a byte costs a copy
     if (!next.Accept(child.byte)) {
       BanRange(trie, child.tokens_begin, child.tokens_end, logits);
       continue;
@@ -73,8 +74,14 @@ TokenBytesTable TokenBytesTable::Make(std::vector<std::string> bytes,
 // core, the same run: Llama 2's 32,000 tokens 189 -> 16 us a mask after a colon, 43 -> 23
 // inside a string; Llama 3's 128,256: 1,267 -> 69 and 307 -> 100; Qwen2's 151,936: 1,190
 // -> 69 and 308 -> 167 (the same tokens allowed in both).
+JsonConstraint::JsonConstraint(const TokenBytesTable& table,
+                               std::shared_ptr<const JsonSchema> schema)
+    : table_(&table), schema_owner_(std::move(schema)) {
+  if (schema_owner_ != nullptr) schema_.emplace(*schema_owner_);
+}
+
 int JsonConstraint::Mask(absl::Span<float> logits) const {
-  const bool complete = json_.complete();
+  const bool complete = this->complete();
   int allowed = 0;
   for (int32_t id : table_->without_bytes) {
     if (complete && table_->ends_generation[id] != 0) {
@@ -87,7 +94,8 @@ int JsonConstraint::Mask(absl::Span<float> logits) const {
   if (complete) {
     BanRange(trie, 0, static_cast<int32_t>(trie.order().size()), logits.data());
   } else {
-    allowed += MaskBelow(*table_, trie.root(), 0, json_, logits.data());
+    allowed += schema_ ? MaskBelow(*table_, trie.root(), 0, *schema_, logits.data())
+                       : MaskBelow(*table_, trie.root(), 0, json_, logits.data());
   }
   return allowed;
 }
@@ -101,7 +109,11 @@ int32_t JsonConstraint::FirstEndOfGeneration() const {
 
 void JsonConstraint::Advance(int32_t token) {
   if (token < 0 || static_cast<size_t>(token) >= table_->bytes.size()) return;
-  json_.Accept(table_->bytes[token]);
+  if (schema_) {
+    schema_->Accept(table_->bytes[token]);
+  } else {
+    json_.Accept(table_->bytes[token]);
+  }
 }
 
 }  // namespace quill::engine

@@ -5,11 +5,15 @@
 // end-of-generation tokens remain. Holds the recognizer's state between steps.
 
 #include <cstdint>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/types/span.h"
 #include "engine/sampler/json_prefix.h"
+#include "engine/sampler/json_schema.h"
+#include "engine/sampler/schema_prefix.h"
 #include "engine/sampler/token_trie.h"
 
 namespace quill::engine {
@@ -27,7 +31,9 @@ struct TokenBytesTable {
 
 class JsonConstraint {
  public:
-  explicit JsonConstraint(const TokenBytesTable& table) : table_(&table) {}
+  // Any JSON object (JSON mode), or with a schema one that satisfies it.
+  explicit JsonConstraint(const TokenBytesTable& table,
+                          std::shared_ptr<const JsonSchema> schema = nullptr);
 
   // Sets every token the object cannot take next to -inf (logits has one entry per token
   // of the table). Tokens without bytes are masked, except the end-of-generation ones
@@ -38,14 +44,16 @@ class JsonConstraint {
   int Mask(absl::Span<float> logits) const;
   // The sampled token joins the object (it was allowed by Mask).
   void Advance(int32_t token);
-  bool complete() const { return json_.complete(); }
+  bool complete() const { return schema_ ? schema_->complete() : json_.complete(); }
   // The lowest end-of-generation id, -1 if the table has none: what ends an answer the
   // vocabulary cannot continue (Mask allowed nothing).
   int32_t FirstEndOfGeneration() const;
 
  private:
   const TokenBytesTable* table_;
-  JsonPrefix json_;
+  std::shared_ptr<const JsonSchema> schema_owner_;
+  JsonPrefix json_;                     // without a schema
+  std::optional<SchemaPrefix> schema_;  // with one
 };
 
 }  // namespace quill::engine

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -67,24 +69,36 @@ void AddEachByte(const std::vector<std::string>& objects, std::vector<std::strin
   }
 }
 
+template <typename Recognizer>
+Recognizer MakeRecognizer(const JsonSchema* schema) {
+  if constexpr (std::is_same_v<Recognizer, SchemaPrefix>) {
+    return SchemaPrefix(*schema);
+  } else {
+    return JsonPrefix();
+  }
+}
+
 // Over every prefix of each object, the mask allows exactly the tokens whose bytes the
 // object accepts (trying each token alone), and counts them.
+// With a schema, against SchemaPrefix; without, against JsonPrefix.
+template <typename Recognizer = JsonPrefix>
 void ExpectMaskEqualsTryingEveryToken(const std::vector<std::string>& pieces,
-                                      const std::vector<std::string>& objects) {
+                                      const std::vector<std::string>& objects,
+                                      std::shared_ptr<const JsonSchema> schema = nullptr) {
   std::vector<uint8_t> ends(pieces.size(), 0);
   ends[0] = 1;
   const TokenBytesTable table = TokenBytesTable::Make(pieces, ends);
   size_t states = 0, expected_states = 0;
   for (const std::string& object : objects) {
     expected_states += object.size() + 1;
-    JsonConstraint constraint(table);
-    JsonPrefix state;
+    JsonConstraint constraint(table, schema);
+    Recognizer state = MakeRecognizer<Recognizer>(schema.get());
     for (size_t i = 0; i <= object.size(); ++i) {
       std::vector<float> logits(pieces.size(), 1.0f);
       const int allowed = constraint.Mask(absl::MakeSpan(logits));
       int expected = 0;
       for (size_t id = 0; id < pieces.size(); ++id) {
-        JsonPrefix next = state;
+        Recognizer next = state;
         const bool ok = pieces[id].empty() ? state.complete() && ends[id] != 0
                                            : !state.complete() && next.Accept(pieces[id]);
         ASSERT_EQ(!std::isinf(logits[id]), ok) << object.substr(0, i) << " | " << pieces[id];
@@ -154,6 +168,36 @@ TEST(JsonConstraintTest, MaskEqualsTryingEveryTokenOfAnExhaustiveVocabulary) {
   };
   AddEachByte(objects, &pieces);
   ExpectMaskEqualsTryingEveryToken(pieces, objects);
+}
+
+// With a schema the walk keeps it too: property names (plain text in a key is not taken
+// unchecked where the schema names the keys), enums, integers, required properties.
+TEST(JsonConstraintTest, MaskWithASchemaEqualsTryingEveryToken) {
+  const auto schema = JsonSchema::Compile(R"({
+    "type": "object",
+    "properties": {
+      "name": {"type": "string"},
+      "nat": {"type": "integer"},
+      "kind": {"enum": ["cat", "cab", 12, null]},
+      "list": {"type": "array", "items": {"type": ["boolean", "number"]}},
+      "o": {"type": "object", "additionalProperties": {"type": "string"}}
+    },
+    "required": ["name", "kind"],
+    "additionalProperties": false
+  })");
+  ASSERT_TRUE(schema.ok()) << schema.status();
+  const std::vector<std::string> objects = {
+      R"({"name": "the cat", "kind": "cab", "nat": -3, "list": [true, 1.5e3]})",
+      R"({"kind":12,"o":{"any key":"v","x":""},"name":""})",
+      R"({"kind": null, "name": "na", "list": []})",
+  };
+  std::vector<std::string> pieces = {"",     "na",   "name",   "\"name\"", "nat",  "\"na",
+                                     "me",   "ca",   "cat",    "\"cat\"",  "b",    "12",
+                                     "1",    "2",    ".5",     "e3",       "true", "tr",
+                                     "null", "\": ", "\", \"", " the",     "any",  "key",
+                                     " key", "ki",   "kind",   "nd",       "list", "[]"};
+  AddEachByte(objects, &pieces);
+  ExpectMaskEqualsTryingEveryToken<SchemaPrefix>(pieces, objects, *schema);
 }
 
 }  // namespace

@@ -21,6 +21,43 @@ int Utf8Continuations(uint8_t b) {
 
 }  // namespace
 
+JsonPrefix::Context JsonPrefix::context() const {
+  switch (mode_) {
+    case Mode::kStart:
+      return Context::kStart;
+    case Mode::kValue:
+    case Mode::kFirstValueOrClose:
+      return Context::kValue;
+    case Mode::kFirstKeyOrClose:
+    case Mode::kKey:
+      return Context::kKey;
+    case Mode::kColon:
+      return Context::kColon;
+    case Mode::kAfterValue:
+      return Context::kAfterValue;
+    case Mode::kString:
+    case Mode::kEscape:
+    case Mode::kHex:
+    case Mode::kLowBackslash:
+    case Mode::kLowU:
+      return string_is_key_ ? Context::kKeyString : Context::kValueString;
+    case Mode::kMinus:
+    case Mode::kZero:
+    case Mode::kInt:
+    case Mode::kFracStart:
+    case Mode::kFrac:
+    case Mode::kExpStart:
+    case Mode::kExpSign:
+    case Mode::kExp:
+      return Context::kNumber;
+    case Mode::kLiteral:
+      return Context::kLiteral;
+    case Mode::kDone:
+      break;
+  }
+  return Context::kDone;
+}
+
 bool JsonPrefix::Accept(absl::string_view bytes) {
   for (char c : bytes) {
     if (!Accept(static_cast<uint8_t>(c))) return false;
@@ -32,8 +69,10 @@ bool JsonPrefix::Accept(uint8_t b) {
   switch (mode_) {
     case Mode::kString:
       if (utf8_left_ > 0) {
-        if (b < 0x80 || b > 0xBF) return false;
+        if (b < utf8_low_ || b > utf8_high_) return false;
         --utf8_left_;
+        utf8_low_ = 0x80;
+        utf8_high_ = 0xBF;
         return true;
       }
       if (b == '"') {
@@ -54,6 +93,10 @@ bool JsonPrefix::Accept(uint8_t b) {
         const int continuations = Utf8Continuations(b);
         if (continuations < 0) return false;
         utf8_left_ = static_cast<uint8_t>(continuations);
+        // The first continuation byte's range excludes overlong forms (E0, F0), UTF-16
+        // surrogates (ED) and code points past U+10FFFF (F4).
+        utf8_low_ = b == 0xE0 ? 0xA0 : b == 0xF0 ? 0x90 : 0x80;
+        utf8_high_ = b == 0xED ? 0x9F : b == 0xF4 ? 0x8F : 0xBF;
       }
       return true;
     case Mode::kEscape:

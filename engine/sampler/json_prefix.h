@@ -30,11 +30,25 @@ class JsonPrefix {
   // Inside a string, between two characters (not in an escape or a UTF-8 sequence): any
   // whole characters other than '"', '\\' and control characters may follow.
   bool between_string_characters() const { return mode_ == Mode::kString && utf8_left_ == 0; }
-  // Not inside a string (nor its escapes): whitespace here separates tokens.
-  bool outside_strings() const {
-    return mode_ != Mode::kString && mode_ != Mode::kEscape && mode_ != Mode::kHex &&
-           mode_ != Mode::kLowBackslash && mode_ != Mode::kLowU;
-  }
+  // Where the next byte falls: what a layer that checks more than syntax (JSON Schema,
+  // SchemaPrefix) needs to know to follow the same bytes.
+  enum class Context : uint8_t {
+    kStart,        // before the top-level '{'
+    kValue,        // a value starts (or, right after '[', ']' closes the array)
+    kKey,          // a key's '"' (or, right after '{', '}' closes the object)
+    kColon,        // the ':' after a key
+    kAfterValue,   // ',' or the container's close
+    kKeyString,    // inside a key (its escapes included)
+    kValueString,  // inside a string value (its escapes included)
+    kNumber,       // inside a number: a byte that cannot continue it ends it
+    kLiteral,      // inside true / false / null
+    kDone,
+  };
+  Context context() const;
+  // Inside a string where a '"' closes it (not in an escape).
+  bool quote_closes_string() const { return mode_ == Mode::kString; }
+  // Containers open.
+  int depth() const { return depth_; }
 
  private:
   enum class Mode : uint8_t {
@@ -75,6 +89,8 @@ class JsonPrefix {
   uint8_t depth_ = 0;
   uint8_t whitespace_run_ = 0;
   uint8_t utf8_left_ = 0;  // continuation bytes the string's current character still needs
+  uint8_t utf8_low_ = 0x80;  // the range of the next continuation byte
+  uint8_t utf8_high_ = 0xBF;
   uint8_t hex_left_ = 0;
   uint8_t hex_first_ = 0;      // the escape's first hex digit, lowercased
   bool expect_low_ = false;    // this \u escape must be a low surrogate (DC00-DFFF)

@@ -70,9 +70,16 @@ TEST(JsonPrefixTest, RefusesTheFirstByteThatNoObjectCanContinue) {
       {R"({"a":[}})", 6},    // brackets must match
       {R"({"a":"\x"})", 7},  // unknown escape
       {R"({"a":"\u12G4"})", 10},
-      {"{\"a\":\"\n\"}", 6},       // raw control characters in a string
-      {"{\"a\":\"\xc3(\"}", 7},    // a UTF-8 character cut short
-      {"{\"a\":\"\x80\"}", 6},     // a stray continuation byte
+      {"{\"a\":\"\n\"}", 6},     // raw control characters in a string
+      {"{\"a\":\"\xc3(\"}", 7},  // a UTF-8 character cut short
+      {"{\"a\":\"\x80\"}", 6},   // a stray continuation byte
+      // Overlong forms, UTF-16 surrogates and code points past U+10FFFF, refused at the
+      // first continuation byte that makes them so (RFC 3629).
+      {"{\"a\":\"\xe0\x9f\xbf\"}", 7},
+      {"{\"a\":\"\xed\xa0\x80\"}", 7},
+      {"{\"a\":\"\xf0\x8f\xbf\xbf\"}", 7},
+      {"{\"a\":\"\xf4\x90\x80\x80\"}", 7},
+      {"{\"a\":\"\xe2\x82\x01\"}", 8},
       {R"({"a":1}})", 7},          // nothing after the object
       {R"({"a":"\uDC00"})", 9},    // a lone low surrogate
       {R"({"a":"\uD800x"})", 12},  // a high one without its low half
