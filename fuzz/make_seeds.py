@@ -286,6 +286,16 @@ def openai_request_seeds():
         "long_prompt": '{"prompt": "' + "And God said, Let there be light. " * 60 + '"}',
         "deep": '{"prompt": ' + "[" * 70 + "]" * 70 + "}",
         "not_json": '{"prompt": "x",',
+        "json_schema": '{"prompt": "x", "response_format": {"type": "json_schema", "json_schema":'
+                       ' {"name": "t", "strict": true, "schema": {"$ref": "#/$defs/n", "$defs":'
+                       ' {"n": {"type": "object", "properties": {"v": {"type": ["integer",'
+                       ' "null"]}, "k": {"enum": ["a", 1, true, null]}, "c": {"type": "array",'
+                       ' "items": {"anyOf": [{"$ref": "#/$defs/n"}, {"type": "string"}]}}},'
+                       ' "required": ["v"], "additionalProperties": {"const": 2.5}}}}}}}',
+        "json_schema_refused": '{"prompt": "x", "response_format": {"type": "json_schema",'
+                               ' "json_schema": {"schema": {"type": "object", "properties":'
+                               ' {"s": {"type": "string", "pattern": "a+"}, "o": {"anyOf":'
+                               ' [{"type": "object"}, {"type": "object"}]}}}}}}',
     }
     chats = {
         "user": '{"messages": [{"role": "user", "content": "Hello"}], "max_tokens": 16}',

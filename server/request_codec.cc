@@ -9,6 +9,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "engine/base/utf8.h"
+#include "engine/sampler/json_schema.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/unknown_field_set.h"
 
@@ -163,8 +164,8 @@ absl::Status ValidateOptions(const v1::GenerateRequest& request, const RequestLi
     return Invalid("logprobs", absl::StrCat("must be in [0, ", limits.max_logprobs, "], got ",
                                             request.logprobs()));
   }
-  if (request.json_object() && request.ignore_eos()) {
-    return Invalid("json_object",
+  if ((request.json_object() || !request.json_schema().empty()) && request.ignore_eos()) {
+    return Invalid(request.json_object() ? "json_object" : "json_schema",
                    "cannot be combined with ignore_eos (the object's end ends "
                    "the answer)");
   }
@@ -201,6 +202,12 @@ absl::StatusOr<engine::GenerationRequest> BuildEngineRequest(
   out.prompt_logprobs = request.prompt_logprobs();
   out.disable_speculation = request.disable_speculation();
   out.json_object = request.json_object();
+  if (!request.json_schema().empty()) {
+    auto schema = engine::JsonSchema::Compile(request.json_schema());
+    if (!schema.ok()) return Invalid("json_schema", schema.status().message());
+    out.json_schema = *std::move(schema);
+    out.json_object = true;
+  }
   return out;
 }
 
@@ -373,6 +380,7 @@ v1::GenerateRequest ChatOptions(const v1::ChatRequest& request) {
   options.set_logprobs(request.logprobs());
   options.set_disable_speculation(request.disable_speculation());
   options.set_json_object(request.json_object());
+  options.set_json_schema(request.json_schema());
   return options;
 }
 

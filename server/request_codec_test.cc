@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "engine/chat/chat_prompt.h"
+#include "engine/sampler/json_schema.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/byte_tokenizer_for_test.h"
@@ -366,6 +367,36 @@ TEST(RequestCodecTest, JsonObjectIsCarriedAndRefusesIgnoreEos) {
   got = ToEngineRequest(r, Limits(), tokenizer);
   EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(got.status().message(), ::testing::HasSubstr("json_object"));
+}
+
+TEST(RequestCodecTest, JsonSchemaIsCompiledIntoJsonModeOrRefusedNamingTheKeyword) {
+  ByteTokenizer tokenizer;
+  v1::GenerateRequest r = Valid();
+  r.set_ignore_eos(false);
+  r.set_json_schema(R"({"type": "object", "properties": {"n": {"type": "integer"}}})");
+  absl::StatusOr<engine::GenerationRequest> got = ToEngineRequest(r, Limits(), tokenizer);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_TRUE(got->json_object);  // a schema implies JSON mode
+  ASSERT_NE(got->json_schema, nullptr);
+  const engine::JsonSchema::Node& root = got->json_schema->node(got->json_schema->root());
+  const int32_t object = root.by_type[engine::JsonSchema::kObject];
+  ASSERT_GE(object, 0);
+  ASSERT_EQ(got->json_schema->node(object).properties.size(), 1u);
+  EXPECT_EQ(got->json_schema->node(object).properties[0].key, "n");
+  v1::ChatRequest chat;
+  chat.set_json_schema(r.json_schema());
+  EXPECT_EQ(ChatOptions(chat).json_schema(), r.json_schema());
+
+  r.set_json_schema(R"({"type": "object", "properties": {"n": {"minimum": 1}}})");
+  got = ToEngineRequest(r, Limits(), tokenizer);
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(got.status().message(),
+            "json_schema at \"/properties/n\": \"minimum\" is not supported");
+  r.set_json_schema(R"({"type": "object"})");
+  r.set_ignore_eos(true);
+  got = ToEngineRequest(r, Limits(), tokenizer);
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(got.status().message(), ::testing::HasSubstr("json_schema"));
 }
 
 TEST(RequestCodecTest, PromptIdsArePassedThroughUnchanged) {

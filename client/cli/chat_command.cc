@@ -26,6 +26,8 @@ struct ChatFlags {
   SamplingFlags sampling;
   bool disable_speculation = false;
   bool json_object = false;
+  std::string json_schema_file;
+  std::string json_schema;  // the file's text
   absl::Duration timeout = absl::Seconds(120);
   bool stats = false;
 };
@@ -58,6 +60,7 @@ class Conversation {
     f.sampling.Fill(&request);
     request.set_disable_speculation(f.disable_speculation);
     request.set_json_object(f.json_object);
+    request.set_json_schema(f.json_schema);
     return request;
   }
 
@@ -114,10 +117,14 @@ int ChatCommand(const std::vector<std::string>& args) {
   parser.AddBool("json-object", &f.json_object,
                  "JSON mode: each answer is one JSON object (tokens that would break it are "
                  "never sampled; its close ends the answer).");
+  parser.AddString("json-schema", &f.json_schema_file,
+                   "Structured output: a JSON Schema file each answer's object must satisfy "
+                   "(implies --json-object; the server names any keyword it cannot keep).");
   parser.AddDuration("timeout", &f.timeout, "Deadline for each answer.");
   parser.AddBool("stats", &f.stats, "After each answer, print finish reason and usage on stderr.");
   std::vector<std::string> positional;
   if (int code = ParseFlags(parser, args, &positional); code >= 0) return code;
+  if (!ReadSchemaFlag(f.json_schema_file, &f.json_schema)) return kExitUsage;
 
   absl::StatusOr<std::unique_ptr<client::QuillClient>> connected = f.connection.Connect();
   if (!connected.ok()) return PrintError(connected.status());

@@ -1,6 +1,7 @@
 #include "client/cli/cli_common.h"
 
 #include <cstdlib>
+#include <fstream>
 #include <iostream>
 #include <iterator>
 #include <utility>
@@ -108,6 +109,19 @@ int PrintError(const absl::Status& status) {
 std::string TextFromArgsOrStdin(const std::vector<std::string>& positional) {
   if (!positional.empty()) return absl::StrJoin(positional, " ");
   return std::string(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
+}
+
+bool ReadSchemaFlag(const std::string& path, std::string* schema) {
+  if (path.empty()) return true;
+  std::ifstream in(path, std::ios::binary);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (!in.is_open() || in.bad() || text.empty()) {
+    std::cerr << "error: --json-schema: cannot read " << path << (in.is_open() ? " (empty)" : "")
+              << "\n";
+    return false;
+  }
+  *schema = std::move(text);
+  return true;
 }
 
 std::string DumpJson(const nlohmann::json& value, int indent) {

@@ -76,6 +76,11 @@ int PrintError(const absl::Status& status);
 // The positional words joined by spaces, or all of stdin when there are none.
 std::string TextFromArgsOrStdin(const std::vector<std::string>& positional);
 
+// Reads --json-schema FILE into *schema (nothing when path is empty; the server checks
+// the schema itself). False, with the reason on stderr, when the file cannot be read or
+// is empty.
+bool ReadSchemaFlag(const std::string& path, std::string* schema);
+
 // Serializes `value`, replacing invalid UTF-8 instead of throwing (indent -1 = one line).
 std::string DumpJson(const nlohmann::json& value, int indent = -1);
 

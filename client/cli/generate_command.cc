@@ -21,6 +21,8 @@ struct GenerateFlags {
   bool ignore_eos = false;
   bool disable_speculation = false;
   bool json_object = false;
+  std::string json_schema_file;
+  std::string json_schema;  // the file's text
   int logprobs = 0;
   std::string request_id;
   absl::Duration timeout = absl::Seconds(60);
@@ -36,6 +38,7 @@ quill::v1::GenerateRequest BuildRequest(const GenerateFlags& f, std::string prom
   request.set_ignore_eos(f.ignore_eos);
   request.set_disable_speculation(f.disable_speculation);
   request.set_json_object(f.json_object);
+  request.set_json_schema(f.json_schema);
   request.set_logprobs(f.logprobs);
   return request;
 }
@@ -86,6 +89,9 @@ int GenerateCommand(const std::vector<std::string>& args) {
   parser.AddBool("json-object", &f.json_object,
                  "JSON mode: the answer is one JSON object (tokens that would break it are "
                  "never sampled; its close ends the answer).");
+  parser.AddString("json-schema", &f.json_schema_file,
+                   "Structured output: a JSON Schema file the answer's object must satisfy "
+                   "(implies --json-object; the server names any keyword it cannot keep).");
   parser.AddInt("logprobs", &f.logprobs,
                 "Return each token's logprob and this many top alternatives (0 = none); shown "
                 "on stderr, or in the JSON.");
@@ -96,6 +102,7 @@ int GenerateCommand(const std::vector<std::string>& args) {
                  "object on failure) instead of text.");
   std::vector<std::string> positional;
   if (int code = ParseFlags(parser, args, &positional); code >= 0) return code;
+  if (!ReadSchemaFlag(f.json_schema_file, &f.json_schema)) return kExitUsage;
   std::string prompt = TextFromArgsOrStdin(positional);
   if (prompt.empty()) {
     std::cerr << "error: empty prompt (give it as an argument or on stdin)\n";

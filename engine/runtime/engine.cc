@@ -378,6 +378,9 @@ absl::Status Engine::Impl::Validate(const GenerationRequest& r) const {
                      ") exceeds the context length ", context_length_));
   }
   QUILL_RETURN_IF_ERROR(ValidateSamplingParams(r.sampling));
+  if (r.json_schema != nullptr && !r.json_object) {
+    return absl::InvalidArgumentError("json_schema needs json_object (the schema's object)");
+  }
   if (r.json_object && r.ignore_eos) {
     return absl::InvalidArgumentError(
         "json_object cannot be combined with ignore_eos: the object's end ends the answer");

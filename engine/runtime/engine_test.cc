@@ -18,7 +18,9 @@
 #include "absl/synchronization/notification.h"
 #include "engine/kv_cache/kv_cache.h"
 #include "engine/runtime/recording_sink_for_test.h"
+#include "engine/sampler/json_schema.h"
 #include "engine/sampler/sampler.h"
+#include "engine/sampler/schema_prefix.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/testing/heap_allocations.h"
@@ -719,6 +721,59 @@ TEST_F(EngineTest, JsonObjectModeAnswersWithAJsonObject) {
   GenerationRequest endless = requests[0];
   endless.ignore_eos = true;
   EXPECT_EQ(engine_->Submit(endless, std::make_shared<RecordingSink>()).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+// Structured output on kjv-1m, which writes scripture: the mask alone makes each finished
+// answer an object with exactly the schema's properties, typed as it says.
+TEST_F(EngineTest, JsonSchemaModeAnswersSatisfyTheSchema) {
+  auto schema = JsonSchema::Compile(R"({
+    "type": "object",
+    "properties": {
+      "book": {"enum": ["Genesis", "Exodus"]},
+      "chapter": {"type": "integer"},
+      "holy": {"type": "boolean"}
+    },
+    "required": ["book", "chapter", "holy"],
+    "additionalProperties": false
+  })");
+  ASSERT_TRUE(schema.ok()) << schema.status();
+  Start();
+  std::vector<GenerationRequest> requests;
+  for (int i = 0; i < 6; ++i) {
+    GenerationRequest r = Request(absl::StrCat("schema", i), kPrompts[i], 200);
+    if (i > 0) r.sampling = Seeded(70 + i);
+    r.json_object = i != 2;  // a plain request shares the batch
+    if (r.json_object) r.json_schema = *schema;
+    requests.push_back(std::move(r));
+  }
+  std::vector<std::vector<TokenId>> alone;
+  int finished = 0;
+  for (const GenerationRequest& r : requests) {
+    auto sink = RunAlone(r);
+    alone.push_back(sink->ids());
+    if (!r.json_object) continue;
+    const std::string text = sink->text();
+    // Every answer, cut by max_tokens or not, is what the schema's recognizer accepts.
+    SchemaPrefix prefix(**schema);
+    EXPECT_TRUE(prefix.Accept(text)) << r.request_id << ": " << text;
+    if (sink->info().reason != FinishReason::kEos) continue;  // kjv-1m loves whitespace
+    ++finished;
+    const nlohmann::json value = nlohmann::json::parse(text, nullptr, false);
+    ASSERT_TRUE(value.is_object()) << r.request_id << ": " << text;
+    EXPECT_EQ(value.size(), 3u) << text;
+    EXPECT_TRUE(value["book"] == "Genesis" || value["book"] == "Exodus") << text;
+    EXPECT_TRUE(value["chapter"].is_number_integer()) << text;
+    EXPECT_TRUE(value["holy"].is_boolean()) << text;
+  }
+  EXPECT_GE(finished, 1);
+  const std::vector<std::shared_ptr<RecordingSink>> together = RunTogether(requests);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    EXPECT_EQ(together[i]->ids(), alone[i]) << requests[i].request_id;
+  }
+  GenerationRequest without_json_object = requests[0];
+  without_json_object.json_object = false;
+  EXPECT_EQ(engine_->Submit(without_json_object, std::make_shared<RecordingSink>()).code(),
             absl::StatusCode::kInvalidArgument);
 }
 

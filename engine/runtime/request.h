@@ -1,5 +1,6 @@
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -10,6 +11,8 @@
 #include "engine/tokenizer/tokenizer.h"
 
 namespace quill::engine {
+
+class JsonSchema;  // engine/sampler/json_schema.h
 
 // Plain structs that cross the engine boundary. The server converts protos to and from
 // these; the engine never sees a proto.
@@ -58,6 +61,9 @@ struct GenerationRequest {
   // never speculates, and cannot be combined with ignore_eos. At max_tokens the object may
   // be unfinished (finish reason "length"), as with OpenAI.
   bool json_object = false;
+  // With json_object: the object also satisfies this schema (OpenAI's response_format
+  // json_schema), kept by the same mask.
+  std::shared_ptr<const JsonSchema> json_schema;
   absl::Time deadline = absl::InfiniteFuture();
   // Opaque to the engine: copied into FinishInfo so that its observer can tell front ends
   // apart (the server's metrics label requests "grpc" or "http").

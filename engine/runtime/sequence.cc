@@ -37,7 +37,7 @@ Sequence::Sequence(KvCache::SeqId kv_id, GenerationRequest request, std::shared_
   if (request_.json_object) {
     QUILL_CHECK(token_table != nullptr &&
                 static_cast<int>(token_table->bytes.size()) == vocab_size);
-    json_.emplace(*token_table);
+    json_.emplace(*token_table, request_.json_schema);
     masked_logits_.assign(vocab_size, 0.0f);
   }
   tokens_.reserve(request_.prompt_ids.size() + request_.max_tokens);

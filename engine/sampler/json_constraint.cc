@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <type_traits>
 #include <utility>
 
 namespace quill::engine {
@@ -19,29 +20,81 @@ void BanRange(const TokenTrie& trie, int32_t begin, int32_t end, float* logits) 
 // one of any length) has the rest of its bytes tried on its own, so the stack stays small.
 constexpr int kMaxWalkDepth = 64;
 
+// Tries, on its own, every token below `node` from `state` (the state after the tokens'
+// first `depth` bytes); returns how many it allowed.
+template <typename Recognizer>
+int TryEachBelow(const TokenBytesTable& table, const TokenTrie::Node& node, int depth,
+                 const Recognizer& state, float* logits) {
+  int allowed = 0;
+  for (int32_t i = node.own_end; i < node.tokens_end; ++i) {
+    const int32_t id = table.trie.order()[i];
+    Recognizer next = state;
+    if (next.Accept(absl::string_view(table.bytes[id]).substr(depth))) {
+      ++allowed;
+    } else {
+      logits[id] = kBanned;
+    }
+  }
+  return allowed;
+}
+
+template <typename Recognizer>
+int MaskBelow(const TokenBytesTable& table, const TokenTrie::Node& node, int depth,
+              const Recognizer& state, float* logits);
+
+// A schema state inside a string value that takes any text: until the string closes only
+// its syntax changes, so the walk below carries copies of the syntax (JsonPrefix, 43 bytes,
+// not SchemaPrefix's ~600) and rebuilds the schema state from `base` (the state
+// `base_depth` bytes deep) and the path's bytes where one closes the string.
+// quill-json-mask-bench inside a string: 82 -> 33 us (Llama 2's 32,000 tokens), 349 -> 186
+// (Llama 3's 128,256), 625 -> 281 (Qwen2's 151,936), the same tokens allowed.
+int MaskBelowInString(const TokenBytesTable& table, const TokenTrie::Node& node, int depth,
+                      const SchemaPrefix& base, int base_depth, const JsonPrefix& syntax,
+                      float* logits) {
+  if (node.plain_below && syntax.between_string_characters()) {
+    return node.tokens_end - node.own_end;
+  }
+  if (depth >= kMaxWalkDepth) return TryEachBelow(table, node, base_depth, base, logits);
+  const TokenTrie& trie = table.trie;
+  int allowed = 0;
+  for (int32_t c = node.children_begin; c < node.children_end; ++c) {
+    const TokenTrie::Node& child = trie.node(c);
+    JsonPrefix next = syntax;
+    if (!next.Accept(child.byte)) {
+      BanRange(trie, child.tokens_begin, child.tokens_end, logits);
+      continue;
+    }
+    // The schema takes every byte the syntax does inside such a string, its close too.
+    allowed += child.own_end - child.tokens_begin;
+    if (next.context() == JsonPrefix::Context::kValueString) {
+      allowed += MaskBelowInString(table, child, depth + 1, base, base_depth, next, logits);
+      continue;
+    }
+    SchemaPrefix closed = base;
+    const std::string& path = table.bytes[trie.order()[child.tokens_begin]];
+    closed.Accept(absl::string_view(path).substr(base_depth, depth + 1 - base_depth));
+    allowed += MaskBelow(table, child, depth + 1, closed, logits);
+  }
+  return allowed;
+}
+
 // Masks the tokens below `node`, which is `depth` bytes deep and whose prefix has brought
 // the object to `state`, that the object refuses (the node's own tokens are not below
 // it); returns how many it left allowed.
 template <typename Recognizer>
 int MaskBelow(const TokenBytesTable& table, const TokenTrie::Node& node, int depth,
               const Recognizer& state, float* logits) {
+  if constexpr (std::is_same_v<Recognizer, SchemaPrefix>) {
+    if (state.in_free_string()) {
+      return MaskBelowInString(table, node, depth, state, depth, state.syntax(), logits);
+    }
+  }
   if (node.plain_below && state.between_string_characters()) {
     return node.tokens_end - node.own_end;
   }
+  if (depth >= kMaxWalkDepth) return TryEachBelow(table, node, depth, state, logits);
   const TokenTrie& trie = table.trie;
   int allowed = 0;
-  if (depth >= kMaxWalkDepth) {
-    for (int32_t i = node.own_end; i < node.tokens_end; ++i) {
-      const int32_t id = trie.order()[i];
-      Recognizer next = state;
-      if (next.Accept(absl::string_view(table.bytes[id]).substr(depth))) {
-        ++allowed;
-      } else {
-        logits[id] = kBanned;
-      }
-    }
-    return allowed;
-  }
   for (int32_t c = node.children_begin; c < node.children_end; ++c) {
     const TokenTrie::Node& child = trie.node(c);
     Recognizer next = state;  // a small value: trying a byte costs a copy

@@ -7,9 +7,11 @@
 // ../shared/vocab). The table is the engine's (every non-control token's bytes) plus one
 // token per byte value, by which each state is reached. Prints, per vocabulary, the time
 // to build the table, then per state the allowed-token count and the median microseconds
-// of one Mask call (wall clock, one thread). Uses only TokenBytesTable::Make and
-// JsonConstraint, so the same source builds against older trees for before/after runs;
-// equal allowed counts show the builds mask alike.
+// of one Mask call (wall clock, one thread), in JSON mode and then with a JSON Schema
+// (structured output: a schema of typed, enum and nested properties). Uses only
+// TokenBytesTable::Make, JsonConstraint and JsonSchema::Compile, so the same source builds
+// against older trees (without the schema rows: -DQUILL_BENCH_NO_SCHEMA) for before/after
+// runs; equal allowed counts show the builds mask alike.
 
 #include <dirent.h>
 
@@ -37,6 +39,32 @@ struct State {
   const char* name;
   const char* prefix;  // the JSON text written so far
 };
+
+#ifndef QUILL_BENCH_NO_SCHEMA
+constexpr const char* kSchema = R"({
+  "type": "object",
+  "properties": {
+    "name": {"type": "string"},
+    "age": {"type": "integer"},
+    "kind": {"enum": ["cat", "dog"]},
+    "tags": {"type": "array", "items": {"type": "string"}},
+    "address": {"anyOf": [{"type": "null"},
+                          {"type": "object", "properties": {"city": {"type": "string"}}}]}
+  },
+  "required": ["name", "age", "kind"],
+  "additionalProperties": false
+})";
+
+constexpr State kSchemaStates[] = {
+    {"after '{'", "{"},
+    {"in a key", "{\"na"},
+    {"after a colon", "{\"name\":"},
+    {"in a string", "{\"name\": \"The quick"},
+    {"in an enum", "{\"kind\": \"c"},
+    {"in an integer", "{\"age\": 12"},
+    {"in an array", "{\"tags\": [\"a\", "},
+};
+#endif
 
 constexpr State kStates[] = {
     {"start", ""},
@@ -106,8 +134,7 @@ int Run(int argc, char** argv) {
     std::printf("%s: %d tokens, table built in %.1f ms\n", path.c_str(), vocab, build_ms);
     std::vector<float> logits(bytes.size());
     std::vector<double> times(reps);
-    for (const State& state : kStates) {
-      JsonConstraint json(table);
+    const auto run = [&](const State& state, JsonConstraint json) {
       for (const char* c = state.prefix; *c != '\0'; ++c) {
         json.Advance(vocab + static_cast<uint8_t>(*c));
       }
@@ -120,7 +147,17 @@ int Run(int argc, char** argv) {
       }
       std::nth_element(times.begin(), times.begin() + reps / 2, times.end());
       std::printf("  %-16s allowed %7d  %8.1f us/mask\n", state.name, allowed, times[reps / 2]);
+    };
+    for (const State& state : kStates) run(state, JsonConstraint(table));
+#ifndef QUILL_BENCH_NO_SCHEMA
+    auto schema = JsonSchema::Compile(kSchema);
+    if (!schema.ok()) {
+      std::fprintf(stderr, "schema: %s\n", schema.status().ToString().c_str());
+      return 1;
     }
+    std::printf("  with a schema:\n");
+    for (const State& state : kSchemaStates) run(state, JsonConstraint(table, *schema));
+#endif
   }
   return 0;
 }

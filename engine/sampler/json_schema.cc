@@ -107,12 +107,12 @@ class JsonSchemaCompiler {
     const JsonSchema::Node& top = nodes_[root];
     if (top.by_type[JsonSchema::kObject] < 0) {
       return absl::InvalidArgumentError(
-          "json_schema: the root must be an object schema (\"type\": \"object\"): the answer "
+          "the root must be an object schema (\"type\": \"object\"): the answer "
           "is one JSON object");
     }
     if (nodes_[top.by_type[JsonSchema::kObject]].object_depth > JsonSchema::kMaxDepth) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "json_schema: no object satisfies the schema within ", JsonSchema::kMaxDepth,
+          "no object satisfies the schema within ", JsonSchema::kMaxDepth,
           " levels of nesting (its required properties nest without end, or use false)"));
     }
     auto schema = std::make_shared<JsonSchema>();
@@ -125,7 +125,7 @@ class JsonSchemaCompiler {
   int32_t Fail(const std::string& where, const std::string& what) {
     if (status_.ok()) {
       status_ = absl::InvalidArgumentError(
-          absl::StrCat("json_schema at \"", where.empty() ? "/" : where, "\": ", what));
+          absl::StrCat("at \"", where.empty() ? "/" : where, "\": ", what));
     }
     return 0;
   }
@@ -513,7 +513,7 @@ class JsonSchemaCompiler {
 
 absl::StatusOr<std::shared_ptr<const JsonSchema>> JsonSchema::Compile(absl::string_view text) {
   const json document = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
-  if (document.is_discarded()) return absl::InvalidArgumentError("json_schema is not valid JSON");
+  if (document.is_discarded()) return absl::InvalidArgumentError("is not valid JSON");
   return JsonSchemaCompiler(document).Run();
 }
 

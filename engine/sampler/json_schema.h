@@ -60,7 +60,7 @@ class JsonSchema {
   };
 
   // Compiles a schema (JSON text). INVALID_ARGUMENT says what is wrong and where (a JSON
-  // pointer into the schema).
+  // pointer into the schema), worded to follow the name of the field that carried it.
   static absl::StatusOr<std::shared_ptr<const JsonSchema>> Compile(absl::string_view text);
 
   const Node& node(int32_t index) const { return nodes_[index]; }

@@ -7,6 +7,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "engine/sampler/json_schema.h"
 #include "nlohmann/json.hpp"
 
 namespace quill::server::http {
@@ -257,9 +258,11 @@ absl::Status RefuseUnsupported(const json& body, int n) {
   return absl::OkStatus();
 }
 
-// response_format: "text" (the default) or "json_object" (JSON mode: the engine masks
-// every token that would break the object). A JSON schema would need the schema's own
-// grammar, which is not implemented.
+// response_format: "text" (the default), "json_object" (JSON mode: the engine masks
+// every token that would break the object) or "json_schema" (structured output:
+// {"json_schema": {"name": ..., "schema": {...}, "strict": ...}}, the object also
+// satisfies the schema). The schema is compiled here too, so that what it cannot keep is
+// a 400 naming response_format (the engine request compiles it again, a few microseconds).
 absl::Status ParseResponseFormat(const json& body, quill::v1::GenerateRequest* generate) {
   const json* format = Find(body, "response_format");
   if (format == nullptr) return absl::OkStatus();
@@ -270,10 +273,25 @@ absl::Status ParseResponseFormat(const json& body, quill::v1::GenerateRequest* g
   const std::string& name = type->get_ref<const std::string&>();
   if (name == "json_object") {
     generate->set_json_object(true);
+  } else if (name == "json_schema") {
+    const json* spec = Find(*format, "json_schema");
+    const json* schema = spec != nullptr && spec->is_object() ? Find(*spec, "schema") : nullptr;
+    if (schema == nullptr) {
+      return Invalid("response_format",
+                     "json_schema must be an object with the schema in \"schema\"");
+    }
+    const std::string text = schema->dump();
+    if (auto compiled = engine::JsonSchema::Compile(text); !compiled.ok()) {
+      return Invalid("response_format",
+                     absl::StrCat("json_schema.schema ", compiled.status().message()));
+    }
+    generate->set_json_object(true);
+    generate->set_json_schema(text);
   } else if (name != "text") {
-    return Invalid(
-        "response_format",
-        absl::StrCat("type \"", name, "\" is not supported (only \"text\" and \"json_object\")"));
+    return Invalid("response_format",
+                   absl::StrCat("type \"", name,
+                                "\" is not supported (only \"text\", \"json_object\" and "
+                                "\"json_schema\")"));
   }
   return absl::OkStatus();
 }

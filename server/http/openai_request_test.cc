@@ -72,6 +72,26 @@ TEST(OpenAiRequestTest, ResponseFormatJsonObjectIsJsonMode) {
   EXPECT_FALSE(r->generate.json_object());
 }
 
+TEST(OpenAiRequestTest, ResponseFormatJsonSchemaIsStructuredOutput) {
+  const nlohmann::json schema = nlohmann::json::parse(R"({"type": "object",
+      "properties": {"a": {"type": "integer"}, "b": {"enum": ["x", "y"]}}, "required": ["a"]})");
+  for (bool chat : {true, false}) {
+    nlohmann::json body = {
+        {"response_format",
+         {{"type", "json_schema"},
+          {"json_schema", {{"name", "ab"}, {"strict", true}, {"schema", schema}}}}}};
+    if (chat) {
+      body["messages"] = {{{"role", "user"}, {"content", "x"}}};
+    } else {
+      body["prompt"] = "x";
+    }
+    absl::StatusOr<OpenAiRequest> r = chat ? Chat(body.dump()) : Completions(body.dump());
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_TRUE(r->generate.json_object());
+    EXPECT_EQ(nlohmann::json::parse(r->generate.json_schema()), schema);
+  }
+}
+
 TEST(OpenAiRequestTest, EveryFieldMapsOntoTheGenerateRequest) {
   absl::StatusOr<OpenAiRequest> r = Completions(R"({
       "prompt": ["Hi"], "max_tokens": 5, "temperature": 0.5, "top_p": 0.9, "top_k": 7,
@@ -256,6 +276,17 @@ TEST(OpenAiRequestTest, BadInputNamesTheField) {
       {R"({"messages": [{"role": "user", "content": "x"}], "ignore_eos": true,
            "response_format": {"type": "json_object"}})",
        "response_format", true},
+      {R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type":
+           "json_schema", "json_schema": {"schema": {"type": "object", "properties":
+           {"s": {"type": "string", "pattern": "^a"}}}}}})",
+       "response_format json_schema.schema at \"/properties/s\": \"pattern\" is not supported",
+       true},
+      {R"({"prompt": "x", "response_format": {"type": "json_schema", "json_schema":
+           {"schema": {"type": "array"}}}})",
+       "response_format json_schema.schema the root must be an object"},
+      {R"({"prompt": "x", "ignore_eos": true, "response_format": {"type": "json_schema",
+           "json_schema": {"schema": {"type": "object"}}}})",
+       "response_format"},
       {R"({"messages": [{"role": "user", "content": "x"}], "response_format": "json"})",
        "response_format", true},
       {R"({"prompt": "x", "temperature": "1"})", "temperature"},

@@ -3,8 +3,10 @@
 health, help, and error reporting."""
 
 import json
+import os
 import math
 import re
+import tempfile
 import unittest
 
 import e2e_util
@@ -75,6 +77,33 @@ class CliTest(unittest.TestCase):
         r = self.server.cli("generate", "--json-object", "--ignore-eos", "x")
         self.assertNotEqual(r.returncode, 0)
         self.assertIn("json_object", r.stderr)
+
+    def test_generate_json_schema_answers_with_the_schemas_object(self):
+        schema = {"type": "object", "additionalProperties": False,
+                  "properties": {"holy": {"type": "boolean"}, "verse": {"type": "integer"}},
+                  "required": ["holy", "verse"]}
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "schema.json")
+            with open(path, "w") as f:
+                json.dump(schema, f)
+            r = self.server.cli("generate", "--json-schema", path, "--max-tokens", "200",
+                                "--temperature", "0.8", "--seed", "5", "And God said")
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertRegex(r.stderr, r"\[finish_reason: EOS\]")
+            answer = json.loads(r.stdout)
+            self.assertEqual(sorted(answer), ["holy", "verse"])
+            self.assertIsInstance(answer["holy"], bool)
+            self.assertIsInstance(answer["verse"], int)
+            schema["properties"]["verse"]["minimum"] = 1
+            with open(path, "w") as f:
+                json.dump(schema, f)
+            r = self.server.cli("generate", "--json-schema", path, "x")
+            self.assertEqual(r.returncode, 1)
+            self.assertIn('INVALID_ARGUMENT: json_schema at "/properties/verse": "minimum" is '
+                          "not supported", r.stderr)
+            r = self.server.cli("generate", "--json-schema", os.path.join(tmp, "none.json"), "x")
+            self.assertEqual(r.returncode, 2)
+            self.assertIn("--json-schema: cannot read", r.stderr)
 
     def test_generate_sampling_flags_reach_the_server(self):
         def ids(*flags):

@@ -254,6 +254,55 @@ TEST_F(HttpApiTest, JsonObjectResponseFormatIsJsonMode) {
   EXPECT_FALSE(json::accept(json::parse(reply.body)["choices"][0]["text"].get<std::string>()));
 }
 
+// Structured output: the HTTP answer under response_format json_schema is the gRPC
+// json_schema answer, and satisfies the schema; a schema Quill cannot keep is a 400.
+TEST_F(HttpApiTest, JsonSchemaResponseFormatIsStructuredOutput) {
+  const json schema = {
+      {"type", "object"},
+      {"properties", {{"holy", {{"type", "boolean"}}}, {"verse", {{"type", "integer"}}}}},
+      {"required", {"holy", "verse"}},
+      {"additionalProperties", false}};
+  v1::GenerateRequest request = TextRequest("And God said", 200);
+  SetSampling(&request, 0.8f, 1.0f, 5);
+  request.set_json_schema(schema.dump());
+  const Stream grpc = Collect(*client_, request);
+  ASSERT_TRUE(grpc.status.ok()) << grpc.status;
+  ASSERT_EQ(grpc.last.finish_reason(), v1::EOS) << grpc.text;
+  const json object = json::parse(grpc.text);  // throws (fails the test) if not JSON
+  ASSERT_TRUE(object.is_object()) << grpc.text;
+  EXPECT_EQ(object.size(), 2u) << grpc.text;
+  EXPECT_TRUE(object["holy"].is_boolean()) << grpc.text;
+  EXPECT_TRUE(object["verse"].is_number_integer()) << grpc.text;
+  json body = {{"prompt", "And God said"},
+               {"max_tokens", 200},
+               {"temperature", 0.8},
+               {"seed", 5},
+               {"response_format",
+                {{"type", "json_schema"}, {"json_schema", {{"name", "v"}, {"schema", schema}}}}}};
+  for (bool stream : {false, true}) {
+    json b = body;
+    b["stream"] = stream;
+    const HttpReply reply = Post("/v1/completions", b);
+    ASSERT_EQ(reply.status, 200) << reply.body;
+    if (stream) {
+      EXPECT_EQ(ParseStream(reply).text, grpc.text);
+    } else {
+      const json choice = json::parse(reply.body)["choices"][0];
+      EXPECT_EQ(choice["text"], grpc.text);
+      EXPECT_EQ(choice["finish_reason"], "stop");
+    }
+  }
+  body["response_format"]["json_schema"]["schema"]["properties"]["verse"]["maximum"] = 10;
+  const HttpReply refused = Post("/v1/completions", body);
+  EXPECT_EQ(refused.status, 400) << refused.body;
+  EXPECT_EQ(json::parse(refused.body)["error"]["param"], "response_format") << refused.body;
+  request.set_json_schema(R"({"type": "object", "properties": {"x": {"maxLength": 3}}})");
+  const Stream bad = Collect(*client_, request);
+  EXPECT_EQ(bad.status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad.status.message(),
+            "json_schema at \"/properties/x\": \"maxLength\" is not supported");
+}
+
 // One streamed response with n choices, split by choice index.
 struct SseChoices {
   std::vector<std::string> text;

@@ -216,6 +216,37 @@ test('response_format json_object: the gRPC json_object answer, a JSON object', 
     (e) => e instanceof OpenAI.BadRequestError && e.param === 'response_format');
 });
 
+test('response_format json_schema: the gRPC json_schema answer, an object of the schema', async () => {
+  const schema = { type: 'object', additionalProperties: false, required: ['holy', 'verse'],
+                   properties: { holy: { type: 'boolean' }, verse: { type: 'integer' } } };
+  const args = { model: 'm', prompt: 'And God said', max_tokens: 200, temperature: 0.8, seed: 5,
+                 response_format: { type: 'json_schema',
+                                    json_schema: { name: 'verse', strict: true, schema } } };
+  const r = await client.completions.create(args);
+  assert.equal(r.choices[0].finish_reason, 'stop');
+  const object = JSON.parse(r.choices[0].text);
+  assert.deepEqual(Object.keys(object).sort(), ['holy', 'verse']);
+  assert.equal(typeof object.holy, 'boolean');
+  assert.ok(Number.isInteger(object.verse));
+  const dir = mkdtempSync(join(tmpdir(), 'quill-schema-'));
+  try {
+    const file = join(dir, 'schema.json');
+    writeFileSync(file, JSON.stringify(schema));
+    const grpc = grpcText(['--max-tokens', '200', '--temperature', '0.8', '--seed', '5',
+                           '--json-schema', file, 'And God said']);
+    assert.equal(r.choices[0].text, grpc);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+  const unsupported = { ...schema, properties: { ...schema.properties,
+                                                 verse: { type: 'integer', minimum: 1 } } };
+  await assert.rejects(
+    client.completions.create({ ...args, response_format: { type: 'json_schema',
+                                json_schema: { name: 'verse', schema: unsupported } } }),
+    (e) => e instanceof OpenAI.BadRequestError && e.param === 'response_format' &&
+           e.message.includes('"minimum" is not supported'));
+});
+
 test('invalid input is a 400 naming the field', async () => {
   for (const [extra, param] of [[{ n: 0 }, 'n'], [{ temperature: -1 }, 'temperature'],
                                 [{ max_tokens: 100000 }, 'max_tokens'],
