@@ -9,6 +9,7 @@
 #include "engine/base/check.h"
 #include "engine/base/utf8.h"
 #include "engine/runtime/request.h"
+#include "engine/sampler/schema_prefix.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "server/request_codec.h"
 
@@ -25,7 +26,32 @@ inline server::RequestLimits BuiltinModelLimits(const engine::Tokenizer& tokeniz
   return limits;
 }
 
+// A JSON schema that was accepted never leads into a dead end: a walk of up to 96 bytes,
+// each the first the recognizer takes from a list that tends to close what is open, finds
+// some byte accepted at every step until the object completes.
+inline void CheckSchemaHasNoDeadEnd(const engine::JsonSchema& schema) {
+  static constexpr char kPreferred[] = "}]\"0,:{[tfn-a ";
+  engine::SchemaPrefix prefix(schema);
+  for (int step = 0; step < 96 && !prefix.complete(); ++step) {
+    int chosen = -1;
+    for (const char* c = kPreferred; *c != '\0' && chosen < 0; ++c) {
+      engine::SchemaPrefix next = prefix;
+      if (next.Accept(static_cast<uint8_t>(*c))) chosen = static_cast<uint8_t>(*c);
+    }
+    for (int b = 0; b < 256 && chosen < 0; ++b) {
+      engine::SchemaPrefix next = prefix;
+      if (next.Accept(static_cast<uint8_t>(b))) chosen = b;
+    }
+    QUILL_CHECK(chosen >= 0);  // a dead end
+    QUILL_CHECK(prefix.Accept(static_cast<uint8_t>(chosen)));
+  }
+}
+
 inline void CheckAccepted(const engine::GenerationRequest& r, const server::RequestLimits& limits) {
+  if (r.json_schema != nullptr) {
+    QUILL_CHECK(r.json_object);
+    CheckSchemaHasNoDeadEnd(*r.json_schema);
+  }
   QUILL_CHECK(!r.prompt_ids.empty());
   QUILL_CHECK(static_cast<int64_t>(r.prompt_ids.size()) <= limits.max_prompt_tokens);
   for (auto id : r.prompt_ids) QUILL_CHECK(id >= 0 && id < limits.vocab_size);

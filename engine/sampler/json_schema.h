@@ -7,7 +7,9 @@
 // Kept: type (one or a list; "integer" refuses a fraction or exponent), properties,
 // required, additionalProperties (false, true or a schema; absent means none when the
 // schema names properties, any otherwise), items, enum and const of scalars, anyOf / oneOf
-// whose alternatives differ in JSON type (oneOf is then exact), allOf of one schema, $ref
+// whose alternatives differ in JSON type (oneOf read as anyOf: such alternatives cannot
+// both match, except integer beside number or an enum beside its own type, where the
+// wider is kept), allOf of one schema, $ref
 // to "#" pointers ($defs, definitions; recursion allowed), true / {}.
 // Ignored, as annotations: title, description, default, examples, format (an annotation
 // by default in JSON Schema 2020-12), $schema, $id, $comment, deprecated, readOnly,
