@@ -25,13 +25,13 @@ class SchemaPrefix {
   bool Accept(uint8_t byte);
   bool Accept(absl::string_view bytes);
   bool complete() const { return json_.complete(); }
-  // Between two characters of a string that takes any text (not an enum value, nor a key
-  // the schema names): plain text may follow unchecked.
   // Inside a string value that takes any text: until it closes, only the syntax changes.
   bool in_free_string() const {
     return literal_node_ < 0 && json_.context() == JsonPrefix::Context::kValueString;
   }
   const JsonPrefix& syntax() const { return json_; }
+  // Between two characters of a string that takes any text (not an enum value, nor a key
+  // the schema names): plain text may follow unchecked.
   bool between_string_characters() const {
     return json_.between_string_characters() && literal_node_ < 0 &&
            (json_.context() == JsonPrefix::Context::kValueString || key_any_);

@@ -262,7 +262,7 @@ absl::Status RefuseUnsupported(const json& body, int n) {
 // every token that would break the object) or "json_schema" (structured output:
 // {"json_schema": {"name": ..., "schema": {...}, "strict": ...}}, the object also
 // satisfies the schema). The schema is compiled here too, so that what it cannot keep is
-// a 400 naming response_format (the engine request compiles it again, a few microseconds).
+// a 400 naming response_format (the engine request is given its own compile).
 absl::Status ParseResponseFormat(const json& body, quill::v1::GenerateRequest* generate) {
   const json* format = Find(body, "response_format");
   if (format == nullptr) return absl::OkStatus();
