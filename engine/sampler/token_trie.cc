@@ -30,9 +30,12 @@ TokenTrie TokenTrie::Build(const std::vector<std::string>& bytes) {
     trie.max_depth_ = std::max(trie.max_depth_, static_cast<int>(bytes[id].size()));
   }
   // std::string orders bytes as unsigned, so a prefix comes before its extensions and
-  // every subtree is one run of the order.
-  std::stable_sort(trie.order_.begin(), trie.order_.end(),
-                   [&](int32_t a, int32_t b) { return bytes[a] < bytes[b]; });
+  // every subtree is one run of the order. Ties (tokens with the same bytes) by id.
+  // (std::sort: stable_sort's temporary buffer comes from a nothrow operator new.)
+  std::sort(trie.order_.begin(), trie.order_.end(), [&](int32_t a, int32_t b) {
+    const int order = bytes[a].compare(bytes[b]);
+    return order != 0 ? order < 0 : a < b;
+  });
   Node root;
   root.tokens_end = static_cast<int32_t>(trie.order_.size());
   trie.nodes_.push_back(root);
