@@ -308,6 +308,12 @@ def openai_request_seeds():
         "tool_call": '{"messages": [{"role": "assistant", "content": null, "tool_calls":'
                      ' [{"type": "function", "function": {"name": "f", "arguments":'
                      ' "{}"}}]}, {"role": "tool", "content": "1"}]}',
+        "tools_forced": '{"messages": [{"role": "user", "content": "Weather?"}], "tools":'
+                        ' [{"type": "function", "function": {"name": "get_weather",'
+                        ' "parameters": {"type": "object", "properties": {"city": {"type":'
+                        ' "string"}, "days": {"type": "integer"}}, "required": ["city"]}}},'
+                        ' {"type": "function", "function": {"name": "now"}}], "tool_choice":'
+                        ' {"type": "function", "function": {"name": "get_weather"}}, "stream": true}',
         "control_tokens": '{"messages": [{"role": "user", "content":'
                           ' "<|im_start|>system\\n\\u00e9 \\ud83d\\ude00</s>"}]}',
         "bad_shapes": '{"messages": [{"role": ""}, 3], "max_tokens": 0}',

@@ -84,7 +84,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   };
   if (chat) {
     check(quill::server::ToEngineChatRequest(parsed->messages, parsed->generate, limits,
-                                             (*prompters)[(data[0] >> 1) % prompters->size()]));
+                                             (*prompters)[(data[0] >> 1) % prompters->size()],
+                                             parsed->template_variables));
     return 0;
   }
   // Every prompt of a batch, with the request's options, as the HTTP API submits them.

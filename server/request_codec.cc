@@ -554,13 +554,16 @@ absl::Status ValidateChatMessages(const nlohmann::ordered_json& messages,
 
 absl::StatusOr<engine::GenerationRequest> ToEngineChatRequest(
     const nlohmann::ordered_json& messages, const v1::GenerateRequest& options,
-    const RequestLimits& limits, const engine::chat::ChatPrompter& prompter) {
+    const RequestLimits& limits, const engine::chat::ChatPrompter& prompter,
+    const nlohmann::ordered_json& template_variables) {
   if (absl::Status s = ValidateRequestId(options.request_id(), limits); !s.ok()) return s;
   if (absl::Status s = ValidateChatMessages(messages, limits); !s.ok()) return s;
   if (absl::Status s = ValidateOptions(options, limits, /*max_tokens_default=*/true); !s.ok()) {
     return s;
   }
-  absl::StatusOr<engine::chat::ChatPrompt> prompt = prompter.Build(messages);
+  engine::chat::ChatPromptOptions prompt_options;
+  prompt_options.extra_variables = template_variables;
+  absl::StatusOr<engine::chat::ChatPrompt> prompt = prompter.Build(messages, prompt_options);
   if (!prompt.ok()) return prompt.status();
   const int64_t prompt_tokens = static_cast<int64_t>(prompt->ids.size());
   if (prompt_tokens > limits.max_prompt_tokens) {

@@ -130,9 +130,12 @@ absl::Status ValidateChatMessages(const nlohmann::ordered_json& messages,
 // ValidateChatMessages or the option checks refuse, a template that refuses the
 // conversation ("messages: ..."), a prompt longer than max_prompt_tokens, or one that leaves
 // no room for max_tokens.
+// `template_variables` (an object or null) become more variables of the template, e.g.
+// the OpenAI request's tools.
 absl::StatusOr<engine::GenerationRequest> ToEngineChatRequest(
     const nlohmann::ordered_json& messages, const quill::v1::GenerateRequest& options,
-    const RequestLimits& limits, const engine::chat::ChatPrompter& prompter);
+    const RequestLimits& limits, const engine::chat::ChatPrompter& prompter,
+    const nlohmann::ordered_json& template_variables = nullptr);
 
 // The generation options of a Chat request as a GenerateRequest without input (the two
 // messages share the option fields' names and numbers).

@@ -91,14 +91,16 @@ absl::StatusOr<engine::GenerationRequest> RequestGateway::PrepareChat(
 
 absl::StatusOr<engine::GenerationRequest> RequestGateway::PrepareChat(
     const nlohmann::ordered_json& messages, const quill::v1::GenerateRequest& options,
-    absl::Time deadline, Api api, const Tenant& tenant) {
+    const nlohmann::ordered_json& template_variables, absl::Time deadline, Api api,
+    const Tenant& tenant) {
   absl::Status serving = CheckServing();
   if (!serving.ok()) {
     RecordRejected(api, tenant.name);
     return serving;
   }
-  return FinishPrepare(ToEngineChatRequest(messages, options, limits_, *chat_prompter_), deadline,
-                       api, tenant);
+  return FinishPrepare(
+      ToEngineChatRequest(messages, options, limits_, *chat_prompter_, template_variables),
+      deadline, api, tenant);
 }
 
 absl::StatusOr<engine::GenerationRequest> RequestGateway::FinishPrepare(

@@ -78,11 +78,12 @@ class RequestGateway {
   absl::StatusOr<engine::GenerationRequest> PrepareChat(const quill::v1::ChatRequest& request,
                                                         absl::Time deadline, Api api,
                                                         const Tenant& tenant = {});
-  // The same for an OpenAI message array and the options in `options` (HTTP).
-  absl::StatusOr<engine::GenerationRequest> PrepareChat(const nlohmann::ordered_json& messages,
-                                                        const quill::v1::GenerateRequest& options,
-                                                        absl::Time deadline, Api api,
-                                                        const Tenant& tenant = {});
+  // The same for an OpenAI message array and the options in `options` (HTTP), with
+  // more variables for the template (an object, e.g. {"tools": [...]}, or null).
+  absl::StatusOr<engine::GenerationRequest> PrepareChat(
+      const nlohmann::ordered_json& messages, const quill::v1::GenerateRequest& options,
+      const nlohmann::ordered_json& template_variables, absl::Time deadline, Api api,
+      const Tenant& tenant = {});
 
   // Engine::Submit. On error (RESOURCE_EXHAUSTED queue full, UNAVAILABLE draining,
   // ALREADY_EXISTS duplicate id, INVALID_ARGUMENT) the rejection is counted, and

@@ -67,6 +67,7 @@ absl::StatusOr<ChatPrompt> ChatPrompter::Build(const nlohmann::ordered_json& mes
   render.add_generation_prompt = options.add_generation_prompt;
   render.date = options.date;
   render.limits = options.limits;
+  render.extra_variables = options.extra_variables;
   render.bos_token = TokenTextOf(tokenizer, tokenizer.bos_id());
   render.eos_token = TokenTextOf(tokenizer, tokenizer.eos_id());
   absl::StatusOr<RenderedChat> rendered = tmpl_->Render(messages, render);

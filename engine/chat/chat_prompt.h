@@ -37,6 +37,9 @@ struct ChatPromptOptions {
   // What strftime_now() formats: this date, or the local date now if unset.
   std::optional<absl::CivilDay> date;
   RenderLimits limits;
+  // More variables for the template (ChatRenderOptions::extra_variables): an object or
+  // null.
+  nlohmann::ordered_json extra_variables;
 };
 
 struct ChatPrompt {

@@ -67,8 +67,9 @@ bool GenerationStream::OnChunk(int index, engine::TokenChunk chunk) {
       for (engine::GeneratedToken& t : chunk.tokens) c.pending.tokens.push_back(std::move(t));
     }
     // A stream's client that lets this much pile up is not reading: drop it rather than
-    // buffer without end. (A body accumulates the whole answer by design.)
-    if (stream_ && pending_bytes_ > max_pending_bytes_) {
+    // buffer without end. (A body, or a stream's forced tool call, accumulates the whole
+    // answer by design.)
+    if (stream_ && !format_.tool_call && pending_bytes_ > max_pending_bytes_) {
       spdlog::info("http client fell {} bytes behind; cancelling {}", pending_bytes_, format_.id);
       gone_ = true;
       cancel = !cancelled_;
@@ -96,7 +97,8 @@ void GenerationStream::EchoLocked(int index, std::vector<engine::GeneratedToken>
 bool GenerationStream::WouldBlock(int index) {
   absl::MutexLock lock(&mu_);
   Choice& c = choices_[index];
-  if (!stream_ || gone_ || c.pending_chunks < kMaxUnsentChunks) return false;
+  // A forced tool call is held until complete, so its chunks never wait to be sent.
+  if (!stream_ || gone_ || format_.tool_call || c.pending_chunks < kMaxUnsentChunks) return false;
   c.reported_full = true;
   return true;
 }
@@ -227,6 +229,17 @@ HttpOutput GenerationStream::NextStreamLocked() {
   for (size_t i = 0; i < choices_.size(); ++i) {
     Choice& c = choices_[i];
     const int index = static_cast<int>(i);
+    if (format_.tool_call) {  // the call goes whole once it is complete
+      if (c.finish.has_value() && c.finish->status.ok() && !c.finish_sent) {
+        body += StreamToolCallEvents(format_, index, c.pending, c.finish->reason,
+                                     CompletionTokensLocked(), UsageLocked());
+        pending_bytes_ -= static_cast<int64_t>(c.pending.text.size());
+        c.pending = OutputDelta();
+        c.role_sent = true;
+        c.finish_sent = true;
+      }
+      continue;
+    }
     const bool has_delta = HasOutput(c.pending);
     // Chat's first event of a choice carries the role even when the answer is empty.
     if (has_delta || (chat && !c.role_sent && c.finish.has_value())) {

@@ -161,6 +161,51 @@ TEST(GenerationStreamTest, BodyWaitsForTheEnd) {
   EXPECT_EQ(body["usage"]["completion_tokens"], 2);
 }
 
+// A forced tool call's answer goes out whole as tool_calls, in a body and in a stream
+// (nothing before it is complete); one cut by max_tokens stays text.
+TEST(GenerationStreamTest, AForcedToolCallIsSentAsToolCalls) {
+  auto channel = std::make_shared<FakeChannel>();
+  ResponseFormat format = Format(Endpoint::kChatCompletions);
+  format.id = "chatcmpl-abc";
+  format.tool_call = true;
+  const json expected_call = {
+      {"id", "call_abc_0"},
+      {"type", "function"},
+      {"function", {{"name", "get_weather"}, {"arguments", R"({"city":"Paris"})"}}}};
+
+  GenerationStream body(format, false, channel, [] {});
+  body.OnChunk(0, Chunk(R"({"name": "get_weather", )", 3));
+  body.OnChunk(0, Chunk(R"("arguments": {"city": "Paris"}})", 4));
+  body.OnFinish(0, Finished(engine::FinishReason::kEos, 4, 7));
+  const json message = json::parse(body.Next().body)["choices"][0];
+  EXPECT_EQ(message["finish_reason"], "tool_calls");
+  EXPECT_EQ(message["message"]["content"], nullptr);
+  EXPECT_EQ(message["message"]["tool_calls"], json::array({expected_call}));
+
+  GenerationStream stream(format, true, channel, [] {});
+  stream.OnChunk(0, Chunk(R"({"name": "get_weather", )", 3));
+  EXPECT_TRUE(stream.Next().empty());  // a part of a call is not sent
+  stream.OnChunk(0, Chunk(R"("arguments": {"city": "Paris"}})", 4));
+  stream.OnFinish(0, Finished(engine::FinishReason::kEos, 4, 7));
+  bool done = false;
+  std::vector<json> events = Events(stream.Next().body, &done);
+  EXPECT_TRUE(done);
+  ASSERT_EQ(events.size(), 2u);
+  json streamed_call = expected_call;
+  streamed_call["index"] = 0;
+  EXPECT_EQ(events[0]["choices"][0]["delta"], json({{"role", "assistant"},
+                                                    {"content", nullptr},
+                                                    {"tool_calls", json::array({streamed_call})}}));
+  EXPECT_EQ(events[1]["choices"][0]["finish_reason"], "tool_calls");
+
+  GenerationStream cut(format, false, channel, [] {});
+  cut.OnChunk(0, Chunk(R"({"name": "get_weather", "argu)", 5));
+  cut.OnFinish(0, Finished(engine::FinishReason::kLength, 4, 5));
+  const json cut_choice = json::parse(cut.Next().body)["choices"][0];
+  EXPECT_EQ(cut_choice["finish_reason"], "length");
+  EXPECT_EQ(cut_choice["message"]["content"], R"({"name": "get_weather", "argu)");
+}
+
 TEST(GenerationStreamTest, FailureBeforeOutputIsAPlainHttpErrorAfterItAnEvent) {
   auto channel = std::make_shared<FakeChannel>();
   GenerationStream early(Format(Endpoint::kCompletions), true, channel, [] {});

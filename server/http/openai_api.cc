@@ -183,8 +183,9 @@ absl::StatusOr<std::vector<engine::GenerationRequest>> OpenAiApi::Prepare(
   // one); both then go the way gRPC's Generate and Chat go, a completion once per prompt.
   std::vector<engine::GenerationRequest> prepared;
   if (endpoint == Endpoint::kChatCompletions) {
-    absl::StatusOr<engine::GenerationRequest> chat = gateway_->PrepareChat(
-        parsed.messages, parsed.generate, absl::InfiniteFuture(), Api::kHttp, tenant);
+    absl::StatusOr<engine::GenerationRequest> chat =
+        gateway_->PrepareChat(parsed.messages, parsed.generate, parsed.template_variables,
+                              absl::InfiniteFuture(), Api::kHttp, tenant);
     if (!chat.ok()) return InOpenAiTerms(chat.status(), parsed);
     prepared.push_back(*std::move(chat));
     return prepared;
@@ -221,6 +222,7 @@ ResponseFormat OpenAiApi::FormatFor(const OpenAiRequest& parsed, Endpoint endpoi
   format.include_usage = parsed.include_usage;
   format.continuous_usage = parsed.continuous_usage;
   format.logprobs = parsed.logprobs;
+  format.tool_call = parsed.tool_call;
   format.top_logprobs = parsed.top_logprobs;
   format.tokenizer = &gateway_->engine()->model().tokenizer();
   for (const engine::GenerationRequest& r : prepared) {

@@ -60,6 +60,7 @@ std::string ParamOf(absl::string_view message) {
                                                   "logit_bias",
                                                   "suffix",
                                                   "tools",
+                                                  "tool_choice",
                                                   "functions",
                                                   "response_format",
                                                   "ignore_eos",

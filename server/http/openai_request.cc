@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/sampler/json_schema.h"
 #include "nlohmann/json.hpp"
+#include "server/http/openai_tools.h"
 
 namespace quill::server::http {
 namespace {
@@ -232,7 +233,7 @@ absl::Status ParseStop(const json& body, quill::v1::GenerateRequest* out) {
 
 // Options OpenAI has and Quill does not implement: refused rather than ignored, since
 // they change the answer.
-absl::Status RefuseUnsupported(const json& body, int n) {
+absl::Status RefuseUnsupported(const json& body, Endpoint endpoint, int n) {
   // best_of = n returns every candidate, which is what n alone does; ranking more
   // candidates than are returned is not implemented.
   int best_of = n;
@@ -247,12 +248,15 @@ absl::Status RefuseUnsupported(const json& body, int n) {
                      "is not supported (no insertion: the completion follows the prompt)");
     }
   }
-  // Tools would need the answer parsed into calls: without that, the model would answer in
-  // plain text as if they had not been sent.
+  // Chat's tools are parsed with tool_choice (openai_tools.h). The deprecated functions,
+  // and tools on completions, would be answered in plain text as if not sent.
   for (const char* field : {"tools", "functions"}) {
+    if (endpoint == Endpoint::kChatCompletions && std::string(field) == "tools") continue;
     if (const json* list = Find(body, field); list != nullptr) {
       if (!list->is_array()) return Invalid(field, "must be an array");
-      if (!list->empty()) return Invalid(field, "is not supported (no tool calling)");
+      if (!list->empty()) {
+        return Invalid(field, "is not supported here (chat's tools with tool_choice are)");
+      }
     }
   }
   return absl::OkStatus();
@@ -443,7 +447,7 @@ absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(absl::string_view body, Endpoin
     return Invalid("n", absl::StrCat("gives ", choices, " choices over ", out.prompts.size(),
                                      " prompts; at most ", kMaxChoices, " per request"));
   }
-  if (absl::Status s = RefuseUnsupported(parsed, out.n); !s.ok()) return s;
+  if (absl::Status s = RefuseUnsupported(parsed, endpoint, out.n); !s.ok()) return s;
 
   int max_tokens = 0;
   bool given = false;
@@ -488,6 +492,21 @@ absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(absl::string_view body, Endpoin
     return Invalid("response_format",
                    "json_object cannot be combined with ignore_eos (the object's end ends the "
                    "answer)");
+  }
+  if (endpoint == Endpoint::kChatCompletions) {
+    absl::StatusOr<ToolRequest> tools = ParseTools(parsed);
+    if (!tools.ok()) return tools.status();
+    if (!tools->tools.is_null()) out.template_variables = {{"tools", tools->tools}};
+    if (!tools->call_schema.empty()) {
+      if (ignore_eos) return Invalid("tool_choice", "cannot force a call beside ignore_eos");
+      out.tool_call = true;
+      out.generate.set_json_object(true);
+      out.generate.set_json_schema(tools->call_schema);
+      // A call's message has no content to score (OpenAI answers logprobs null).
+      out.logprobs = false;
+      out.top_logprobs = 0;
+      out.generate.set_logprobs(0);
+    }
   }
   if (const json* ids = Find(parsed, "stop_token_ids"); ids != nullptr) {
     std::vector<int32_t> list;

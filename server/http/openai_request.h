@@ -52,6 +52,12 @@ struct OpenAiRequest {
   bool echo = false;
   // The name of the field `generate.logprobs` came from, for errors.
   std::string logprobs_field = "logprobs";
+  // Chat: more variables for the template ({"tools": [...]} when the request has tools),
+  // else null.
+  nlohmann::ordered_json template_variables;
+  // Chat: the answer is a forced tool call (openai_tools.h): generate.json_schema holds
+  // the call's schema, and the response carries it as tool_calls.
+  bool tool_call = false;
 };
 
 // OpenAI's bound on n, and Quill's on prompts x n. Each choice is admitted like a request

@@ -92,6 +92,51 @@ TEST(OpenAiRequestTest, ResponseFormatJsonSchemaIsStructuredOutput) {
   }
 }
 
+TEST(OpenAiRequestTest, ToolsReachTheTemplateAndToolChoiceForcesACall) {
+  const nlohmann::ordered_json weather = nlohmann::ordered_json::parse(R"({"type": "function",
+      "function": {"name": "get_weather", "description": "Weather in a city",
+                   "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                                  "required": ["city"]}}})");
+  const nlohmann::ordered_json time =
+      nlohmann::ordered_json::parse(R"({"type": "function", "function": {"name": "get_time"}})");
+  const auto chat = [&](nlohmann::ordered_json extra) {
+    nlohmann::ordered_json body = {{"messages", {{{"role", "user"}, {"content", "x"}}}},
+                                   {"tools", {weather, time}},
+                                   {"logprobs", true}};
+    body.update(extra);
+    return Chat(body.dump());
+  };
+  // Named: the call's name is that function's, its arguments its parameters.
+  absl::StatusOr<OpenAiRequest> r =
+      chat({{"tool_choice", {{"type", "function"}, {"function", {{"name", "get_weather"}}}}}});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->tool_call);
+  EXPECT_TRUE(r->generate.json_object());
+  EXPECT_EQ(r->template_variables["tools"], nlohmann::ordered_json({weather, time}));
+  EXPECT_FALSE(r->logprobs);  // a call has no content to score
+  nlohmann::json schema = nlohmann::json::parse(r->generate.json_schema());
+  EXPECT_EQ(schema["properties"]["name"], nlohmann::json({{"const", "get_weather"}}));
+  EXPECT_EQ(schema["properties"]["arguments"],
+            nlohmann::json::parse(weather["function"]["parameters"].dump()));
+  EXPECT_EQ(schema["required"], nlohmann::json({"name", "arguments"}));
+  // Required among two: one of their names, an object of arguments.
+  r = chat({{"tool_choice", "required"}});
+  ASSERT_TRUE(r.ok()) << r.status();
+  schema = nlohmann::json::parse(r->generate.json_schema());
+  EXPECT_EQ(schema["properties"]["name"], nlohmann::json({{"enum", {"get_weather", "get_time"}}}));
+  EXPECT_EQ(schema["properties"]["arguments"], nlohmann::json({{"type", "object"}}));
+  // None: the tools still reach the template, the answer is text.
+  r = chat({{"tool_choice", "none"}});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_FALSE(r->tool_call);
+  EXPECT_FALSE(r->generate.json_object());
+  EXPECT_TRUE(r->template_variables.contains("tools"));
+  // Without tools, nothing changes.
+  r = Chat(R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": "none"})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->template_variables.is_null());
+}
+
 TEST(OpenAiRequestTest, EveryFieldMapsOntoTheGenerateRequest) {
   absl::StatusOr<OpenAiRequest> r = Completions(R"({
       "prompt": ["Hi"], "max_tokens": 5, "temperature": 0.5, "top_p": 0.9, "top_k": 7,
@@ -265,7 +310,37 @@ TEST(OpenAiRequestTest, BadInputNamesTheField) {
       {R"({"prompt": "x", "suffix": "tail"})", "suffix"},
       {R"({"prompt": "x", "suffix": 5})", "suffix"},
       {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]})",
-       "tools", true},
+       "tools[0] must be", true},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": "required",
+           "tools": [{"type": "function", "function": {"name": "a b"}}]})",
+       "tools[0] function.name", true},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": "required",
+           "tools": [{"type": "function", "function": {"name": "f", "parameters":
+           {"type": "object", "properties": {"s": {"type": "string", "maxLength": 3}}}}}]})",
+       "tools[0] function.parameters at \"/properties/s\": \"maxLength\"", true},
+      {R"({"messages": [{"role": "user", "content": "x"}],
+           "tools": [{"type": "function", "function": {"name": "f"}}]})",
+       "tool_choice \"auto\" is not supported", true},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": "auto",
+           "tools": [{"type": "function", "function": {"name": "f"}}]})",
+       "tool_choice \"auto\" is not supported", true},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": {"type": "function",
+           "function": {"name": "g"}}, "tools": [{"type": "function", "function": {"name": "f"}}]})",
+       "tool_choice names \"g\"", true},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": "required"})",
+       "tool_choice \"required\" needs tools", true},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": "sometimes",
+           "tools": [{"type": "function", "function": {"name": "f"}}]})",
+       "tool_choice must be", true},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": "required",
+           "response_format": {"type": "json_object"},
+           "tools": [{"type": "function", "function": {"name": "f"}}]})",
+       "tool_choice cannot force", true},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": "required",
+           "ignore_eos": true, "tools": [{"type": "function", "function": {"name": "f"}}]})",
+       "tool_choice cannot force", true},
+      {R"({"prompt": "x", "tools": [{"type": "function", "function": {"name": "f"}}]})",
+       "tools is not supported here"},
       {R"({"messages": [{"role": "user", "content": "x"}], "tools": {}})", "tools", true},
       {R"({"messages": [{"role": "user", "content": "x"}], "echo": true})", "echo", true},
       {R"({"messages": [{"role": "user", "content": "x"}], "functions": [{"name": "f"}]})",

@@ -1,10 +1,12 @@
 #include "server/http/openai_response.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
 #include "server/http/openai_error.h"
+#include "server/http/openai_tools.h"
 
 namespace quill::server::http {
 namespace {
@@ -143,18 +145,56 @@ std::string StreamDeltaEvent(const ResponseFormat& format, int index, const Outp
   return Event(chunk);
 }
 
-std::string StreamFinishEvent(const ResponseFormat& format, int index, engine::FinishReason reason,
-                              const engine::FinishInfo& usage) {
+namespace {
+
+std::string FinishEvent(const ResponseFormat& format, int index, json finish_reason,
+                        const engine::FinishInfo& usage) {
   json empty = format.endpoint == Endpoint::kChatCompletions ? json::object() : json("");
   json chunk = Chunk(
       format,
-      json::array({Choice(format, index, std::move(empty), nullptr, OpenAiFinishReason(reason))}));
+      json::array({Choice(format, index, std::move(empty), nullptr, std::move(finish_reason))}));
   if (format.continuous_usage) {
     chunk["usage"] = Usage(usage);
   } else if (format.include_usage) {
     chunk["usage"] = nullptr;
   }
   return Event(chunk);
+}
+
+// Choice `index`'s answer as a tool call (nullopt when it is not one, or was cut).
+std::optional<json> ToolCall(const ResponseFormat& format, int index, const std::string& answer,
+                             engine::FinishReason reason) {
+  if (!format.tool_call || reason == engine::FinishReason::kLength) return std::nullopt;
+  const size_t dash = format.id.find('-');
+  return ToolCallOf(answer, absl::StrCat("call_", format.id.substr(dash + 1), "_", index));
+}
+
+}  // namespace
+
+std::string StreamFinishEvent(const ResponseFormat& format, int index, engine::FinishReason reason,
+                              const engine::FinishInfo& usage) {
+  return FinishEvent(format, index, OpenAiFinishReason(reason), usage);
+}
+
+std::string StreamToolCallEvents(const ResponseFormat& format, int index, const OutputDelta& answer,
+                                 engine::FinishReason reason, int completion_tokens,
+                                 const engine::FinishInfo& usage) {
+  std::optional<json> call = ToolCall(format, index, answer.text, reason);
+  if (!call.has_value()) {
+    LogprobsCursor cursor;
+    return StreamDeltaEvent(format, index, answer, /*first=*/true, completion_tokens, &cursor) +
+           StreamFinishEvent(format, index, reason, usage);
+  }
+  (*call)["index"] = 0;
+  json delta = {{"role", "assistant"}, {"content", nullptr}, {"tool_calls", {*call}}};
+  json chunk =
+      Chunk(format, json::array({Choice(format, index, std::move(delta), nullptr, nullptr)}));
+  if (format.continuous_usage) {
+    chunk["usage"] = Usage(format.prompt_tokens, completion_tokens);
+  } else if (format.include_usage) {
+    chunk["usage"] = nullptr;
+  }
+  return Event(chunk) + FinishEvent(format, index, "tool_calls", usage);
 }
 
 std::string StreamDoneEvents(const ResponseFormat& format, const engine::FinishInfo& usage) {
@@ -180,13 +220,16 @@ std::string CompleteBody(const ResponseFormat& format, const std::vector<Finishe
     const FinishedChoice& c = choices[i];
     LogprobsCursor cursor;
     json choice = {{"index", i}};
-    if (chat) {
+    std::optional<json> call = ToolCall(format, static_cast<int>(i), c.output.text, c.reason);
+    if (call.has_value()) {
+      choice["message"] = {{"role", "assistant"}, {"content", nullptr}, {"tool_calls", {*call}}};
+    } else if (chat) {
       choice["message"] = {{"role", "assistant"}, {"content", c.output.text}};
     } else {
       choice["text"] = c.output.text;
     }
     choice["logprobs"] = Logprobs(format, static_cast<int>(i), c.output, &cursor);
-    choice["finish_reason"] = OpenAiFinishReason(c.reason);
+    choice["finish_reason"] = call.has_value() ? "tool_calls" : OpenAiFinishReason(c.reason);
     rendered.push_back(std::move(choice));
   }
   const json body = {{"id", format.id},

@@ -31,6 +31,9 @@ struct ResponseFormat {
   bool continuous_usage = false;
   bool logprobs = false;
   int top_logprobs = 0;
+  // Chat: each answer is a forced tool call (openai_tools.h), sent as the message's
+  // tool_calls with finish_reason "tool_calls" (streams send it whole once it is done).
+  bool tool_call = false;
   // Completions with echo, one per prompt (empty: no echo): a choice's answer starts with
   // its prompt's text and, with logprobs, the prompt's tokens, the first of which
   // (`first_token`) has no logprob.
@@ -76,6 +79,12 @@ std::string StreamDeltaEvent(const ResponseFormat& format, int index, const Outp
 // carries `usage` (the response's usage so far).
 std::string StreamFinishEvent(const ResponseFormat& format, int index, engine::FinishReason reason,
                               const engine::FinishInfo& usage);
+// A forced tool call's events for choice `index` once its answer is complete: one delta
+// with the role and the whole call as tool_calls, then the finish with "tool_calls"; an
+// answer that is not a call (cut by max_tokens) goes as content with its own finish.
+std::string StreamToolCallEvents(const ResponseFormat& format, int index, const OutputDelta& answer,
+                                 engine::FinishReason reason, int completion_tokens,
+                                 const engine::FinishInfo& usage);
 // What ends a successful stream once every choice finished: the usage chunk when asked
 // for, then [DONE].
 std::string StreamDoneEvents(const ResponseFormat& format, const engine::FinishInfo& usage);

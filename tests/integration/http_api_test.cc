@@ -3,6 +3,7 @@
 // with the gRPC stream of the same request, with /metrics scraped for the counters.
 
 #include <algorithm>
+#include <fstream>
 #include <memory>
 #include <optional>
 #include <string>
@@ -1307,6 +1308,130 @@ TEST_F(HttpChatTest, InvalidChatIs400NamingTheField) {
     EXPECT_EQ(error["type"], "invalid_request_error") << reply.body;
     EXPECT_EQ(error["param"], c.param) << c.body.dump() << " -> " << reply.body;
   }
+}
+
+// ---------------------------------------------------------------------------------------
+// Tools, on a server whose chat template lists the tools' names and the calls of earlier
+// turns compactly (Qwen2.5's tool prompt outgrows kjv-1m's 256-token context). The
+// expected answer is gRPC Generate with the call's JSON schema on the prompt this
+// template renders, written out here by hand.
+
+constexpr char kToolsTemplate[] =
+    "{% if tools %}<tools>{% for t in tools %}{{ t.function.name }}{% if not loop.last %},"
+    "{% endif %}{% endfor %}</tools>{% endif %}{% for m in messages %}<{{ m.role }}>"
+    "{% if m.content %}{{ m.content }}{% endif %}{% if m.tool_calls %}{% for c in m.tool_calls %}"
+    "<call>{{ c.function.name }}:{{ c.function.arguments }}</call>{% endfor %}{% endif %}"
+    "{% endfor %}<assistant>";
+
+class HttpToolsTest : public SharedServerTest<HttpToolsTest> {
+ protected:
+  static void SetUpTestSuite() {
+    if (ModelPath().empty()) return;
+    const std::string path = ::testing::TempDir() + "quill_tools_template.jinja";
+    std::ofstream(path) << kToolsTemplate;
+    server::ServerOptions options = TestOptions();
+    options.chat_template_path = path;
+    StartSharedServer(options);
+  }
+  void SetUp() override {
+    if (ModelPath().empty()) GTEST_SKIP() << "shared assets not found (QUILL_SHARED_DIR)";
+    ASSERT_NE(server_, nullptr);
+  }
+  static HttpReply Post(const json& body) {
+    absl::StatusOr<HttpReply> reply =
+        HttpRequest("127.0.0.1", server_->http_port(), "POST", "/v1/chat/completions", body.dump());
+    EXPECT_TRUE(reply.ok()) << reply.status();
+    return reply.ok() ? *reply : HttpReply();
+  }
+};
+
+TEST_F(HttpToolsTest, AForcedCallIsTheSchemaConstrainedAnswerAsToolCalls) {
+  // A small call: kjv-1m fills every gap with whitespace, so few calls end in 200 tokens.
+  const json parameters = {{"type", "object"},
+                           {"properties", {{"book", {{"enum", {"Genesis", "Exodus"}}}}}},
+                           {"required", {"book"}},
+                           {"additionalProperties", false}};
+  const json tools = json::array(
+      {{{"type", "function"}, {"function", {{"name", "get_verse"}, {"parameters", parameters}}}},
+       {{"type", "function"}, {"function", {{"name", "get_time"}}}}});
+  const json messages = json::array({{{"role", "user"}, {"content", "Find the verse"}}});
+  const json call_schema = {
+      {"type", "object"},
+      {"properties", {{"name", {{"const", "get_verse"}}}, {"arguments", parameters}}},
+      {"required", {"name", "arguments"}},
+      {"additionalProperties", false}};
+  v1::GenerateRequest expected_request =
+      TextRequest("<tools>get_verse,get_time</tools><user>Find the verse<assistant>", 200);
+  SetSampling(&expected_request, 0.8f, 1.0f, 8);
+  expected_request.set_json_schema(call_schema.dump());
+  const Stream expected = Collect(*client_, expected_request);
+  ASSERT_TRUE(expected.status.ok()) << expected.status;
+  ASSERT_EQ(expected.last.finish_reason(), v1::EOS) << expected.text;
+  const json expected_call = json::parse(expected.text);
+
+  const json body = {{"messages", messages},
+                     {"tools", tools},
+                     {"tool_choice", {{"type", "function"}, {"function", {{"name", "get_verse"}}}}},
+                     {"max_tokens", 200},
+                     {"temperature", 0.8},
+                     {"seed", 8}};
+  const HttpReply reply = Post(body);
+  ASSERT_EQ(reply.status, 200) << reply.body;
+  const json answer = json::parse(reply.body);
+  const json& choice = answer["choices"][0];
+  EXPECT_EQ(choice["finish_reason"], "tool_calls");
+  EXPECT_EQ(choice["message"]["content"], nullptr);
+  ASSERT_EQ(choice["message"]["tool_calls"].size(), 1u) << reply.body;
+  const json& call = choice["message"]["tool_calls"][0];
+  EXPECT_EQ(call["type"], "function");
+  EXPECT_EQ(call["function"]["name"], "get_verse");
+  EXPECT_EQ(json::parse(call["function"]["arguments"].get<std::string>()),
+            expected_call["arguments"]);
+  EXPECT_EQ(answer["usage"]["prompt_tokens"], expected.last.usage().prompt_tokens());
+
+  json streamed_body = body;
+  streamed_body["stream"] = true;
+  const HttpReply streamed = Post(streamed_body);
+  ASSERT_EQ(streamed.status, 200) << streamed.body;
+  absl::StatusOr<std::vector<std::string>> events = ParseSseData(streamed.body);
+  ASSERT_TRUE(events.ok()) << events.status();
+  json streamed_call;
+  std::string finish;
+  for (const std::string& data : *events) {
+    if (data == "[DONE]") continue;
+    const json chunk = json::parse(data)["choices"][0];
+    if (chunk["delta"].contains("tool_calls")) streamed_call = chunk["delta"]["tool_calls"][0];
+    if (chunk["finish_reason"].is_string()) finish = chunk["finish_reason"];
+  }
+  EXPECT_EQ(finish, "tool_calls");
+  EXPECT_EQ(streamed_call["function"], call["function"]);
+
+  // The next turn carries the call and its result back; the template renders both.
+  json follow = {{"messages", messages},
+                 {"tools", tools},
+                 {"tool_choice", "none"},
+                 {"max_tokens", 4},
+                 {"temperature", 0}};
+  follow["messages"].push_back(choice["message"]);
+  follow["messages"].push_back(
+      {{"role", "tool"}, {"tool_call_id", call["id"]}, {"content", "Amen"}});
+  const HttpReply next = Post(follow);
+  ASSERT_EQ(next.status, 200) << next.body;
+  v1::GenerateRequest rendered = TextRequest(
+      absl::StrCat(
+          "<tools>get_verse,get_time</tools><user>Find the verse<assistant><call>get_verse:",
+          call["function"]["arguments"].get<std::string>(), "</call><tool>Amen<assistant>"),
+      4);
+  const Stream next_expected = Collect(*client_, rendered);
+  ASSERT_TRUE(next_expected.status.ok()) << next_expected.status;
+  EXPECT_EQ(json::parse(next.body)["choices"][0]["message"]["content"], next_expected.text);
+  EXPECT_EQ(json::parse(next.body)["usage"]["prompt_tokens"],
+            next_expected.last.usage().prompt_tokens());
+
+  // tools with OpenAI's default tool_choice ("auto") are a 400 naming tool_choice.
+  const HttpReply automatic = Post({{"messages", messages}, {"tools", tools}});
+  EXPECT_EQ(automatic.status, 400) << automatic.body;
+  EXPECT_EQ(json::parse(automatic.body)["error"]["param"], "tool_choice") << automatic.body;
 }
 
 // A server of its own: a KV pool that holds one long request and a queue of 2.
