@@ -1074,6 +1074,14 @@ const Messages kConversation = {{"system", "You are a preacher."},
                                 {"assistant", "God created the heaven and the earth."},
                                 {"user", "And then?"}};
 
+// POST /v1/chat/completions on the server at `port`.
+HttpReply PostChat(int port, const json& body) {
+  absl::StatusOr<HttpReply> reply =
+      HttpRequest("127.0.0.1", port, "POST", "/v1/chat/completions", body.dump());
+  EXPECT_TRUE(reply.ok()) << reply.status();
+  return reply.ok() ? *reply : HttpReply();
+}
+
 class HttpChatTest : public SharedServerTest<HttpChatTest> {
  protected:
   static void SetUpTestSuite() {
@@ -1090,12 +1098,7 @@ class HttpChatTest : public SharedServerTest<HttpChatTest> {
     ASSERT_NE(server_, nullptr);
   }
 
-  static HttpReply Post(const json& body) {
-    absl::StatusOr<HttpReply> reply =
-        HttpRequest("127.0.0.1", server_->http_port(), "POST", "/v1/chat/completions", body.dump());
-    EXPECT_TRUE(reply.ok()) << reply.status();
-    return reply.ok() ? *reply : HttpReply();
-  }
+  static HttpReply Post(const json& body) { return PostChat(server_->http_port(), body); }
 
   // gRPC Generate on the rendered prompt of `messages` with `options`.
   static Stream Expected(const Messages& messages, v1::GenerateRequest options) {
@@ -1337,12 +1340,7 @@ class HttpToolsTest : public SharedServerTest<HttpToolsTest> {
     if (ModelPath().empty()) GTEST_SKIP() << "shared assets not found (QUILL_SHARED_DIR)";
     ASSERT_NE(server_, nullptr);
   }
-  static HttpReply Post(const json& body) {
-    absl::StatusOr<HttpReply> reply =
-        HttpRequest("127.0.0.1", server_->http_port(), "POST", "/v1/chat/completions", body.dump());
-    EXPECT_TRUE(reply.ok()) << reply.status();
-    return reply.ok() ? *reply : HttpReply();
-  }
+  static HttpReply Post(const json& body) { return PostChat(server_->http_port(), body); }
 };
 
 TEST_F(HttpToolsTest, AForcedCallIsTheSchemaConstrainedAnswerAsToolCalls) {
