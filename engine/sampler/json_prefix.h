@@ -47,8 +47,6 @@ class JsonPrefix {
   Context context() const;
   // Inside a string where a '"' closes it (not in an escape).
   bool quote_closes_string() const { return mode_ == Mode::kString; }
-  // Containers open.
-  int depth() const { return depth_; }
 
  private:
   enum class Mode : uint8_t {

@@ -67,7 +67,6 @@ class JsonSchema {
 
   const Node& node(int32_t index) const { return nodes_[index]; }
   int32_t root() const { return root_; }
-  size_t num_nodes() const { return nodes_.size(); }
 
  private:
   friend class JsonSchemaCompiler;

@@ -27,7 +27,6 @@ TokenTrie TokenTrie::Build(const std::vector<std::string>& bytes) {
   for (size_t id = 0; id < bytes.size(); ++id) {
     if (bytes[id].empty()) continue;
     trie.order_.push_back(static_cast<int32_t>(id));
-    trie.max_depth_ = std::max(trie.max_depth_, static_cast<int>(bytes[id].size()));
   }
   // std::string orders bytes as unsigned, so a prefix comes before its extensions and
   // every subtree is one run of the order. Ties (tokens with the same bytes) by id.

@@ -37,9 +37,6 @@ class TokenTrie {
   const Node& root() const { return nodes_[0]; }
   const Node& node(int32_t index) const { return nodes_[index]; }
   const std::vector<int32_t>& order() const { return order_; }
-  // The longest token, in bytes: the depth of the deepest node.
-  int max_depth() const { return max_depth_; }
-  size_t num_nodes() const { return nodes_.size(); }
 
  private:
   // Adds the children of `parent`, whose tokens order_[parent's range) share `depth`
@@ -48,7 +45,6 @@ class TokenTrie {
 
   std::vector<Node> nodes_;
   std::vector<int32_t> order_;
-  int max_depth_ = 0;
 };
 
 }  // namespace quill::engine
