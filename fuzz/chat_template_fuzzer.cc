@@ -6,7 +6,10 @@
 //         built-in one without it), and the rest is a request's messages JSON.
 // Renders run under small RenderLimits so that every input finishes quickly. Checked:
 // errors are INVALID_ARGUMENT; the output is valid UTF-8 when the inputs are; the content
-// ranges are sorted, disjoint and inside the text.
+// ranges are sorted, disjoint and inside the text. A parsed template is also probed for
+// its tool-call syntax (as at load), and the odd mode's bytes are read as a model's
+// answer in each syntax: no calls leaves the whole answer as content, calls name a
+// known tool and carry an object of arguments.
 
 #include <cstddef>
 #include <cstdint>
@@ -15,6 +18,7 @@
 #include "engine/base/check.h"
 #include "engine/base/utf8.h"
 #include "engine/chat/chat_template.h"
+#include "engine/chat/tool_calls.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "fuzz/chat_templates.h"
 
@@ -47,6 +51,23 @@ void Check(const absl::StatusOr<chat::RenderedChat>& rendered, bool inputs_utf8)
   if (inputs_utf8) QUILL_CHECK(quill::engine::IsValidUtf8(rendered->text));
 }
 
+void CheckToolCalls(absl::string_view answer) {
+  static const std::vector<std::string>* names = new std::vector<std::string>({"f", "get_weather"});
+  for (chat::ToolCallSyntax syntax :
+       {chat::ToolCallSyntax::kNone, chat::ToolCallSyntax::kJsonObject,
+        chat::ToolCallSyntax::kHermes}) {
+    const chat::ParsedAnswer parsed = chat::ParseToolCalls(syntax, answer, *names);
+    if (parsed.calls.empty()) QUILL_CHECK(parsed.content == answer);
+    QUILL_CHECK(parsed.content.size() <= answer.size());
+    for (const chat::ToolCall& call : parsed.calls) {
+      QUILL_CHECK(call.name == "f" || call.name == "get_weather");
+      QUILL_CHECK(call.arguments.is_object());
+    }
+    chat::MayBecomeToolCall(syntax, answer, /*at_start=*/true);
+    chat::MayBecomeToolCall(syntax, answer, /*at_start=*/false);
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -65,11 +86,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                                           {"role": "assistant", "content": "Hello."},
                                           {"role": "user", "content": "Bye"}])"));
     Check(parsed->Render(*conversation, options), quill::engine::IsValidUtf8(source));
+    chat::ProbeToolCallSyntax(*parsed, options.limits);
     return 0;
   }
   const auto& templates = quill::fuzz::ChatTemplates();
   const chat::ChatTemplate& tmpl = templates[data[1] % templates.size()];
   const absl::string_view json(reinterpret_cast<const char*>(data + 2), size - 2);
+  CheckToolCalls(json);
   auto messages = chat::ParseMessagesJson(json);
   if (!messages.ok()) return 0;
   Check(tmpl.Render(*messages, options), quill::engine::IsValidUtf8(json));

@@ -245,6 +245,11 @@ def chat_template_seeds():
         "{% endif %}{{ strftime_now('%Y-%m-%d') }}",
         "{{ '%s' % 1 }}{{ range(3)|list }}{{ {'a': 1}.items()|list }}{% generation %}x"
         "{% endgeneration %}",
+        # Writes calls as Hermes does: the tool-call probe recognizes it.
+        "{% for m in messages %}<{{ m.role }}>{{ m.content or '' }}{% for c in m.tool_calls"
+        " or [] %}<tool_call>{\"name\": \"{{ c.function.name }}\", \"arguments\": "
+        "{{ c.function.arguments | tojson }}}</tool_call>{% endfor %}{% endfor %}"
+        "{% if add_generation_prompt %}<assistant>{% endif %}",
     ]
     conversations = [
         '[{"role": "user", "content": "Hello"}]',
@@ -255,6 +260,10 @@ def chat_template_seeds():
         ' "function": {"name": "f", "arguments": {"x": 1}}}]}]',
         '[{"role": "user", "content": "<|im_start|>system\\n\\u00e9 \\ud83d\\ude00"}]',
         '[]',
+        # Read as a model's answer too: calls in each syntax.
+        'Sure. <tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n'
+        '</tool_call><tool_call>{"name": "f", "arguments": "{}"}',
+        ' {"name": "f", "parameters": {"x": [1, {"y": "}"}]}}',
     ]
     seeds = {}
     for i, t in enumerate(templates):

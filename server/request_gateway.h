@@ -55,6 +55,12 @@ class RequestGateway {
   // The served model's name (GGUF general.name, else the file name); "" while loading.
   const std::string& model_name() const { return model_name_; }
   const std::string& model_path() const { return model_path_; }
+  // How the chat template writes tool calls (kNone without chat); valid once engine() is
+  // not null.
+  engine::chat::ToolCallSyntax tool_call_syntax() const {
+    return chat_prompter_.has_value() ? chat_prompter_->tool_call_syntax()
+                                      : engine::chat::ToolCallSyntax::kNone;
+  }
 
   // CheckServing, then request_codec's validation and conversion; fills in a request id
   // when the request has none, `deadline`, the front end's label and `tenant` (the front

@@ -24,7 +24,9 @@ absl::Status AsMessagesError(const absl::Status& status) {
 }  // namespace
 
 ChatPrompter::ChatPrompter(const Tokenizer& tokenizer, ChatTemplate tmpl)
-    : tokenizer_(&tokenizer), tmpl_(std::move(tmpl)) {}
+    : tokenizer_(&tokenizer),
+      tmpl_(std::move(tmpl)),
+      tool_call_syntax_(ProbeToolCallSyntax(*tmpl_)) {}
 
 ChatPrompter::ChatPrompter(const Tokenizer& tokenizer, std::string unavailable_reason)
     : tokenizer_(&tokenizer), unavailable_reason_(std::move(unavailable_reason)) {}

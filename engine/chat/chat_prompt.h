@@ -22,6 +22,7 @@
 #include "absl/time/civil_time.h"
 #include "absl/types/span.h"
 #include "engine/chat/chat_template.h"
+#include "engine/chat/tool_calls.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "nlohmann/json.hpp"
 
@@ -69,6 +70,9 @@ class ChatPrompter {
   bool available() const { return tmpl_.has_value(); }
   // Why Build() is FAILED_PRECONDITION; "" when available.
   const std::string& unavailable_reason() const { return unavailable_reason_; }
+  // How the template writes tool calls (probed once, at construction): what a model
+  // deciding for itself whether to call is read in.
+  ToolCallSyntax tool_call_syntax() const { return tool_call_syntax_; }
 
   // Renders `messages` and tokenizes the result. Errors:
   //   FAILED_PRECONDITION  no usable chat template (see ForModel);
@@ -86,6 +90,7 @@ class ChatPrompter {
   const Tokenizer* tokenizer_;  // owned by the model, which outlives every prompter
   std::optional<ChatTemplate> tmpl_;
   std::string unavailable_reason_;
+  ToolCallSyntax tool_call_syntax_ = ToolCallSyntax::kNone;
 };
 
 }  // namespace quill::engine::chat

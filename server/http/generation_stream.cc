@@ -66,10 +66,12 @@ bool GenerationStream::OnChunk(int index, engine::TokenChunk chunk) {
     if (format_.logprobs) {
       for (engine::GeneratedToken& t : chunk.tokens) c.pending.tokens.push_back(std::move(t));
     }
+    // A chat choice's role goes with its first content, so until then none was sent.
+    c.held = stream_ && engine::chat::MayBecomeToolCall(format_.tool_syntax, c.pending.text,
+                                                        /*at_start=*/!c.role_sent);
     // A stream's client that lets this much pile up is not reading: drop it rather than
-    // buffer without end. (A body, or a stream's forced tool call, accumulates the whole
-    // answer by design.)
-    if (stream_ && !format_.tool_call && pending_bytes_ > max_pending_bytes_) {
+    // buffer without end. (A body, or what may be a tool call, accumulates by design.)
+    if (stream_ && !c.held && pending_bytes_ > max_pending_bytes_) {
       spdlog::info("http client fell {} bytes behind; cancelling {}", pending_bytes_, format_.id);
       gone_ = true;
       cancel = !cancelled_;
@@ -97,8 +99,8 @@ void GenerationStream::EchoLocked(int index, std::vector<engine::GeneratedToken>
 bool GenerationStream::WouldBlock(int index) {
   absl::MutexLock lock(&mu_);
   Choice& c = choices_[index];
-  // A forced tool call is held until complete, so its chunks never wait to be sent.
-  if (!stream_ || gone_ || format_.tool_call || c.pending_chunks < kMaxUnsentChunks) return false;
+  // What may be a tool call is held until complete, so its chunks never wait to be sent.
+  if (!stream_ || gone_ || c.held || c.pending_chunks < kMaxUnsentChunks) return false;
   c.reported_full = true;
   return true;
 }
@@ -229,12 +231,14 @@ HttpOutput GenerationStream::NextStreamLocked() {
   for (size_t i = 0; i < choices_.size(); ++i) {
     Choice& c = choices_[i];
     const int index = static_cast<int>(i);
-    if (format_.tool_call) {  // the call goes whole once it is complete
+    if (c.held) {  // calls go whole once the answer is complete
       if (c.finish.has_value() && c.finish->status.ok() && !c.finish_sent) {
-        body += StreamToolCallEvents(format_, index, c.pending, c.finish->reason,
-                                     CompletionTokensLocked(), UsageLocked());
+        body += StreamHeldAnswerEvents(format_, index, c.pending, /*first=*/!c.role_sent,
+                                       c.finish->reason, CompletionTokensLocked(), UsageLocked(),
+                                       &c.cursor);
         pending_bytes_ -= static_cast<int64_t>(c.pending.text.size());
         c.pending = OutputDelta();
+        c.pending_chunks = 0;
         c.role_sent = true;
         c.finish_sent = true;
       }

@@ -12,7 +12,7 @@
 // previous event, and resumed when the connection pulls them; and, as a backstop,
 // `max_pending_bytes` of text over all choices, beyond which the client counts as gone
 // (its requests are cancelled). A body (not streamed) is the whole answer by design,
-// bounded by max_tokens.
+// bounded by max_tokens, and so is the part of a stream's answer that may be a tool call.
 //
 // Streaming responses start (HTTP 200, text/event-stream) with the first output; a request
 // that fails before any output (e.g. the server drains while it waits) gets a plain HTTP
@@ -68,6 +68,9 @@ class GenerationStream final : public ResponseSource {
     std::optional<engine::FinishInfo> finish;
     bool finish_sent = false;  // streams: its finish_reason event went out
     bool role_sent = false;    // chat streams: its first event (with the role) went out
+    // Streams: `pending` may be or become a tool call (format.tool_syntax), so it waits
+    // for the end of the answer; the engine is never paused for it.
+    bool held = false;
     int completion_tokens = 0;
     LogprobsCursor cursor;
     bool echoed = false;  // with echo: the prompt went into `pending`

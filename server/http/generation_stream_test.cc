@@ -167,7 +167,8 @@ TEST(GenerationStreamTest, AForcedToolCallIsSentAsToolCalls) {
   auto channel = std::make_shared<FakeChannel>();
   ResponseFormat format = Format(Endpoint::kChatCompletions);
   format.id = "chatcmpl-abc";
-  format.tool_call = true;
+  format.tool_syntax = engine::chat::ToolCallSyntax::kJsonObject;
+  format.tool_names = {"get_weather"};
   const json expected_call = {
       {"id", "call_abc_0"},
       {"type", "function"},
@@ -204,6 +205,87 @@ TEST(GenerationStreamTest, AForcedToolCallIsSentAsToolCalls) {
   const json cut_choice = json::parse(cut.Next().body)["choices"][0];
   EXPECT_EQ(cut_choice["finish_reason"], "length");
   EXPECT_EQ(cut_choice["message"]["content"], R"({"name": "get_weather", "argu)");
+}
+
+// tool_choice "auto" in the Hermes syntax: text streams as it comes; from what may be a
+// <tool_call> on, the answer is held (the engine never paused for it) and goes at the end
+// as tool_calls, with the text beside the calls as content.
+TEST(GenerationStreamTest, AnAutoToolCallIsHeldAndSentWhole) {
+  auto channel = std::make_shared<FakeChannel>();
+  ResponseFormat format = Format(Endpoint::kChatCompletions);
+  format.id = "chatcmpl-abc";
+  format.tool_syntax = engine::chat::ToolCallSyntax::kHermes;
+  format.tool_names = {"get_weather", "search"};
+  const std::vector<std::string> pieces = {
+      "Let me check", " the weather. <tool",
+      "_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>",
+      "\n<tool_call>\n{\"name\": \"search\", \"arguments\": {}}\n</tool_call>"};
+  const json calls =
+      json::array({{{"index", 0},
+                    {"id", "call_abc_0"},
+                    {"type", "function"},
+                    {"function", {{"name", "get_weather"}, {"arguments", R"({"city":"Paris"})"}}}},
+                   {{"index", 1},
+                    {"id", "call_abc_0_1"},
+                    {"type", "function"},
+                    {"function", {{"name", "search"}, {"arguments", "{}"}}}}});
+
+  GenerationStream stream(format, true, channel, [] {});
+  stream.OnChunk(0, Chunk(pieces[0], 2));
+  bool done = false;
+  std::vector<json> events = Events(stream.Next().body, &done);
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0]["choices"][0]["delta"],
+            json({{"role", "assistant"}, {"content", "Let me check"}}));
+  for (size_t i = 1; i < pieces.size(); ++i) {
+    stream.OnChunk(0, Chunk(pieces[i], 1));
+    EXPECT_TRUE(stream.Next().empty()) << i;
+  }
+  for (int i = 0; i < kMaxUnsentChunks; ++i) stream.OnChunk(0, Chunk("", 1));
+  EXPECT_FALSE(stream.WouldBlock(0));
+  stream.OnFinish(0, Finished(engine::FinishReason::kEos, 4, 9));
+  events = Events(stream.Next().body, &done);
+  EXPECT_TRUE(done);
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[0]["choices"][0]["delta"],
+            json({{"content", " the weather. \n"}, {"tool_calls", calls}}));
+  EXPECT_EQ(events[1]["choices"][0]["finish_reason"], "tool_calls");
+
+  GenerationStream body(format, false, channel, [] {});
+  for (const std::string& piece : pieces) body.OnChunk(0, Chunk(piece, 1));
+  body.OnFinish(0, Finished(engine::FinishReason::kEos, 4, 4));
+  const json choice = json::parse(body.Next().body)["choices"][0];
+  EXPECT_EQ(choice["finish_reason"], "tool_calls");
+  EXPECT_EQ(choice["message"]["content"], "Let me check the weather. \n");
+  json unindexed = calls;
+  for (json& call : unindexed) call.erase("index");
+  EXPECT_EQ(choice["message"]["tool_calls"], unindexed);
+}
+
+// What only looked like the start of a call is released as soon as it is not one; a call
+// that does not read (here an unknown tool) is sent as the text it is.
+TEST(GenerationStreamTest, TextThatIsNoAutoToolCallIsSentAsText) {
+  auto channel = std::make_shared<FakeChannel>();
+  ResponseFormat format = Format(Endpoint::kChatCompletions);
+  format.tool_syntax = engine::chat::ToolCallSyntax::kHermes;
+  format.tool_names = {"search"};
+  GenerationStream stream(format, true, channel, [] {});
+  stream.OnChunk(0, Chunk("Use <to", 2));
+  EXPECT_TRUE(stream.Next().empty());
+  stream.OnChunk(0, Chunk("ols wisely. ", 2));
+  bool done = false;
+  std::vector<json> events = Events(stream.Next().body, &done);
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0]["choices"][0]["delta"]["content"], "Use <tools wisely. ");
+  const std::string bad = "<tool_call>{\"name\": \"unknown\", \"arguments\": {}}</tool_call>";
+  stream.OnChunk(0, Chunk(bad, 3));
+  EXPECT_TRUE(stream.Next().empty());
+  stream.OnFinish(0, Finished(engine::FinishReason::kStop, 4, 7));
+  events = Events(stream.Next().body, &done);
+  EXPECT_TRUE(done);
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[0]["choices"][0]["delta"], json({{"content", bad}}));
+  EXPECT_EQ(events[1]["choices"][0]["finish_reason"], "stop");
 }
 
 TEST(GenerationStreamTest, FailureBeforeOutputIsAPlainHttpErrorAfterItAnEvent) {

@@ -187,6 +187,15 @@ absl::StatusOr<std::vector<engine::GenerationRequest>> OpenAiApi::Prepare(
         gateway_->PrepareChat(parsed.messages, parsed.generate, parsed.template_variables,
                               absl::InfiniteFuture(), Api::kHttp, tenant);
     if (!chat.ok()) return InOpenAiTerms(chat.status(), parsed);
+    if (parsed.tool_calls == OpenAiRequest::ToolCalls::kAuto &&
+        gateway_->tool_call_syntax() == engine::chat::ToolCallSyntax::kNone) {
+      gateway_->RecordRejected(Api::kHttp, tenant.name);
+      return absl::InvalidArgumentError(
+          "tool_choice \"auto\" needs a chat template whose tool calls Quill can read back "
+          "(a JSON object in <tool_call> tags, as Qwen2.5 and Hermes write them, or a JSON "
+          "object as the whole answer, as Llama 3 does); this model's is neither: use "
+          "\"required\" or name a function (a schema then keeps the call), or \"none\"");
+    }
     prepared.push_back(*std::move(chat));
     return prepared;
   }
@@ -222,7 +231,17 @@ ResponseFormat OpenAiApi::FormatFor(const OpenAiRequest& parsed, Endpoint endpoi
   format.include_usage = parsed.include_usage;
   format.continuous_usage = parsed.continuous_usage;
   format.logprobs = parsed.logprobs;
-  format.tool_call = parsed.tool_call;
+  switch (parsed.tool_calls) {
+    case OpenAiRequest::ToolCalls::kNone:
+      break;
+    case OpenAiRequest::ToolCalls::kForced:
+      format.tool_syntax = engine::chat::ToolCallSyntax::kJsonObject;
+      break;
+    case OpenAiRequest::ToolCalls::kAuto:
+      format.tool_syntax = gateway_->tool_call_syntax();
+      break;
+  }
+  format.tool_names = parsed.tool_names;
   format.top_logprobs = parsed.top_logprobs;
   format.tokenizer = &gateway_->engine()->model().tokenizer();
   for (const engine::GenerationRequest& r : prepared) {

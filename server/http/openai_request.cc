@@ -192,6 +192,22 @@ absl::Status ParseContent(const std::string& field, json* content) {
   return absl::OkStatus();
 }
 
+// OpenAI sends an earlier call's arguments as JSON text; Hugging Face's chat format, which
+// templates are written for, has them as an object (Qwen2.5 and Llama 3 print them with
+// `| tojson`, a string would come out quoted). Text that is not an object stays as sent.
+void CallArgumentsAsObjects(json* message) {
+  auto calls = message->find("tool_calls");
+  if (calls == message->end() || !calls->is_array()) return;
+  for (json& call : *calls) {
+    if (!call.is_object() || !call.contains("function") || !call["function"].is_object()) continue;
+    json& function = call["function"];
+    if (!function.contains("arguments") || !function["arguments"].is_string()) continue;
+    json arguments =
+        json::parse(function["arguments"].get<std::string>(), nullptr, /*allow_exceptions=*/false);
+    if (arguments.is_object()) function["arguments"] = std::move(arguments);
+  }
+}
+
 absl::Status ParseMessages(const json& body, json* out) {
   const json* m = Find(body, "messages");
   if (m == nullptr) return Invalid("messages", "is required");
@@ -212,6 +228,7 @@ absl::Status ParseMessages(const json& body, json* out) {
         return s;
       }
     }
+    CallArgumentsAsObjects(&message);
   }
   return absl::OkStatus();
 }
@@ -497,9 +514,11 @@ absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(absl::string_view body, Endpoin
     absl::StatusOr<ToolRequest> tools = ParseTools(parsed);
     if (!tools.ok()) return tools.status();
     if (!tools->tools.is_null()) out.template_variables = {{"tools", tools->tools}};
+    out.tool_names = tools->names;
+    if (tools->auto_calls) out.tool_calls = OpenAiRequest::ToolCalls::kAuto;
     if (!tools->call_schema.empty()) {
       if (ignore_eos) return Invalid("tool_choice", "cannot force a call beside ignore_eos");
-      out.tool_call = true;
+      out.tool_calls = OpenAiRequest::ToolCalls::kForced;
       out.generate.set_json_object(true);
       out.generate.set_json_schema(tools->call_schema);
       // A call's message has no content to score (OpenAI answers logprobs null).

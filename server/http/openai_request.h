@@ -55,9 +55,13 @@ struct OpenAiRequest {
   // Chat: more variables for the template ({"tools": [...]} when the request has tools),
   // else null.
   nlohmann::ordered_json template_variables;
-  // Chat: the answer is a forced tool call (openai_tools.h): generate.json_schema holds
-  // the call's schema, and the response carries it as tool_calls.
-  bool tool_call = false;
+  // Chat with tools: how the answer may carry calls (openai_tools.h). kForced: the whole
+  // answer is the call, kept by the schema in generate.json_schema. kAuto: the model
+  // decides; its calls are read in its chat template's syntax (OpenAiApi refuses a
+  // template with none). The response carries them as tool_calls.
+  enum class ToolCalls { kNone, kForced, kAuto };
+  ToolCalls tool_calls = ToolCalls::kNone;
+  std::vector<std::string> tool_names;  // what a call may name
 };
 
 // OpenAI's bound on n, and Quill's on prompts x n. Each choice is admitted like a request

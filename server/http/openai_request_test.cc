@@ -110,7 +110,8 @@ TEST(OpenAiRequestTest, ToolsReachTheTemplateAndToolChoiceForcesACall) {
   absl::StatusOr<OpenAiRequest> r =
       chat({{"tool_choice", {{"type", "function"}, {"function", {{"name", "get_weather"}}}}}});
   ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_TRUE(r->tool_call);
+  EXPECT_EQ(r->tool_calls, OpenAiRequest::ToolCalls::kForced);
+  EXPECT_EQ(r->tool_names, std::vector<std::string>({"get_weather", "get_time"}));
   EXPECT_TRUE(r->generate.json_object());
   EXPECT_EQ(r->template_variables["tools"], nlohmann::ordered_json({weather, time}));
   EXPECT_FALSE(r->logprobs);  // a call has no content to score
@@ -128,13 +129,48 @@ TEST(OpenAiRequestTest, ToolsReachTheTemplateAndToolChoiceForcesACall) {
   // None: the tools still reach the template, the answer is text.
   r = chat({{"tool_choice", "none"}});
   ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_FALSE(r->tool_call);
+  EXPECT_EQ(r->tool_calls, OpenAiRequest::ToolCalls::kNone);
   EXPECT_FALSE(r->generate.json_object());
   EXPECT_TRUE(r->template_variables.contains("tools"));
+  // Auto, said or by default with tools: free text (logprobs kept) that may hold calls to
+  // the tools, read in the template's syntax.
+  for (const nlohmann::ordered_json& extra :
+       {nlohmann::ordered_json({{"tool_choice", "auto"}}), nlohmann::ordered_json::object()}) {
+    r = chat(extra);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->tool_calls, OpenAiRequest::ToolCalls::kAuto);
+    EXPECT_EQ(r->tool_names, std::vector<std::string>({"get_weather", "get_time"}));
+    EXPECT_FALSE(r->generate.json_object());
+    EXPECT_TRUE(r->generate.json_schema().empty());
+    EXPECT_TRUE(r->logprobs);
+    EXPECT_EQ(r->template_variables["tools"], nlohmann::ordered_json({weather, time}));
+  }
   // Without tools, nothing changes.
-  r = Chat(R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": "none"})");
+  for (const char* choice : {"none", "auto"}) {
+    r = Chat(absl::StrCat(R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": ")",
+                          choice, "\"}"));
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_TRUE(r->template_variables.is_null());
+    EXPECT_EQ(r->tool_calls, OpenAiRequest::ToolCalls::kNone);
+  }
+}
+
+// OpenAI sends an earlier call's arguments as JSON text; the template gets the object
+// (Hugging Face's chat format). Text that is no object is passed on as sent.
+TEST(OpenAiRequestTest, EarlierCallArgumentsReachTheTemplateAsObjects) {
+  absl::StatusOr<OpenAiRequest> r = Chat(R"({"messages": [
+      {"role": "user", "content": "x"},
+      {"role": "assistant", "content": null, "tool_calls": [
+        {"id": "a", "type": "function", "function": {"name": "f", "arguments": "{\"b\": [1]}"}},
+        {"id": "b", "type": "function", "function": {"name": "g", "arguments": "not json"}},
+        {"id": "c", "type": "function", "function": {"name": "h", "arguments": "[1]"}}]},
+      {"role": "tool", "tool_call_id": "a", "content": "ok"}]})");
   ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_TRUE(r->template_variables.is_null());
+  const nlohmann::ordered_json& calls = r->messages[1]["tool_calls"];
+  EXPECT_EQ(calls[0]["function"]["arguments"], nlohmann::ordered_json({{"b", {1}}}));
+  EXPECT_EQ(calls[1]["function"]["arguments"], "not json");
+  EXPECT_EQ(calls[2]["function"]["arguments"], "[1]");
+  EXPECT_EQ(r->messages[2]["content"], "ok");
 }
 
 TEST(OpenAiRequestTest, EveryFieldMapsOntoTheGenerateRequest) {
@@ -318,12 +354,6 @@ TEST(OpenAiRequestTest, BadInputNamesTheField) {
            "tools": [{"type": "function", "function": {"name": "f", "parameters":
            {"type": "object", "properties": {"s": {"type": "string", "maxLength": 3}}}}}]})",
        "tools[0] function.parameters at \"/properties/s\": \"maxLength\"", true},
-      {R"({"messages": [{"role": "user", "content": "x"}],
-           "tools": [{"type": "function", "function": {"name": "f"}}]})",
-       "tool_choice \"auto\" is not supported", true},
-      {R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": "auto",
-           "tools": [{"type": "function", "function": {"name": "f"}}]})",
-       "tool_choice \"auto\" is not supported", true},
       {R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": {"type": "function",
            "function": {"name": "g"}}, "tools": [{"type": "function", "function": {"name": "f"}}]})",
        "tool_choice names \"g\"", true},

@@ -6,7 +6,6 @@
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
 #include "server/http/openai_error.h"
-#include "server/http/openai_tools.h"
 
 namespace quill::server::http {
 namespace {
@@ -161,12 +160,32 @@ std::string FinishEvent(const ResponseFormat& format, int index, json finish_rea
   return Event(chunk);
 }
 
-// Choice `index`'s answer as a tool call (nullopt when it is not one, or was cut).
-std::optional<json> ToolCall(const ResponseFormat& format, int index, const std::string& answer,
-                             engine::FinishReason reason) {
-  if (!format.tool_call || reason == engine::FinishReason::kLength) return std::nullopt;
-  const size_t dash = format.id.find('-');
-  return ToolCallOf(answer, absl::StrCat("call_", format.id.substr(dash + 1), "_", index));
+// Choice `index`'s calls as OpenAI's tool_calls: ids call_<response>_<choice>, with _<k>
+// after it for the k-th call past the first; a stream's also carry their index.
+json ToolCallsJson(const ResponseFormat& format, int index,
+                   const std::vector<engine::chat::ToolCall>& calls, bool streamed) {
+  const std::string id =
+      absl::StrCat("call_", format.id.substr(format.id.find('-') + 1), "_", index);
+  json out = json::array();
+  for (size_t k = 0; k < calls.size(); ++k) {
+    json call;
+    if (streamed) call["index"] = k;
+    call["id"] = k == 0 ? id : absl::StrCat(id, "_", k);
+    call["type"] = "function";
+    call["function"] = {{"name", calls[k].name}, {"arguments", calls[k].arguments.dump()}};
+    out.push_back(std::move(call));
+  }
+  return out;
+}
+
+// The calls in `answer` (none when it is text).
+engine::chat::ParsedAnswer CallsOf(const ResponseFormat& format, const std::string& answer) {
+  if (format.tool_syntax == engine::chat::ToolCallSyntax::kNone) return {answer, {}};
+  return engine::chat::ParseToolCalls(format.tool_syntax, answer, format.tool_names);
+}
+
+json ContentOrNull(const std::string& content) {
+  return content.empty() ? json(nullptr) : json(content);
 }
 
 }  // namespace
@@ -176,17 +195,22 @@ std::string StreamFinishEvent(const ResponseFormat& format, int index, engine::F
   return FinishEvent(format, index, OpenAiFinishReason(reason), usage);
 }
 
-std::string StreamToolCallEvents(const ResponseFormat& format, int index, const OutputDelta& answer,
-                                 engine::FinishReason reason, int completion_tokens,
-                                 const engine::FinishInfo& usage) {
-  std::optional<json> call = ToolCall(format, index, answer.text, reason);
-  if (!call.has_value()) {
-    LogprobsCursor cursor;
-    return StreamDeltaEvent(format, index, answer, /*first=*/true, completion_tokens, &cursor) +
-           StreamFinishEvent(format, index, reason, usage);
+std::string StreamHeldAnswerEvents(const ResponseFormat& format, int index,
+                                   const OutputDelta& unsent, bool first,
+                                   engine::FinishReason reason, int completion_tokens,
+                                   const engine::FinishInfo& usage, LogprobsCursor* cursor) {
+  engine::chat::ParsedAnswer answer = CallsOf(format, unsent.text);
+  if (answer.calls.empty()) {
+    std::string out;
+    if (first || !unsent.text.empty() || unsent.num_tokens > 0) {
+      out = StreamDeltaEvent(format, index, unsent, first, completion_tokens, cursor);
+    }
+    return out + StreamFinishEvent(format, index, reason, usage);
   }
-  (*call)["index"] = 0;
-  json delta = {{"role", "assistant"}, {"content", nullptr}, {"tool_calls", {*call}}};
+  json delta = json::object();
+  if (first) delta["role"] = "assistant";
+  delta["content"] = ContentOrNull(answer.content);
+  delta["tool_calls"] = ToolCallsJson(format, index, answer.calls, /*streamed=*/true);
   json chunk =
       Chunk(format, json::array({Choice(format, index, std::move(delta), nullptr, nullptr)}));
   if (format.continuous_usage) {
@@ -220,16 +244,25 @@ std::string CompleteBody(const ResponseFormat& format, const std::vector<Finishe
     const FinishedChoice& c = choices[i];
     LogprobsCursor cursor;
     json choice = {{"index", i}};
-    std::optional<json> call = ToolCall(format, static_cast<int>(i), c.output.text, c.reason);
-    if (call.has_value()) {
-      choice["message"] = {{"role", "assistant"}, {"content", nullptr}, {"tool_calls", {*call}}};
-    } else if (chat) {
+    const engine::chat::ParsedAnswer answer = CallsOf(format, c.output.text);
+    if (!answer.calls.empty()) {
+      // A call's tokens are not scored content (OpenAI answers logprobs null).
+      choice["message"] = {
+          {"role", "assistant"},
+          {"content", ContentOrNull(answer.content)},
+          {"tool_calls", ToolCallsJson(format, static_cast<int>(i), answer.calls, false)}};
+      choice["logprobs"] = nullptr;
+      choice["finish_reason"] = "tool_calls";
+      rendered.push_back(std::move(choice));
+      continue;
+    }
+    if (chat) {
       choice["message"] = {{"role", "assistant"}, {"content", c.output.text}};
     } else {
       choice["text"] = c.output.text;
     }
     choice["logprobs"] = Logprobs(format, static_cast<int>(i), c.output, &cursor);
-    choice["finish_reason"] = call.has_value() ? "tool_calls" : OpenAiFinishReason(c.reason);
+    choice["finish_reason"] = OpenAiFinishReason(c.reason);
     rendered.push_back(std::move(choice));
   }
   const json body = {{"id", format.id},

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "engine/chat/tool_calls.h"
 #include "engine/runtime/request.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "server/http/openai_request.h"
@@ -31,9 +32,12 @@ struct ResponseFormat {
   bool continuous_usage = false;
   bool logprobs = false;
   int top_logprobs = 0;
-  // Chat: each answer is a forced tool call (openai_tools.h), sent as the message's
-  // tool_calls with finish_reason "tool_calls" (streams send it whole once it is done).
-  bool tool_call = false;
+  // Chat: the syntax an answer's tool calls are read in (kNone: an answer is text);
+  // kJsonObject for a forced call, the chat template's for tool_choice "auto". Calls go
+  // out as the message's tool_calls with finish_reason "tool_calls"; a stream holds back
+  // what may be a call and sends the calls whole once the answer is complete.
+  engine::chat::ToolCallSyntax tool_syntax = engine::chat::ToolCallSyntax::kNone;
+  std::vector<std::string> tool_names;  // what a call may name
   // Completions with echo, one per prompt (empty: no echo): a choice's answer starts with
   // its prompt's text and, with logprobs, the prompt's tokens, the first of which
   // (`first_token`) has no logprob.
@@ -79,12 +83,14 @@ std::string StreamDeltaEvent(const ResponseFormat& format, int index, const Outp
 // carries `usage` (the response's usage so far).
 std::string StreamFinishEvent(const ResponseFormat& format, int index, engine::FinishReason reason,
                               const engine::FinishInfo& usage);
-// A forced tool call's events for choice `index` once its answer is complete: one delta
-// with the role and the whole call as tool_calls, then the finish with "tool_calls"; an
-// answer that is not a call (cut by max_tokens) goes as content with its own finish.
-std::string StreamToolCallEvents(const ResponseFormat& format, int index, const OutputDelta& answer,
-                                 engine::FinishReason reason, int completion_tokens,
-                                 const engine::FinishInfo& usage);
+// The events that end choice `index` once its answer is complete, when the part of it not
+// yet sent (`unsent`) may hold tool calls: with calls, a delta with any content not yet
+// sent, then one with the calls, then the finish with "tool_calls" (`first`: the choice's
+// first event, which carries the role); without, `unsent` as content and the finish.
+std::string StreamHeldAnswerEvents(const ResponseFormat& format, int index,
+                                   const OutputDelta& unsent, bool first,
+                                   engine::FinishReason reason, int completion_tokens,
+                                   const engine::FinishInfo& usage, LogprobsCursor* cursor);
 // What ends a successful stream once every choice finished: the usage chunk when asked
 // for, then [DONE].
 std::string StreamDoneEvents(const ResponseFormat& format, const engine::FinishInfo& usage);

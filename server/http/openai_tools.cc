@@ -86,13 +86,11 @@ absl::StatusOr<ToolRequest> ParseTools(const json& body) {
   const std::string mode = choice == nullptr     ? "auto"
                            : choice->is_string() ? choice->get<std::string>()
                                                  : "";
+  for (const auto& function : functions) out.names.push_back(function.first);
   if (mode == "none") return out;
   if (mode == "auto") {
-    if (functions.empty()) return out;
-    return Invalid("tool_choice",
-                   "\"auto\" is not supported: Quill makes a tool call only when the answer "
-                   "must be one (\"required\", or {\"type\": \"function\", \"function\": "
-                   "{\"name\": ...}}), and then keeps it exactly");
+    out.auto_calls = !functions.empty();
+    return out;
   }
   if (mode == "required") {
     callable = functions;
@@ -118,18 +116,6 @@ absl::StatusOr<ToolRequest> ParseTools(const json& body) {
   }
   out.call_schema = CallSchema(callable).dump();
   return out;
-}
-
-std::optional<nlohmann::json> ToolCallOf(const std::string& answer, const std::string& id) {
-  const nlohmann::json call = nlohmann::json::parse(answer, nullptr, /*allow_exceptions=*/false);
-  if (!call.is_object() || !call.contains("name") || !call["name"].is_string() ||
-      !call.contains("arguments")) {
-    return std::nullopt;
-  }
-  return nlohmann::json{
-      {"id", id},
-      {"type", "function"},
-      {"function", {{"name", call["name"]}, {"arguments", call["arguments"].dump()}}}};
 }
 
 }  // namespace quill::server::http
