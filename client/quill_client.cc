@@ -59,6 +59,8 @@ absl::string_view FinishReasonName(quill::v1::FinishReason reason) {
       return "STOP";
     case quill::v1::EOS:
       return "EOS";
+    case quill::v1::TOOL_CALLS:
+      return "TOOL_CALLS";
     default:
       return "UNSPECIFIED";
   }

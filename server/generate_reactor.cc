@@ -11,11 +11,13 @@
 namespace quill::server {
 
 StreamChannel::StreamChannel(std::string request_id, bool with_logprobs, absl::Time deadline,
-                             StreamWriter* writer, std::function<void()> on_drained)
+                             StreamWriter* writer, std::function<void()> on_drained,
+                             ToolCallReading tools)
     : request_id_(std::move(request_id)),
       with_logprobs_(with_logprobs),
       deadline_(deadline),
       on_drained_(std::move(on_drained)),
+      tools_(std::move(tools)),
       writer_(writer) {
   pending_.set_request_id(request_id_);
 }
@@ -36,6 +38,7 @@ bool StreamChannel::OnChunk(engine::TokenChunk chunk) {
     }
     if (state_ == State::kFinished) return false;
     AppendChunk(chunk, with_logprobs_, &pending_);
+    if (tools_.syntax != engine::chat::ToolCallSyntax::kNone) answer_ += chunk.text;
     ++pending_chunks_;
     if (state_ != State::kIdle) return true;  // a write is in flight: coalesce
     action = NextActionLocked();
@@ -148,6 +151,7 @@ StreamChannel::Action StreamChannel::NextActionLocked() {
     if (finish_->status.ok()) {
       // Last tokens (if any) and the final fields go out together with the OK status.
       SetFinalFields(*finish_, &pending_);
+      SetToolCalls(tools_, answer_, request_id_, &pending_);
       to_send_.Clear();
       to_send_.Swap(&pending_);
       state_ = State::kFinished;
@@ -189,15 +193,17 @@ void StreamChannel::Perform(Action action) {
 }
 
 GenerateReactor::GenerateReactor(engine::Engine* engine, std::string request_id, bool with_logprobs,
-                                 absl::Time deadline)
+                                 absl::Time deadline, ToolCallReading tools)
     : engine_(engine),
       request_id_(std::move(request_id)),
       deadline_(deadline),
-      channel_(std::make_shared<StreamChannel>(request_id_, with_logprobs, deadline, this,
-                                               [engine, id = request_id_] {
-                                                 // The engine outlives every RPC.
-                                                 if (engine != nullptr) engine->Resume(id);
-                                               })) {}
+      channel_(std::make_shared<StreamChannel>(
+          request_id_, with_logprobs, deadline, this,
+          [engine, id = request_id_] {
+            // The engine outlives every RPC.
+            if (engine != nullptr) engine->Resume(id);
+          },
+          std::move(tools))) {}
 
 void GenerateReactor::Reject(const absl::Status& status) { channel_->Reject(status); }
 

@@ -32,6 +32,7 @@
 #include "grpcpp/support/server_callback.h"
 #include "grpcpp/support/status.h"
 #include "quill/v1/quill.pb.h"
+#include "server/request_codec.h"
 #include "server/stream_limits.h"
 
 namespace quill::engine {
@@ -66,8 +67,11 @@ class StreamChannel final : public engine::TokenSink {
   // (which knows the deadline too) ends the request as kDeadline rather than kCancelled.
   // `on_drained` (may be empty) is called, on a gRPC thread, each time a write completes
   // after WouldBlock() said true: the reactor resumes the request in the engine.
+  // With `tools` (a chat with tools), the answer's text is kept and its calls go out as
+  // the last message's tool_calls (request_codec's SetToolCalls).
   StreamChannel(std::string request_id, bool with_logprobs, absl::Time deadline,
-                StreamWriter* writer, std::function<void()> on_drained = nullptr);
+                StreamWriter* writer, std::function<void()> on_drained = nullptr,
+                ToolCallReading tools = {});
 
   // engine::TokenSink (engine thread). OnChunk returns false once the client is gone.
   bool OnChunk(engine::TokenChunk chunk) override ABSL_LOCKS_EXCLUDED(mu_);
@@ -111,6 +115,7 @@ class StreamChannel final : public engine::TokenSink {
   const bool with_logprobs_;
   const absl::Time deadline_;
   const std::function<void()> on_drained_;
+  const ToolCallReading tools_;
 
   mutable absl::Mutex mu_;
   State state_ ABSL_GUARDED_BY(mu_) = State::kIdle;
@@ -118,6 +123,7 @@ class StreamChannel final : public engine::TokenSink {
   int pending_chunks_ ABSL_GUARDED_BY(mu_) = 0;               // engine chunks in pending_
   bool reported_full_ ABSL_GUARDED_BY(mu_) = false;           // WouldBlock() said true
   std::optional<engine::FinishInfo> finish_ ABSL_GUARDED_BY(mu_);
+  std::string answer_ ABSL_GUARDED_BY(mu_);  // with tools_: the whole answer's text
   bool client_gone_ ABSL_GUARDED_BY(mu_) = false;
   // Owned by gRPC (the reactor); null after Detach() from OnDone.
   StreamWriter* writer_ ABSL_GUARDED_BY(mu_);
@@ -134,7 +140,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
  public:
   // `engine` must outlive every RPC (the server shuts gRPC down before destroying it).
   GenerateReactor(engine::Engine* engine, std::string request_id, bool with_logprobs,
-                  absl::Time deadline);
+                  absl::Time deadline, ToolCallReading tools = {});
 
   // The sink handed to Engine::Submit.
   std::shared_ptr<StreamChannel> channel() const { return channel_; }

@@ -96,13 +96,18 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* GenerationService::Chat(
   absl::StatusOr<engine::GenerationRequest> converted =
       gateway_->PrepareChat(request, deadline, Api::kGrpc, *tenant);
   if (!converted.ok()) return RejectGenerate(converted.status(), /*counted=*/true);
-  return StartStream(context, *std::move(converted), deadline);
+  // PrepareChat accepted the tools, so ChatTools does too.
+  absl::StatusOr<ToolRequest> tools = ChatTools(request);
+  ToolCallReading reading;
+  if (tools.ok()) reading = ReadingOf(*tools, gateway_->tool_call_syntax());
+  return StartStream(context, *std::move(converted), deadline, std::move(reading));
 }
 
 grpc::ServerWriteReactor<grpc::ByteBuffer>* GenerationService::StartStream(
-    grpc::CallbackServerContext* context, engine::GenerationRequest request, absl::Time deadline) {
-  auto* reactor =
-      new GenerateReactor(gateway_->engine(), request.request_id, request.logprobs > 0, deadline);
+    grpc::CallbackServerContext* context, engine::GenerationRequest request, absl::Time deadline,
+    ToolCallReading tools) {
+  auto* reactor = new GenerateReactor(gateway_->engine(), request.request_id, request.logprobs > 0,
+                                      deadline, std::move(tools));
   // The engine may start streaming before Submit returns; gRPC holds a reactor's
   // operations until the method returns it.
   const absl::Status submitted =

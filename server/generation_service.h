@@ -57,10 +57,11 @@ class GenerationService final : public GeneratorServiceBase {
                                                              bool counted);
 
   // Starts the stream of an accepted request (a refusal carries retry pushback in
-  // `context`'s trailing metadata).
+  // `context`'s trailing metadata); a chat's tool calls are read with `tools`.
   grpc::ServerWriteReactor<grpc::ByteBuffer>* StartStream(grpc::CallbackServerContext* context,
                                                           engine::GenerationRequest request,
-                                                          absl::Time deadline);
+                                                          absl::Time deadline,
+                                                          ToolCallReading tools = {});
   // The caller's tenant (ResolveTenant: the API key's, or else the x-quill-tenant
   // metadata); UNAUTHENTICATED when API keys are in force and the call has no valid one,
   // INVALID_ARGUMENT for a malformed x-quill-tenant when they are not.

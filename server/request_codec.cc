@@ -12,6 +12,7 @@
 #include "engine/sampler/json_schema.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/unknown_field_set.h"
+#include "server/tool_request.h"
 
 namespace quill::server {
 namespace {
@@ -353,20 +354,82 @@ absl::Status ValidateChatRequest(const v1::ChatRequest& request, const RequestLi
     const v1::ChatMessage& m = request.messages(i);
     const std::string field = absl::StrCat("messages[", i, "]");
     if (m.role().empty()) return Invalid(absl::StrCat(field, ".role"), "is empty");
-    for (const auto& [name, text] :
-         {std::pair<const char*, const std::string&>("role", m.role()), {"content", m.content()}}) {
-      if (const int64_t bad = FirstInvalidUtf8(text); bad >= 0) {
+    std::vector<std::pair<std::string, const std::string*>> texts = {
+        {"role", &m.role()}, {"content", &m.content()}, {"tool_call_id", &m.tool_call_id()}};
+    for (int k = 0; k < m.tool_calls_size(); ++k) {
+      const v1::ToolCall& call = m.tool_calls(k);
+      const std::string at = absl::StrCat("tool_calls[", k, "].");
+      texts.push_back({at + "id", &call.id()});
+      texts.push_back({at + "name", &call.name()});
+      texts.push_back({at + "arguments_json", &call.arguments_json()});
+    }
+    for (const auto& [name, text] : texts) {
+      if (const int64_t bad = FirstInvalidUtf8(*text); bad >= 0) {
         return Invalid(absl::StrCat(field, ".", name),
                        absl::StrCat("is not valid UTF-8 at byte ", bad));
       }
+      bytes += static_cast<int64_t>(text->size());
     }
-    bytes += static_cast<int64_t>(m.role().size() + m.content().size());
   }
   if (bytes > limits.max_chat_content_bytes) {
-    return Invalid("messages", absl::StrCat("hold ", bytes, " bytes of roles and content; at most ",
-                                            limits.max_chat_content_bytes, " are allowed"));
+    return Invalid("messages",
+                   absl::StrCat("hold ", bytes, " bytes of roles, content and tool calls; at most ",
+                                limits.max_chat_content_bytes, " are allowed"));
+  }
+  for (int i = 0; i < request.tools_size(); ++i) {
+    const v1::Tool& tool = request.tools(i);
+    for (const auto& [name, text] :
+         {std::pair<const char*, const std::string&>("name", tool.name()),
+          {"description", tool.description()},
+          {"parameters_json", tool.parameters_json()}}) {
+      if (const int64_t bad = FirstInvalidUtf8(text); bad >= 0) {
+        return Invalid(absl::StrCat("tools[", i, "].", name),
+                       absl::StrCat("is not valid UTF-8 at byte ", bad));
+      }
+    }
+  }
+  if (const int64_t bad = FirstInvalidUtf8(request.tool_choice()); bad >= 0) {
+    return Invalid("tool_choice", absl::StrCat("is not valid UTF-8 at byte ", bad));
   }
   return ValidateOptions(ChatOptions(request), limits, /*max_tokens_default=*/true);
+}
+
+absl::StatusOr<ToolRequest> ChatTools(const v1::ChatRequest& request) {
+  using json = nlohmann::ordered_json;
+  json body = json::object();
+  if (request.tools_size() > 0) {
+    json tools = json::array();
+    for (int i = 0; i < request.tools_size(); ++i) {
+      const v1::Tool& tool = request.tools(i);
+      json function = {{"name", tool.name()}};
+      if (!tool.description().empty()) function["description"] = tool.description();
+      if (!tool.parameters_json().empty()) {
+        json parameters = json::parse(tool.parameters_json(), nullptr, /*allow_exceptions=*/false);
+        if (parameters.is_discarded()) {
+          return Invalid(absl::StrCat("tools[", i, "].parameters_json"), "is not JSON");
+        }
+        function["parameters"] = std::move(parameters);
+      }
+      tools.push_back({{"type", "function"}, {"function", std::move(function)}});
+    }
+    body["tools"] = std::move(tools);
+  }
+  const std::string& choice = request.tool_choice();
+  if (choice == "auto" || choice == "none" || choice == "required") {
+    body["tool_choice"] = choice;
+  } else if (!choice.empty()) {
+    body["tool_choice"] = {{"type", "function"}, {"function", {{"name", choice}}}};
+  }
+  absl::StatusOr<ToolRequest> tools = ParseTools(body);
+  if (!tools.ok()) return tools.status();
+  if (!tools->call_schema.empty()) {
+    if (request.json_object() || !request.json_schema().empty()) {
+      return Invalid("tool_choice", "cannot force a call beside json_object or json_schema");
+    }
+    if (request.ignore_eos())
+      return Invalid("tool_choice", "cannot force a call beside ignore_eos");
+  }
+  return tools;
 }
 
 v1::GenerateRequest ChatOptions(const v1::ChatRequest& request) {
@@ -516,11 +579,38 @@ absl::StatusOr<engine::GenerationRequest> ToEngineChatRequest(
     const v1::ChatRequest& request, const RequestLimits& limits,
     const engine::chat::ChatPrompter& prompter) {
   if (absl::Status s = ValidateChatRequest(request, limits); !s.ok()) return s;
-  nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+  absl::StatusOr<ToolRequest> tools = ChatTools(request);
+  if (!tools.ok()) return tools.status();
+  if (absl::Status s = CheckCallsReadable(*tools, prompter.tool_call_syntax()); !s.ok()) return s;
+  using json = nlohmann::ordered_json;
+  json messages = json::array();
   for (const v1::ChatMessage& m : request.messages()) {
-    messages.push_back({{"role", m.role()}, {"content", m.content()}});
+    json message = {{"role", m.role()}, {"content", m.content()}};
+    if (m.tool_calls_size() > 0) {
+      json calls = json::array();
+      for (const v1::ToolCall& call : m.tool_calls()) {
+        // The arguments as the object they encode (Hugging Face's chat format); text that
+        // is not one stays as sent.
+        json arguments = json::parse(call.arguments_json(), nullptr, /*allow_exceptions=*/false);
+        if (!arguments.is_object()) arguments = call.arguments_json();
+        calls.push_back(
+            {{"id", call.id()},
+             {"type", "function"},
+             {"function", {{"name", call.name()}, {"arguments", std::move(arguments)}}}});
+      }
+      message["tool_calls"] = std::move(calls);
+    }
+    if (!m.tool_call_id().empty()) message["tool_call_id"] = m.tool_call_id();
+    messages.push_back(std::move(message));
   }
-  return ToEngineChatRequest(messages, ChatOptions(request), limits, prompter);
+  v1::GenerateRequest options = ChatOptions(request);
+  if (!tools->call_schema.empty()) {
+    options.set_json_object(true);
+    options.set_json_schema(tools->call_schema);
+  }
+  json variables = nullptr;
+  if (!tools->tools.is_null()) variables = {{"tools", tools->tools}};
+  return ToEngineChatRequest(messages, options, limits, prompter, variables);
 }
 
 absl::Status ValidateChatMessages(const nlohmann::ordered_json& messages,
@@ -636,6 +726,33 @@ void SetFinalFields(const engine::FinishInfo& info, v1::GenerateResponse* respon
   t->set_prefill_seconds(absl::ToDoubleSeconds(info.timings.prefill));
   t->set_decode_seconds(absl::ToDoubleSeconds(info.timings.decode));
   t->set_total_seconds(absl::ToDoubleSeconds(info.timings.total));
+}
+
+ToolCallReading ReadingOf(const ToolRequest& tools, engine::chat::ToolCallSyntax template_syntax) {
+  ToolCallReading reading;
+  if (!tools.call_schema.empty()) {
+    reading.syntax = engine::chat::ToolCallSyntax::kJsonObject;
+  } else if (tools.auto_calls) {
+    reading.syntax = template_syntax;
+  }
+  if (reading.syntax != engine::chat::ToolCallSyntax::kNone) reading.names = tools.names;
+  return reading;
+}
+
+void SetToolCalls(const ToolCallReading& reading, absl::string_view answer,
+                  absl::string_view request_id, v1::GenerateResponse* last) {
+  if (reading.syntax == engine::chat::ToolCallSyntax::kNone) return;
+  const engine::chat::ParsedAnswer parsed =
+      engine::chat::ParseToolCalls(reading.syntax, answer, reading.names);
+  if (parsed.calls.empty()) return;
+  const std::string id = absl::StrCat("call_", request_id);
+  for (size_t k = 0; k < parsed.calls.size(); ++k) {
+    v1::ToolCall* call = last->add_tool_calls();
+    call->set_id(k == 0 ? id : absl::StrCat(id, "_", k));
+    call->set_name(parsed.calls[k].name);
+    call->set_arguments_json(parsed.calls[k].arguments.dump());
+  }
+  last->set_finish_reason(v1::TOOL_CALLS);
 }
 
 }  // namespace quill::server

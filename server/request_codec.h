@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -18,6 +19,7 @@
 #include "grpcpp/support/byte_buffer.h"
 #include "nlohmann/json.hpp"
 #include "quill/v1/quill.pb.h"
+#include "server/tool_request.h"
 
 namespace quill::server {
 
@@ -109,8 +111,16 @@ absl::StatusOr<engine::GenerationRequest> ToEngineRequest(const quill::v1::Gener
 absl::Status ValidateChatRequest(const quill::v1::ChatRequest& request,
                                  const RequestLimits& limits);
 
+// The Chat request's tools and tool_choice (in OpenAI's shapes, through ParseTools):
+// INVALID_ARGUMENT naming the field for what ParseTools refuses, parameters_json that is
+// not JSON, or a forced call beside json_object, json_schema or ignore_eos.
+absl::StatusOr<ToolRequest> ChatTools(const quill::v1::ChatRequest& request);
+
 // Validates `request`, renders and tokenizes its messages through `prompter` and builds the
-// engine request (the JSON overload below, after ValidateChatRequest).
+// engine request (the JSON overload below, after ValidateChatRequest): earlier calls'
+// arguments reach the template as objects, the tools as its `tools` variable, and a forced
+// call's schema becomes the request's json_schema. INVALID_ARGUMENT also for tool_choice
+// "auto" (or unset) with tools when `prompter`'s template writes no calls Quill reads.
 absl::StatusOr<engine::GenerationRequest> ToEngineChatRequest(
     const quill::v1::ChatRequest& request, const RequestLimits& limits,
     const engine::chat::ChatPrompter& prompter);
@@ -175,5 +185,22 @@ void AppendChunk(const engine::TokenChunk& chunk, bool with_logprobs,
 
 // Sets the fields of the last message: finish_reason, usage, timings.
 void SetFinalFields(const engine::FinishInfo& info, quill::v1::GenerateResponse* response);
+
+// How a chat answer's tool calls are read (syntax kNone: not at all), and what they may
+// name.
+struct ToolCallReading {
+  engine::chat::ToolCallSyntax syntax = engine::chat::ToolCallSyntax::kNone;
+  std::vector<std::string> names;
+};
+
+// The reading for accepted `tools`: a forced call's answer is the call's JSON object; with
+// "auto", the chat template's `template_syntax`; otherwise none.
+ToolCallReading ReadingOf(const ToolRequest& tools, engine::chat::ToolCallSyntax template_syntax);
+
+// When `answer` (the whole answer's text) reads as calls in `reading`: they become the last
+// message's tool_calls (ids call_<request_id>, then _<k> for the k-th past the first) and
+// its finish_reason TOOL_CALLS. Otherwise nothing changes.
+void SetToolCalls(const ToolCallReading& reading, absl::string_view answer,
+                  absl::string_view request_id, quill::v1::GenerateResponse* last);
 
 }  // namespace quill::server

@@ -1,6 +1,7 @@
 #include "server/request_codec.h"
 
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <map>
 #include <string>
@@ -668,6 +669,162 @@ TEST(ChatCodecTest, MessagesAreBoundedAndShaped) {
     EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument) << c.messages;
     EXPECT_THAT(std::string(got.status().message()), ::testing::StartsWith(c.field)) << c.messages;
   }
+}
+
+// A template that lists the tools and writes calls as Hermes does (so "auto" can read them).
+constexpr char kToolsTemplate[] =
+    "{% for t in tools or [] %}[{{ t.function.name }}:{{ t.function.description }}:"
+    "{{ t.function.parameters | tojson }}]{% endfor %}{% for m in messages %}<{{ m.role }}>"
+    "{{ m.content }}{% for c in m.tool_calls or [] %}<tool_call>{\"name\": "
+    "\"{{ c.function.name }}\", \"arguments\": {{ c.function.arguments | tojson }}}"
+    "</tool_call>{% endfor %}{% if m.tool_call_id %}#{{ m.tool_call_id }}{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}<assistant>{% endif %}";
+
+// Room for the tools' prompt.
+RequestLimits ToolsLimits() {
+  RequestLimits limits = Limits();
+  limits.context_length = 512;
+  limits.max_prompt_tokens = 511;
+  return limits;
+}
+
+v1::ChatRequest ToolsChat() {
+  v1::ChatRequest request;
+  v1::ChatMessage* user = request.add_messages();
+  user->set_role("user");
+  user->set_content("w?");
+  v1::Tool* tool = request.add_tools();
+  tool->set_name("w");
+  tool->set_description("d");
+  tool->set_parameters_json(R"({"type": "object", "properties": {"c": {"type": "string"}}})");
+  request.set_max_tokens(4);
+  return request;
+}
+
+TEST(ChatCodecTest, ToolsAndEarlierCallsReachTheTemplate) {
+  ByteTokenizer tokenizer;
+  const auto prompter = Prompter(tokenizer, kToolsTemplate);
+  ASSERT_EQ(prompter.tool_call_syntax(), engine::chat::ToolCallSyntax::kHermes);
+  v1::ChatRequest request = ToolsChat();
+  v1::ChatMessage* assistant = request.add_messages();
+  assistant->set_role("assistant");
+  v1::ToolCall* call = assistant->add_tool_calls();
+  call->set_id("call_1");
+  call->set_name("w");
+  call->set_arguments_json(R"({"c":"Oslo"})");
+  v1::ChatMessage* result = request.add_messages();
+  result->set_role("tool");
+  result->set_tool_call_id("call_1");
+  result->set_content("cold");
+  absl::StatusOr<engine::GenerationRequest> got =
+      ToEngineChatRequest(request, ToolsLimits(), prompter);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->prompt_ids,
+            BytesWithBos(R"([w:d:{"type": "object", "properties": {"c": {"type": "string"}}}])"
+                         R"(<user>w?<assistant><tool_call>{"name": "w", "arguments": )"
+                         R"({"c": "Oslo"}}</tool_call><tool>cold#call_1<assistant>)"));
+  EXPECT_FALSE(got->json_object);  // "auto": free text
+
+  // Forced: the call's schema keeps the answer.
+  request.set_tool_choice("w");
+  got = ToEngineChatRequest(request, ToolsLimits(), prompter);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_TRUE(got->json_object);
+  ASSERT_NE(got->json_schema, nullptr);
+  absl::StatusOr<ToolRequest> tools = ChatTools(request);
+  ASSERT_TRUE(tools.ok()) << tools.status();
+  EXPECT_EQ(ReadingOf(*tools, engine::chat::ToolCallSyntax::kHermes).syntax,
+            engine::chat::ToolCallSyntax::kJsonObject);
+  request.set_tool_choice("");
+  tools = ChatTools(request);
+  ASSERT_TRUE(tools.ok()) << tools.status();
+  EXPECT_EQ(ReadingOf(*tools, engine::chat::ToolCallSyntax::kHermes).syntax,
+            engine::chat::ToolCallSyntax::kHermes);
+  EXPECT_EQ(ReadingOf(*tools, engine::chat::ToolCallSyntax::kHermes).names,
+            std::vector<std::string>({"w"}));
+  request.set_tool_choice("none");
+  tools = ChatTools(request);
+  ASSERT_TRUE(tools.ok()) << tools.status();
+  EXPECT_EQ(ReadingOf(*tools, engine::chat::ToolCallSyntax::kHermes).syntax,
+            engine::chat::ToolCallSyntax::kNone);
+}
+
+TEST(ChatCodecTest, BadToolsAreInvalidArgumentNamingTheField) {
+  ByteTokenizer tokenizer;
+  const auto hermes = Prompter(tokenizer, kToolsTemplate);
+  const auto plain = Prompter(tokenizer, "{% for m in messages %}{{ m.content }}{% endfor %}");
+  ASSERT_EQ(plain.tool_call_syntax(), engine::chat::ToolCallSyntax::kNone);
+  const struct {
+    std::function<void(v1::ChatRequest*)> change;
+    const char* message;
+  } cases[] = {
+      {[](v1::ChatRequest* r) { r->mutable_tools(0)->set_name("a b"); }, "tools[0] function.name"},
+      {[](v1::ChatRequest* r) { r->mutable_tools(0)->set_parameters_json("{"); },
+       "tools[0].parameters_json is not JSON"},
+      {[](v1::ChatRequest* r) { r->mutable_tools(0)->set_parameters_json(R"({"minLength": 1})"); },
+       "tools[0] function.parameters"},
+      {[](v1::ChatRequest* r) { r->mutable_tools(0)->set_description("\xff"); },
+       "tools[0].description is not valid UTF-8"},
+      {[](v1::ChatRequest* r) { r->set_tool_choice("x"); }, "tool_choice names \"x\""},
+      {[](v1::ChatRequest* r) {
+         r->set_tool_choice("required");
+         r->set_json_object(true);
+       },
+       "tool_choice cannot force a call beside json_object"},
+      {[](v1::ChatRequest* r) {
+         r->set_tool_choice("w");
+         r->set_ignore_eos(true);
+       },
+       "tool_choice cannot force a call beside ignore_eos"},
+      {[](v1::ChatRequest* r) {
+         r->clear_tools();
+         r->set_tool_choice("required");
+       },
+       "tool_choice \"required\" needs tools"},
+      {[](v1::ChatRequest* r) {
+         r->mutable_messages(0)->add_tool_calls()->set_arguments_json("\xfe");
+       },
+       "messages[0].tool_calls[0].arguments_json is not valid UTF-8"},
+  };
+  for (const auto& c : cases) {
+    v1::ChatRequest request = ToolsChat();
+    c.change(&request);
+    absl::Status got = ToEngineChatRequest(request, ToolsLimits(), hermes).status();
+    EXPECT_EQ(got.code(), absl::StatusCode::kInvalidArgument) << c.message;
+    EXPECT_THAT(std::string(got.message()), ::testing::StartsWith(c.message));
+  }
+  // "auto" (said or by default) needs a template whose calls are read; the others do not.
+  for (const char* choice : {"", "auto"}) {
+    v1::ChatRequest request = ToolsChat();
+    request.set_tool_choice(choice);
+    absl::Status got = ToEngineChatRequest(request, ToolsLimits(), plain).status();
+    EXPECT_EQ(got.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(got.message()),
+                ::testing::StartsWith("tool_choice \"auto\" needs a chat template"));
+  }
+  for (const char* choice : {"none", "required", "w"}) {
+    v1::ChatRequest request = ToolsChat();
+    request.set_tool_choice(choice);
+    EXPECT_TRUE(ToEngineChatRequest(request, ToolsLimits(), plain).ok()) << choice;
+  }
+}
+
+TEST(ChatCodecTest, SetToolCallsReadsTheAnswerOnlyWhenItIsCalls) {
+  ToolCallReading reading;
+  reading.syntax = engine::chat::ToolCallSyntax::kJsonObject;
+  reading.names = {"w"};
+  v1::GenerateResponse last;
+  last.set_finish_reason(v1::EOS);
+  SetToolCalls(reading, R"({"name": "w", "arguments": {"c": "x"}})", "r1", &last);
+  ASSERT_EQ(last.tool_calls_size(), 1);
+  EXPECT_EQ(last.tool_calls(0).id(), "call_r1");
+  EXPECT_EQ(last.tool_calls(0).arguments_json(), R"({"c":"x"})");
+  EXPECT_EQ(last.finish_reason(), v1::TOOL_CALLS);
+  v1::GenerateResponse text;
+  text.set_finish_reason(v1::LENGTH);
+  SetToolCalls(reading, R"({"name": "w", "argu)", "r1", &text);
+  EXPECT_EQ(text.tool_calls_size(), 0);
+  EXPECT_EQ(text.finish_reason(), v1::LENGTH);
 }
 
 TEST(ChatCodecTest, NoTemplateIsFailedPrecondition) {

@@ -192,6 +192,59 @@ TEST_F(StreamChannelTest, SuccessfulEndRidesOnTheLastMessageAfterTheWriteInFligh
   EXPECT_EQ(writer_.calls().size(), 2u);
 }
 
+// A chat with tools: the text streams as the model writes it, and the calls it holds go
+// out parsed on the last message, whichever messages the text came in.
+TEST(StreamChannelToolsTest, TheAnswersCallsRideOnTheLastMessage) {
+  RecordingWriter writer;
+  ToolCallReading tools;
+  tools.syntax = engine::chat::ToolCallSyntax::kHermes;
+  tools.names = {"get_weather"};
+  StreamChannel channel("req-7", /*with_logprobs=*/false, absl::InfiniteFuture(), &writer, nullptr,
+                        tools);
+  const std::vector<std::string> pieces = {
+      "Checking. <tool_",
+      "call>{\"name\": \"get_weather\", \"arguments\": ", "{\"city\": \"Oslo\"}}</tool_call>"};
+  channel.OnChunk(Chunk({1}, pieces[0]));
+  channel.OnChunk(Chunk({2}, pieces[1]));  // behind the write in flight
+  writer.CompleteWrite();
+  channel.OnWriteDone(true);
+  channel.OnChunk(Chunk({3}, pieces[2]));
+  channel.OnFinish(Finish(engine::FinishReason::kEos));
+  writer.CompleteWrite();
+  channel.OnWriteDone(true);
+  const std::vector<Call> calls = writer.calls();
+  ASSERT_EQ(calls.size(), 3u);
+  EXPECT_EQ(calls[0].message.text() + calls[1].message.text() + calls[2].message.text(),
+            pieces[0] + pieces[1] + pieces[2]);
+  EXPECT_EQ(calls[1].message.tool_calls_size(), 0);
+  ASSERT_EQ(calls[2].kind, Call::kLast);
+  EXPECT_EQ(calls[2].message.finish_reason(), v1::TOOL_CALLS);
+  ASSERT_EQ(calls[2].message.tool_calls_size(), 1);
+  EXPECT_EQ(calls[2].message.tool_calls(0).id(), "call_req-7");
+  EXPECT_EQ(calls[2].message.tool_calls(0).name(), "get_weather");
+  EXPECT_EQ(calls[2].message.tool_calls(0).arguments_json(), R"({"city":"Oslo"})");
+  channel.Detach();
+
+  // The same text without tools to read is text; so is a call to a tool not given.
+  for (const std::vector<std::string>& names :
+       {std::vector<std::string>{}, std::vector<std::string>{"search"}}) {
+    RecordingWriter plain_writer;
+    ToolCallReading reading = tools;
+    reading.names = names;
+    if (names.empty()) reading.syntax = engine::chat::ToolCallSyntax::kNone;
+    StreamChannel plain("req-8", false, absl::InfiniteFuture(), &plain_writer, nullptr, reading);
+    plain.OnChunk(Chunk({1, 2, 3}, pieces[0] + pieces[1] + pieces[2]));
+    plain.OnFinish(Finish(engine::FinishReason::kEos));
+    plain_writer.CompleteWrite();
+    plain.OnWriteDone(true);
+    const std::vector<Call> plain_calls = plain_writer.calls();
+    ASSERT_EQ(plain_calls.size(), 2u);
+    EXPECT_EQ(plain_calls[1].message.finish_reason(), v1::EOS);
+    EXPECT_EQ(plain_calls[1].message.tool_calls_size(), 0);
+    plain.Detach();
+  }
+}
+
 TEST_F(StreamChannelTest, EndWithNothingPendingSendsAFinalMessageWithoutTokens) {
   channel_.OnChunk(Chunk({10}, "a"));
   WriteDone();

@@ -4,12 +4,14 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <iostream>
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
@@ -28,51 +30,76 @@ struct ChatFlags {
   bool json_object = false;
   std::string json_schema_file;
   std::string json_schema;  // the file's text
+  std::string tools_file;
+  std::vector<quill::v1::Tool> tools;  // the file's
+  std::string tool_choice;
   absl::Duration timeout = absl::Seconds(120);
   bool stats = false;
 };
 
-// The conversation so far: the system message (if any), then user/assistant turns.
+// The conversation so far: the system message (if any), then user, assistant and tool
+// turns (an assistant turn keeps its tool calls, so that the template writes them back).
 class Conversation {
  public:
   explicit Conversation(std::string system) : system_(std::move(system)) {}
 
   // Back to the system message alone.
   void Reset() { turns_.clear(); }
+  void Add(quill::v1::ChatMessage message) { turns_.push_back(std::move(message)); }
   void Add(std::string role, std::string content) {
-    turns_.emplace_back(std::move(role), std::move(content));
+    quill::v1::ChatMessage m;
+    m.set_role(std::move(role));
+    m.set_content(std::move(content));
+    Add(std::move(m));
   }
   // Drops the last message (a question whose answer failed).
   void DropLast() {
     if (!turns_.empty()) turns_.pop_back();
   }
+  // The id of the last assistant turn's first call that no tool turn answered yet; "" if
+  // none is waiting.
+  std::string UnansweredCallId() const {
+    for (auto turn = turns_.rbegin(); turn != turns_.rend(); ++turn) {
+      if (turn->role() != "assistant") continue;
+      for (const quill::v1::ToolCall& call : turn->tool_calls()) {
+        const bool answered = std::any_of(turns_.begin(), turns_.end(), [&](const auto& m) {
+          return m.role() == "tool" && m.tool_call_id() == call.id();
+        });
+        if (!answered) return call.id();
+      }
+      return "";
+    }
+    return "";
+  }
 
   quill::v1::ChatRequest Request(const ChatFlags& f) const {
     quill::v1::ChatRequest request;
-    auto add = [&request](const std::string& role, const std::string& content) {
+    if (!system_.empty()) {
       quill::v1::ChatMessage* m = request.add_messages();
-      m->set_role(role);
-      m->set_content(content);
-    };
-    if (!system_.empty()) add("system", system_);
-    for (const auto& [role, content] : turns_) add(role, content);
+      m->set_role("system");
+      m->set_content(system_);
+    }
+    for (const quill::v1::ChatMessage& turn : turns_) *request.add_messages() = turn;
     request.set_max_tokens(f.max_tokens);
     f.sampling.Fill(&request);
     request.set_disable_speculation(f.disable_speculation);
     request.set_json_object(f.json_object);
     request.set_json_schema(f.json_schema);
+    for (const quill::v1::Tool& tool : f.tools) *request.add_tools() = tool;
+    request.set_tool_choice(f.tool_choice);
     return request;
   }
 
  private:
   const std::string system_;
-  std::vector<std::pair<std::string, std::string>> turns_;
+  std::vector<quill::v1::ChatMessage> turns_;
 };
 
-// Streams the answer to the conversation's last question to stdout (ending the line) and
-// returns its text.
-absl::StatusOr<std::string> Answer(client::QuillClient& client, const Conversation& conversation,
-                                   const ChatFlags& f) {
+// Streams the answer to the conversation's last question to stdout (ending the line), then
+// its tool calls, one "[tool call ID] NAME ARGUMENTS" line each; returns the assistant turn.
+absl::StatusOr<quill::v1::ChatMessage> Answer(client::QuillClient& client,
+                                              const Conversation& conversation,
+                                              const ChatFlags& f) {
   std::string answer;
   quill::v1::GenerateResponse last;
   absl::Status status = client.Chat(
@@ -87,12 +114,23 @@ absl::StatusOr<std::string> Answer(client::QuillClient& client, const Conversati
   const bool unterminated = answer.empty() ? status.ok() : answer.back() != '\n';
   if (unterminated) std::cout << "\n" << std::flush;
   if (!status.ok()) return status;
+  quill::v1::ChatMessage turn;
+  turn.set_role("assistant");
+  // An answer that is calls goes back as the calls alone: the template writes them in the
+  // model's syntax, and its text would write them twice.
+  if (last.tool_calls_size() == 0) turn.set_content(answer);
+  for (const quill::v1::ToolCall& call : last.tool_calls()) {
+    std::cout << "[tool call " << call.id() << "] " << call.name() << " " << call.arguments_json()
+              << "\n";
+    *turn.add_tool_calls() = call;
+  }
+  std::cout << std::flush;
   if (f.stats) {
     std::cerr << absl::StrFormat("[finish_reason: %s] usage: %d prompt + %d completion tokens\n",
                                  client::FinishReasonName(last.finish_reason()),
                                  last.usage().prompt_tokens(), last.usage().completion_tokens());
   }
-  return answer;
+  return turn;
 }
 
 }  // namespace
@@ -106,7 +144,9 @@ int ChatCommand(const std::vector<std::string>& args) {
       "stdout and exits. Without, reads one message per line from stdin and streams each "
       "answer, keeping the conversation: /reset starts over (keeping --system), Ctrl-D (end "
       "of input) quits. A failed turn prints the server's status on stderr and is dropped "
-      "from the conversation; the exit code is then 1.");
+      "from the conversation; the exit code is then 1. With --tools, an answer's tool calls "
+      "follow it, one \"[tool call ID] NAME ARGUMENTS\" line each; in a conversation, "
+      "\"/tool RESULT\" answers the first call not answered yet.");
   f.connection.Register(parser);
   parser.AddString("system", &f.system, "A system message that opens the conversation.");
   parser.AddInt("max-tokens", &f.max_tokens,
@@ -120,11 +160,21 @@ int ChatCommand(const std::vector<std::string>& args) {
   parser.AddString("json-schema", &f.json_schema_file,
                    "Structured output: a JSON Schema file each answer's object must satisfy "
                    "(implies --json-object; the server names any keyword it cannot keep).");
+  parser.AddString("tools", &f.tools_file,
+                   "A JSON file of tools the model may call: an array of OpenAI's {\"type\": "
+                   "\"function\", \"function\": {\"name\", \"description\", "
+                   "\"parameters\"}} (or the function objects alone). They reach the chat "
+                   "template.");
+  parser.AddString("tool-choice", &f.tool_choice,
+                   "With --tools: auto (the default: the model decides; needs a template "
+                   "whose calls the server reads), required (a call to one of them), a tool's "
+                   "name (a call to it), or none.");
   parser.AddDuration("timeout", &f.timeout, "Deadline for each answer.");
   parser.AddBool("stats", &f.stats, "After each answer, print finish reason and usage on stderr.");
   std::vector<std::string> positional;
   if (int code = ParseFlags(parser, args, &positional); code >= 0) return code;
   if (!ReadSchemaFlag(f.json_schema_file, &f.json_schema)) return kExitUsage;
+  if (!ReadToolsFlag(f.tools_file, &f.tools)) return kExitUsage;
 
   absl::StatusOr<std::unique_ptr<client::QuillClient>> connected = f.connection.Connect();
   if (!connected.ok()) return PrintError(connected.status());
@@ -132,7 +182,7 @@ int ChatCommand(const std::vector<std::string>& args) {
   Conversation conversation(f.system);
   if (!positional.empty()) {
     conversation.Add("user", absl::StrJoin(positional, " "));
-    absl::StatusOr<std::string> answer = Answer(*client, conversation, f);
+    absl::StatusOr<quill::v1::ChatMessage> answer = Answer(*client, conversation, f);
     return answer.ok() ? kExitOk : PrintError(answer.status());
   }
 
@@ -150,14 +200,27 @@ int ChatCommand(const std::vector<std::string>& args) {
       if (interactive) std::cerr << "(conversation reset)\n";
       continue;
     }
-    conversation.Add("user", std::string(text));
-    absl::StatusOr<std::string> answer = Answer(*client, conversation, f);
+    if (text == "/tool" || absl::StartsWith(text, "/tool ")) {
+      const std::string call_id = conversation.UnansweredCallId();
+      if (call_id.empty()) {
+        std::cerr << "(no tool call is waiting for a result)\n";
+        continue;
+      }
+      quill::v1::ChatMessage result;
+      result.set_role("tool");
+      result.set_tool_call_id(call_id);
+      result.set_content(std::string(absl::StripLeadingAsciiWhitespace(text.substr(5))));
+      conversation.Add(std::move(result));
+    } else {
+      conversation.Add("user", std::string(text));
+    }
+    absl::StatusOr<quill::v1::ChatMessage> answer = Answer(*client, conversation, f);
     if (!answer.ok()) {
       conversation.DropLast();
       exit_code = PrintError(answer.status());
       continue;
     }
-    conversation.Add("assistant", *std::move(answer));
+    conversation.Add(*std::move(answer));
   }
   if (interactive) std::cerr << "\n";
   return exit_code;

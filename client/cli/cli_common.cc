@@ -124,6 +124,35 @@ bool ReadSchemaFlag(const std::string& path, std::string* schema) {
   return true;
 }
 
+bool ReadToolsFlag(const std::string& path, std::vector<quill::v1::Tool>* tools) {
+  if (path.empty()) return true;
+  std::ifstream in(path, std::ios::binary);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const nlohmann::json parsed = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  auto fail = [&path](const std::string& why) {
+    std::cerr << "error: --tools: " << path << ": " << why << "\n";
+    return false;
+  };
+  if (!in.is_open() || in.bad()) return fail("cannot read it");
+  if (!parsed.is_array()) return fail("must hold a JSON array of tools");
+  for (size_t i = 0; i < parsed.size(); ++i) {
+    const nlohmann::json& entry = parsed[i];
+    const nlohmann::json& function =
+        entry.is_object() && entry.contains("function") ? entry["function"] : entry;
+    if (!function.is_object() || !function.contains("name") || !function["name"].is_string()) {
+      return fail(absl::StrCat("tool ", i, " has no \"name\""));
+    }
+    quill::v1::Tool tool;
+    tool.set_name(function["name"].get<std::string>());
+    if (function.contains("description") && function["description"].is_string()) {
+      tool.set_description(function["description"].get<std::string>());
+    }
+    if (function.contains("parameters")) tool.set_parameters_json(function["parameters"].dump());
+    tools->push_back(std::move(tool));
+  }
+  return true;
+}
+
 std::string DumpJson(const nlohmann::json& value, int indent) {
   return value.dump(indent, ' ', false, nlohmann::json::error_handler_t::replace);
 }
@@ -158,6 +187,14 @@ nlohmann::json ToJson(const quill::v1::GenerateResponse& response) {
   }
   if (response.finish_reason() != quill::v1::FINISH_REASON_UNSPECIFIED) {
     out["finish_reason"] = client::FinishReasonName(response.finish_reason());
+  }
+  if (response.tool_calls_size() > 0) {
+    nlohmann::json calls = nlohmann::json::array();
+    for (const quill::v1::ToolCall& call : response.tool_calls()) {
+      calls.push_back(
+          {{"id", call.id()}, {"name", call.name()}, {"arguments_json", call.arguments_json()}});
+    }
+    out["tool_calls"] = calls;
   }
   if (response.has_usage()) {
     out["usage"] = {{"prompt_tokens", response.usage().prompt_tokens()},

@@ -81,6 +81,11 @@ std::string TextFromArgsOrStdin(const std::vector<std::string>& positional);
 // is empty.
 bool ReadSchemaFlag(const std::string& path, std::string* schema);
 
+// --tools FILE: a JSON array of tools, each OpenAI's {"type": "function", "function":
+// {"name", "description", "parameters"}} or that function object alone, into `tools`.
+// On failure prints why on stderr and returns false. An empty path adds none.
+bool ReadToolsFlag(const std::string& path, std::vector<quill::v1::Tool>* tools);
+
 // Serializes `value`, replacing invalid UTF-8 instead of throwing (indent -1 = one line).
 std::string DumpJson(const nlohmann::json& value, int indent = -1);
 

@@ -15,6 +15,7 @@
 #include "server/http/generation_stream.h"
 #include "server/http/openai_error.h"
 #include "server/request_codec.h"
+#include "server/tool_request.h"
 #include "spdlog/spdlog.h"
 
 namespace quill::server::http {
@@ -187,14 +188,11 @@ absl::StatusOr<std::vector<engine::GenerationRequest>> OpenAiApi::Prepare(
         gateway_->PrepareChat(parsed.messages, parsed.generate, parsed.template_variables,
                               absl::InfiniteFuture(), Api::kHttp, tenant);
     if (!chat.ok()) return InOpenAiTerms(chat.status(), parsed);
-    if (parsed.tool_calls == OpenAiRequest::ToolCalls::kAuto &&
-        gateway_->tool_call_syntax() == engine::chat::ToolCallSyntax::kNone) {
+    ToolRequest tools;
+    tools.auto_calls = parsed.tool_calls == OpenAiRequest::ToolCalls::kAuto;
+    if (absl::Status s = CheckCallsReadable(tools, gateway_->tool_call_syntax()); !s.ok()) {
       gateway_->RecordRejected(Api::kHttp, tenant.name);
-      return absl::InvalidArgumentError(
-          "tool_choice \"auto\" needs a chat template whose tool calls Quill can read back "
-          "(a JSON object in <tool_call> tags, as Qwen2.5 and Hermes write them, or a JSON "
-          "object as the whole answer, as Llama 3 does); this model's is neither: use "
-          "\"required\" or name a function (a schema then keeps the call), or \"none\"");
+      return s;
     }
     prepared.push_back(*std::move(chat));
     return prepared;

@@ -9,7 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/sampler/json_schema.h"
 #include "nlohmann/json.hpp"
-#include "server/http/openai_tools.h"
+#include "server/tool_request.h"
 
 namespace quill::server::http {
 namespace {
@@ -265,7 +265,7 @@ absl::Status RefuseUnsupported(const json& body, Endpoint endpoint, int n) {
                      "is not supported (no insertion: the completion follows the prompt)");
     }
   }
-  // Chat's tools are parsed with tool_choice (openai_tools.h). The deprecated functions,
+  // Chat's tools are parsed with tool_choice (server/tool_request.h). The deprecated functions,
   // and tools on completions, would be answered in plain text as if not sent.
   for (const char* field : {"tools", "functions"}) {
     if (endpoint == Endpoint::kChatCompletions && std::string(field) == "tools") continue;

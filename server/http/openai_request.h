@@ -55,7 +55,7 @@ struct OpenAiRequest {
   // Chat: more variables for the template ({"tools": [...]} when the request has tools),
   // else null.
   nlohmann::ordered_json template_variables;
-  // Chat with tools: how the answer may carry calls (openai_tools.h). kForced: the whole
+  // Chat with tools: how the answer may carry calls (server/tool_request.h). kForced: the whole
   // answer is the call, kept by the schema in generate.json_schema. kAuto: the model
   // decides; its calls are read in its chat template's syntax (OpenAiApi refuses a
   // template with none). The response carries them as tool_calls.

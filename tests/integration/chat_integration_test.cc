@@ -232,5 +232,101 @@ TEST(ChatServerTest, UnreadableOrBrokenTemplateFailsStartup) {
   EXPECT_THAT(std::string(bad.status().message()), HasSubstr(broken));
 }
 
+// Tools over gRPC, on a server whose compact template lists the tools and writes calls as
+// Qwen2.5 and Hermes do (Qwen2.5's own tool prompt outgrows kjv-1m's 256-token context).
+// The expected output is Generate on the prompt the template renders, written out here.
+constexpr char kHermesToolsTemplate[] =
+    "{% if tools %}<tools>{% for t in tools %}{{ t.function.name }}{% if not loop.last %},"
+    "{% endif %}{% endfor %}</tools>{% endif %}{% for m in messages %}<{{ m.role }}>"
+    "{% if m.content %}{{ m.content }}{% endif %}{% if m.tool_calls %}{% for c in m.tool_calls %}"
+    "<tool_call>{\"name\": \"{{ c.function.name }}\", \"arguments\": "
+    "{{ c.function.arguments | tojson }}}</tool_call>{% endfor %}{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}<assistant>{% endif %}";
+
+TEST(ChatServerTest, ToolCallsForcedAndAutoAndEarlierCalls) {
+  if (ModelPath().empty()) GTEST_SKIP() << "shared assets not found";
+  absl::StatusOr<std::unique_ptr<server::Server>> server =
+      server::Server::Create(Options(WriteTemp("hermes_tools.jinja", kHermesToolsTemplate)));
+  ASSERT_TRUE(server.ok()) << server.status();
+  std::unique_ptr<client::QuillClient> client = client::QuillClient::Connect((*server)->address());
+  const std::string parameters =
+      R"({"type": "object", "properties": {"book": {"enum": ["Genesis", "Exodus"]}},)"
+      R"( "required": ["book"], "additionalProperties": false})";
+  const std::string prompt = "<tools>get_verse,get_time</tools><user>Find the verse<assistant>";
+  auto chat = [&](const std::string& tool_choice, uint64_t seed, int max_tokens) {
+    v1::ChatRequest request = ChatRequestOf({{"user", "Find the verse"}}, max_tokens);
+    request.mutable_sampling()->set_temperature(0.8f);
+    request.mutable_sampling()->set_seed(seed);
+    v1::Tool* verse = request.add_tools();
+    verse->set_name("get_verse");
+    verse->set_parameters_json(parameters);
+    request.add_tools()->set_name("get_time");
+    request.set_tool_choice(tool_choice);
+    return request;
+  };
+
+  // A forced call: Generate with the call's schema, its object read back as the call.
+  v1::GenerateRequest forced = TextRequest(prompt, 200);
+  SetSampling(&forced, 0.8f, 1.0f, 8);
+  forced.set_json_schema(absl::StrCat(
+      R"({"type": "object", "properties": {"name": {"const": "get_verse"}, )", R"("arguments": )",
+      parameters, R"(}, "required": ["name", "arguments"], "additionalProperties": false})"));
+  const Stream want = Collect(*client, forced);
+  ASSERT_TRUE(want.status.ok()) << want.status;
+  ASSERT_EQ(want.last.finish_reason(), v1::EOS) << want.text;
+  const Stream got = CollectChat(*client, chat("get_verse", 8, 200));
+  ASSERT_TRUE(got.status.ok()) << got.status;
+  EXPECT_EQ(got.text, want.text);  // the streamed text is the answer as written
+  EXPECT_EQ(got.ids, want.ids);
+  EXPECT_EQ(got.last.finish_reason(), v1::TOOL_CALLS);
+  ASSERT_EQ(got.last.tool_calls_size(), 1);
+  const v1::ToolCall& call = got.last.tool_calls(0);
+  EXPECT_EQ(call.id(), absl::StrCat("call_", got.last.request_id()));
+  EXPECT_EQ(call.name(), "get_verse");
+  EXPECT_EQ(nlohmann::json::parse(call.arguments_json()),
+            nlohmann::json::parse(want.text)["arguments"]);
+  EXPECT_EQ(got.last.usage().prompt_tokens(), want.last.usage().prompt_tokens());
+
+  // "auto" (said, or by default): kjv-1m answers in text, exactly Generate's.
+  for (const char* choice : {"", "auto"}) {
+    v1::GenerateRequest free_text = TextRequest(prompt, 40);
+    SetSampling(&free_text, 0.8f, 1.0f, 3);
+    const Stream text_want = Collect(*client, free_text);
+    ASSERT_TRUE(text_want.status.ok()) << text_want.status;
+    const Stream text_got = CollectChat(*client, chat(choice, 3, 40));
+    ASSERT_TRUE(text_got.status.ok()) << text_got.status;
+    EXPECT_EQ(text_got.text, text_want.text);
+    EXPECT_EQ(text_got.last.finish_reason(), text_want.last.finish_reason());
+    EXPECT_EQ(text_got.last.tool_calls_size(), 0);
+  }
+
+  // The call and its result in the next turn render in the model's syntax.
+  v1::ChatRequest next = chat("none", 1, 4);
+  v1::ChatMessage* assistant = next.add_messages();
+  assistant->set_role("assistant");
+  *assistant->add_tool_calls() = call;
+  v1::ChatMessage* result = next.add_messages();
+  result->set_role("tool");
+  result->set_tool_call_id(call.id());
+  result->set_content("Amen");
+  const Stream next_got = CollectChat(*client, next);
+  ASSERT_TRUE(next_got.status.ok()) << next_got.status;
+  const std::string book = nlohmann::json::parse(call.arguments_json())["book"].get<std::string>();
+  v1::GenerateRequest next_want_request =
+      TextRequest(absl::StrCat(prompt, R"(<tool_call>{"name": "get_verse", "arguments": )",
+                               R"({"book": ")", book, R"("}}</tool_call><tool>Amen<assistant>)"),
+                  4);
+  SetSampling(&next_want_request, 0.8f, 1.0f, 1);
+  const Stream next_want = Collect(*client, next_want_request);
+  ASSERT_TRUE(next_want.status.ok()) << next_want.status;
+  EXPECT_EQ(next_got.last.usage().prompt_tokens(), next_want.last.usage().prompt_tokens());
+  EXPECT_EQ(next_got.text, next_want.text);
+
+  // A tool_choice naming no tool is INVALID_ARGUMENT naming the field.
+  const Stream bad = CollectChat(*client, chat("get_psalm", 1, 4));
+  EXPECT_EQ(bad.status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(bad.status.message()), StartsWith("tool_choice"));
+}
+
 }  // namespace
 }  // namespace quill::testing

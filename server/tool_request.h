@@ -1,6 +1,7 @@
 #pragma once
 
-// OpenAI tool calling. The tools reach the chat template (as its `tools` variable, which
+// Tool calling, in OpenAI's shapes (HTTP takes them as sent; gRPC's Chat maps its fields
+// onto them). The tools reach the chat template (as its `tools` variable, which
 // templates render into the prompt). When the answer must be a call (tool_choice
 // "required", or a named function) it is constrained by a JSON schema to `{"name": <the
 // function>, "arguments": <its parameters>}`. With tool_choice "auto" (the default with
@@ -12,9 +13,10 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "engine/chat/tool_calls.h"
 #include "nlohmann/json.hpp"
 
-namespace quill::server::http {
+namespace quill::server {
 
 struct ToolRequest {
   // The chat template's `tools` variable: the request's tools as sent; null without any.
@@ -34,4 +36,8 @@ struct ToolRequest {
 // forced call beside response_format.
 absl::StatusOr<ToolRequest> ParseTools(const nlohmann::ordered_json& body);
 
-}  // namespace quill::server::http
+// OK unless `tools` lets the model decide (auto_calls) and the chat template writes calls
+// in no syntax Quill reads back (`syntax` kNone): then INVALID_ARGUMENT naming tool_choice.
+absl::Status CheckCallsReadable(const ToolRequest& tools, engine::chat::ToolCallSyntax syntax);
+
+}  // namespace quill::server

@@ -1,4 +1,4 @@
-#include "server/http/openai_tools.h"
+#include "server/tool_request.h"
 
 #include <utility>
 #include <vector>
@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/sampler/json_schema.h"
 
-namespace quill::server::http {
+namespace quill::server {
 
 namespace {
 
@@ -118,4 +118,13 @@ absl::StatusOr<ToolRequest> ParseTools(const json& body) {
   return out;
 }
 
-}  // namespace quill::server::http
+absl::Status CheckCallsReadable(const ToolRequest& tools, engine::chat::ToolCallSyntax syntax) {
+  if (!tools.auto_calls || syntax != engine::chat::ToolCallSyntax::kNone) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      "tool_choice \"auto\" needs a chat template whose tool calls Quill can read back (a "
+      "JSON object in <tool_call> tags, as Qwen2.5 and Hermes write them, or a JSON object as "
+      "the whole answer, as Llama 3 does); this model's is neither: use \"required\" or name "
+      "a function (a schema then keeps the call), or \"none\"");
+}
+
+}  // namespace quill::server
