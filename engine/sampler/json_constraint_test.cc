@@ -126,7 +126,7 @@ TEST(JsonConstraintTest, MaskEqualsTryingEveryToken) {
   const std::vector<std::string> objects = {
       "{\"key\": \"caf\xc3\xa9 \\u00e9 \\n the\", \"n\": [-0.5e+3, 12, true, null], \"o\": {}}",
       "{ \"a\" : [ { } , [ ] ] ,\"\xf0\x9f\x98\x80\":false}",
-      "{" + std::string(30, ' ') + "}",  // near the whitespace run's bound
+      "{\n" + std::string(19, ' ') + "\t}",  // at the whitespace run's bound
   };
   std::vector<std::string> pieces = {"", "\\", "\\n", "\\u00", "-0.5e+3", "nul", "\"}",
                                      "\":", "\", \"", "caf\xc3\xa9", "\xc3", "\xa9", "\xe2\x82",

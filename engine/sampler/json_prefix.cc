@@ -131,17 +131,13 @@ bool JsonPrefix::Accept(uint8_t b) {
       return true;
     }
     case Mode::kMinus:
-      if (b == '0') {
-        mode_ = Mode::kZero;
-      } else if (IsDigit(b)) {
-        mode_ = Mode::kInt;
-      } else {
-        return false;
-      }
+      if (!IsDigit(b)) return false;
+      mode_ = b == '0' ? Mode::kZero : Mode::kInt;
+      digits_ = 1;
       return true;
     case Mode::kZero:
     case Mode::kInt:
-      if (IsDigit(b) && mode_ == Mode::kInt) return true;
+      if (IsDigit(b) && mode_ == Mode::kInt) return digits_++ < kMaxIntegerDigits;
       if (b == '.') {
         mode_ = Mode::kFracStart;
         return true;
@@ -155,9 +151,10 @@ bool JsonPrefix::Accept(uint8_t b) {
     case Mode::kFracStart:
       if (!IsDigit(b)) return false;
       mode_ = Mode::kFrac;
+      digits_ = 1;
       return true;
     case Mode::kFrac:
-      if (IsDigit(b)) return true;
+      if (IsDigit(b)) return digits_++ < kMaxFractionDigits;
       if (b == 'e' || b == 'E') {
         mode_ = Mode::kExpStart;
         return true;
@@ -171,13 +168,15 @@ bool JsonPrefix::Accept(uint8_t b) {
       }
       if (!IsDigit(b)) return false;
       mode_ = Mode::kExp;
+      digits_ = 1;
       return true;
     case Mode::kExpSign:
       if (!IsDigit(b)) return false;
       mode_ = Mode::kExp;
+      digits_ = 1;
       return true;
     case Mode::kExp:
-      if (IsDigit(b)) return true;
+      if (IsDigit(b)) return digits_++ < kMaxExponentDigits;
       EndValue();
       return AcceptStructural(b);
     default:
@@ -217,7 +216,13 @@ bool JsonPrefix::AcceptHexDigit(uint8_t b) {
 bool JsonPrefix::AcceptStructural(uint8_t b) {
   if (mode_ == Mode::kDone) return false;
   if (IsWhitespace(b)) {
-    if (whitespace_run_ >= kMaxWhitespaceRun) return false;
+    if (whitespace_run_ == 0) {
+      if (b != ' ' && b != '\n') return false;
+      whitespace_run_ = b == ' ' ? kAfterSpace : 1;
+      return true;
+    }
+    if (whitespace_run_ == kAfterSpace || whitespace_run_ > kMaxIndent) return false;
+    if (b != ' ' && b != '\t') return false;
     ++whitespace_run_;
     return true;
   }
@@ -264,12 +269,9 @@ bool JsonPrefix::StartValue(uint8_t b) {
     mode_ = Mode::kMinus;
     return true;
   }
-  if (b == '0') {
-    mode_ = Mode::kZero;
-    return true;
-  }
   if (IsDigit(b)) {
-    mode_ = Mode::kInt;
+    mode_ = b == '0' ? Mode::kZero : Mode::kInt;
+    digits_ = 1;
     return true;
   }
   for (uint8_t i = 0; i < 3; ++i) {

@@ -21,7 +21,7 @@ size_t AcceptedBytes(absl::string_view text, JsonPrefix* json) {
 const std::vector<std::string>& ValidObjects() {
   static const auto* objects = new std::vector<std::string>{
       "{}",
-      " \n{ }",
+      "\n\t{ }",
       R"({"a":1})",
       R"({"a": [1, -2.5, 3e10, 0, -0.0e-3, 1E+2], "b": {"c": null, "d": true, "e": false}})",
       R"({"s": "quote \" backslash \\ slash \/ \b\f\n\r\t \u00e9\uD83D\uDE00"})",
@@ -29,6 +29,7 @@ const std::vector<std::string>& ValidObjects() {
       R"({"nested": [[[]], [{}], {"x": [{"y": []}]}]})",
       "{\n  \"pretty\": [\n    1,\n    2\n  ]\n}",
       R"({"": "", "k": ""})",
+      R"({"big": -123456789012345678.12345678901234567E-200, "e": 0.5})",  // at bounds
   };
   return *objects;
 }
@@ -98,19 +99,120 @@ TEST(JsonPrefixTest, DepthAndWhitespaceRunsAreBounded) {
   EXPECT_EQ(AcceptedBytes(text, &deep), text.size());
   EXPECT_FALSE(deep.Accept('['));  // container kMaxDepth + 1
 
-  JsonPrefix spaces;
-  const std::string run(JsonPrefix::kMaxWhitespaceRun, ' ');
-  EXPECT_EQ(AcceptedBytes("{" + run, &spaces), run.size() + 1);
-  EXPECT_FALSE(spaces.Accept('\n'));
-  JsonPrefix reset;  // a token between two runs starts a new one
-  const std::string two_runs = "{" + run + "\"k\"" + run + ":" + run + "1" + run + "}";
-  EXPECT_EQ(AcceptedBytes(two_runs, &reset), two_runs.size());
-  EXPECT_TRUE(reset.complete());
+  // Between tokens: nothing, one space, or a newline and up to kMaxIndent spaces or tabs.
+  const std::string indent = "\n" + std::string(JsonPrefix::kMaxIndent - 1, ' ') + "\t";
+  for (const std::string& run : {std::string(), std::string(" "), std::string("\n"), indent}) {
+    JsonPrefix fits;
+    const std::string text = "{" + run + "\"k\"" + run + ":" + run + "1" + run + "}";
+    EXPECT_EQ(AcceptedBytes(text, &fits), text.size()) << text;
+    EXPECT_TRUE(fits.complete()) << text;
+    JsonPrefix before_top;  // before the object too
+    EXPECT_EQ(AcceptedBytes(run + "{}", &before_top), run.size() + 2) << text;
+  }
+  const struct {
+    std::string run;
+    size_t accepted;  // of the run, before the refused byte
+  } refused[] = {{"  ", 1},
+                 {" \n", 1},
+                 {"\n\n", 1},
+                 {"\t", 0},
+                 {"\r\n", 0},
+                 {"\n\r", 1},
+                 {indent + " ", indent.size()}};
+  for (const auto& r : refused) {
+    JsonPrefix json;
+    EXPECT_EQ(AcceptedBytes("{\"k\":" + r.run + "1}", &json), 5 + r.accepted) << r.run.size();
+  }
+}
+
+TEST(JsonPrefixTest, NumbersAreBoundedPartByPart) {
+  const std::string integer(JsonPrefix::kMaxIntegerDigits, '7');
+  const std::string fraction(JsonPrefix::kMaxFractionDigits, '3');
+  const std::string exponent(JsonPrefix::kMaxExponentDigits, '1');
+  for (const std::string& number :
+       {integer, "-" + integer, "0." + fraction, integer + "." + fraction + "e-" + exponent,
+        "1E" + exponent, "1e+" + exponent}) {
+    JsonPrefix json;
+    const std::string text = "{\"n\":" + number + "}";
+    EXPECT_EQ(AcceptedBytes(text, &json), text.size()) << number;
+    EXPECT_TRUE(json.complete()) << number;
+  }
+  for (const std::string& number : {integer + "7", "-" + integer + "7", "0." + fraction + "3",
+                                    "1e" + exponent + "1", "1.5E-" + exponent + "1"}) {
+    JsonPrefix json;
+    const std::string text = "{\"n\":" + number;
+    EXPECT_EQ(AcceptedBytes(text, &json), text.size() - 1) << number;  // the last digit
+  }
+}
+
+// Whether every number in `text` (a JSON text) has parts of the lengths JsonPrefix allows.
+bool NumbersFit(const std::string& text) {
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') ++i;
+      if (c == '"') in_string = false;
+      continue;
+    }
+    if (c == '"') in_string = true;
+    if (c != '-' && (c < '0' || c > '9')) continue;
+    size_t end = i;
+    while (end < text.size() &&
+           std::string("0123456789.eE+-").find(text[end]) != std::string::npos) {
+      ++end;
+    }
+    const std::string number = text.substr(i, end - i);
+    const size_t exp = number.find_first_of("eE");
+    const std::string mantissa = number.substr(0, exp);
+    const size_t dot = mantissa.find('.');
+    const std::string integer =
+        mantissa.substr(mantissa[0] == '-' ? 1 : 0, dot - (mantissa[0] == '-' ? 1 : 0));
+    const size_t fraction = dot == std::string::npos ? 0 : mantissa.size() - dot - 1;
+    size_t exponent = 0;
+    if (exp != std::string::npos) {
+      exponent = number.size() - exp - 1;
+      if (exponent > 0 && (number[exp + 1] == '+' || number[exp + 1] == '-')) --exponent;
+    }
+    if (integer.size() > JsonPrefix::kMaxIntegerDigits ||
+        fraction > JsonPrefix::kMaxFractionDigits || exponent > JsonPrefix::kMaxExponentDigits) {
+      return false;
+    }
+    i = end - 1;
+  }
+  return true;
+}
+
+// Whether every whitespace run between the tokens of `text` (a JSON text) has the form
+// JsonPrefix allows: "", " ", or "\n" and at most kMaxIndent spaces or tabs.
+bool WhitespaceFits(const std::string& text) {
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') ++i;
+      if (c == '"') in_string = false;
+      continue;
+    }
+    if (c == '"') in_string = true;
+    if (c != ' ' && c != '\n' && c != '\t' && c != '\r') continue;
+    size_t end = i;
+    while (end < text.size() &&
+           (text[end] == ' ' || text[end] == '\n' || text[end] == '\t' || text[end] == '\r')) {
+      ++end;
+    }
+    const std::string run = text.substr(i, end - i);
+    const bool fits = run == " " || (run[0] == '\n' && run.size() <= 1 + JsonPrefix::kMaxIndent &&
+                                     run.find_first_not_of(" \t", 1) == std::string::npos);
+    if (!fits) return false;
+    i = end - 1;
+  }
+  return true;
 }
 
 // ASCII mutations of the valid objects (a byte replaced, inserted or deleted): a string is
 // accepted whole and complete exactly when nlohmann's parser takes it as an object
-// without trailing whitespace.
+// without trailing whitespace, and its whitespace runs and numbers are within the bounds.
 TEST(JsonPrefixTest, AgreesWithNlohmannOnMutatedObjects) {
   std::mt19937_64 rng(7);
   const std::string alphabet = "{}[]:,\"\\ \n0123456789-+.eEtrufalsn\x01xu";
@@ -138,7 +240,8 @@ TEST(JsonPrefixTest, AgreesWithNlohmannOnMutatedObjects) {
     const bool ours = AcceptedBytes(text, &json) == text.size() && json.complete();
     bool reference = false;
     if (nlohmann::json::accept(text) && !text.empty() && text.back() == '}') {
-      reference = nlohmann::json::parse(text).is_object();
+      reference =
+          nlohmann::json::parse(text).is_object() && WhitespaceFits(text) && NumbersFit(text);
     }
     ASSERT_EQ(ours, reference) << text;
     agreed_valid += ours ? 1 : 0;

@@ -106,6 +106,64 @@ class ChatCliTest(unittest.TestCase):
         self.assertEqual(r.stdout, "")
         self.assertEqual(r.stderr.count("error: INVALID_ARGUMENT: max_tokens"), 2)
 
+    def test_tools_a_forced_call_is_printed_and_slash_tool_answers_it(self):
+        # A compact template that lists the tools and writes calls as Qwen2.5 and Hermes do
+        # (Qwen2.5's own tool prompt outgrows kjv-1m's context). The expected answers are
+        # `quill generate` with the call's schema on the prompts written out here.
+        template = ('{% if tools %}<tools>{% for t in tools %}{{ t.function.name }}'
+                    '{% if not loop.last %},{% endif %}{% endfor %}</tools>{% endif %}'
+                    '{% for m in messages %}<{{ m.role }}>{% if m.content %}{{ m.content }}'
+                    '{% endif %}{% for c in m.tool_calls or [] %}<tool_call>{"name": '
+                    '"{{ c.function.name }}", "arguments": {{ c.function.arguments | tojson }}}'
+                    '</tool_call>{% endfor %}{% endfor %}'
+                    '{% if add_generation_prompt %}<assistant>{% endif %}')
+        parameters = {"type": "object", "properties": {"book": {"enum": ["Genesis", "Exodus"]}},
+                      "required": ["book"], "additionalProperties": False}
+        schema = {"type": "object",
+                  "properties": {"name": {"const": "get_verse"}, "arguments": parameters},
+                  "required": ["name", "arguments"], "additionalProperties": False}
+        # Both shapes --tools takes: OpenAI's tool, and the function object alone.
+        tools = [{"type": "function", "function": {"name": "get_verse", "parameters": parameters}},
+                 {"name": "get_time"}]
+        with tempfile.TemporaryDirectory() as scratch:
+            paths = {}
+            for name, content in (("template.jinja", template), ("tools.json", json.dumps(tools)),
+                                  ("schema.json", json.dumps(schema))):
+                paths[name] = os.path.join(scratch, name)
+                with open(paths[name], "w") as f:
+                    f.write(content)
+            sampling = ["--temperature", "0.8", "--seed", "8", "--max-tokens", "140"]
+            with QuillServer(["--chat-template", paths["template.jinja"]]) as server:
+                prompt = "<tools>get_verse,get_time</tools><user>Find the verse<assistant>"
+                first = server.cli("generate", "--json-schema", paths["schema.json"], *sampling,
+                                   "--", prompt)
+                self.assertEqual(first.returncode, 0, first.stderr)
+                call = json.loads(first.stdout)
+                second_prompt = (prompt + '<tool_call>{"name": "get_verse", "arguments": '
+                                 '{"book": "%s"}}</tool_call><tool>Amen<assistant>'
+                                 % call["arguments"]["book"])
+                second = server.cli("generate", "--json-schema", paths["schema.json"], *sampling,
+                                    "--", second_prompt)
+                self.assertEqual(second.returncode, 0, second.stderr)
+
+                r = server.cli("chat", "--tools", paths["tools.json"], "--tool-choice",
+                               "get_verse", *sampling,
+                               input_text="/tool too early\nFind the verse\n/tool Amen\n")
+                self.assertEqual(r.returncode, 0, r.stderr)
+                self.assertIn("(no tool call is waiting for a result)", r.stderr)
+                lines = r.stdout.splitlines()
+                self.assertEqual(len(lines), 4, r.stdout)
+                self.assertEqual(lines[0], first.stdout.rstrip("\n"))
+                m = re.fullmatch(r"\[tool call (call_\S+)\] get_verse (.*)", lines[1])
+                self.assertIsNotNone(m, lines[1])
+                self.assertEqual(json.loads(m.group(2)), call["arguments"])
+                self.assertEqual(lines[2], second.stdout.rstrip("\n"))
+                self.assertRegex(lines[3], r"^\[tool call call_\S+\] get_verse \{")
+
+                bad = server.cli("chat", "--tools", os.path.join(scratch, "missing.json"), "x")
+                self.assertEqual(bad.returncode, 2, bad.stderr)
+                self.assertIn("error: --tools: ", bad.stderr)
+
     def test_server_without_a_template_is_failed_precondition(self):
         r = self.plain.cli("chat", "hello")
         self.assertEqual(r.returncode, 1)
