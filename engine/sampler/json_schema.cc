@@ -9,6 +9,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "engine/sampler/json_prefix.h"
 #include "nlohmann/json.hpp"
 
 namespace quill::engine {
@@ -254,6 +255,13 @@ class JsonSchemaCompiler {
         return Fail(at, "only strings, numbers, booleans and null are supported as values");
       }
       const std::string text = value.dump();
+      // A number longer than JSON mode writes would be a dead end (e.g. a 20-digit integer).
+      if (JsonPrefix member; value.is_number() && !member.Accept("{\"v\":" + text + "}")) {
+        return Fail(at, absl::StrCat(text, " has more digits than JSON mode writes (",
+                                     JsonPrefix::kMaxIntegerDigits, " integer, ",
+                                     JsonPrefix::kMaxFractionDigits, " fraction, ",
+                                     JsonPrefix::kMaxExponentDigits, " exponent)"));
+      }
       if (std::find(nodes_[n].literals.begin(), nodes_[n].literals.end(), text) ==
           nodes_[n].literals.end()) {
         nodes_[n].literals.push_back(text);

@@ -257,6 +257,9 @@ TEST(JsonSchemaTest, RefusesWhatItCannotKeepNamingTheKeywordAndWhere) {
        "refers to itself"},
       {R"({"type":"object","properties":{"a":{"type":"str"}}})", "unknown type"},
       {R"({"type":"object","properties":{"a":{"enum":[[1]]}}})", "only strings, numbers"},
+      // Longer than JSON mode writes a number: a dead end.
+      {R"({"type":"object","properties":{"a":{"enum":[1, 12345678901234567890]}}})",
+       "\"/properties/a/enum\": 12345678901234567890 has more digits than JSON mode writes"},
       {R"({"$ref":"#/$defs/n","$defs":{"n":{"type":"object","properties":{"n":{"$ref":"#/$defs/n"}},"required":["n"]}}})",
        "no object satisfies"},
       {"{not json", "not valid JSON"},
