@@ -1,5 +1,6 @@
 #include "engine/sampler/json_prefix.h"
 
+#include <algorithm>
 #include <random>
 #include <string>
 #include <vector>
@@ -145,67 +146,54 @@ TEST(JsonPrefixTest, NumbersAreBoundedPartByPart) {
   }
 }
 
-// Whether every number in `text` (a JSON text) has parts of the lengths JsonPrefix allows.
-bool NumbersFit(const std::string& text) {
+// The maximal runs of bytes in `chars` outside the strings of `text` (a JSON text).
+std::vector<std::string> RunsOutsideStrings(const std::string& text, const std::string& chars) {
+  std::vector<std::string> runs;
   bool in_string = false;
   for (size_t i = 0; i < text.size(); ++i) {
-    const char c = text[i];
     if (in_string) {
-      if (c == '\\') ++i;
-      if (c == '"') in_string = false;
+      if (text[i] == '\\') {
+        ++i;  // the escaped byte
+      } else if (text[i] == '"') {
+        in_string = false;
+      }
       continue;
     }
-    if (c == '"') in_string = true;
-    if (c != '-' && (c < '0' || c > '9')) continue;
-    size_t end = i;
-    while (end < text.size() &&
-           std::string("0123456789.eE+-").find(text[end]) != std::string::npos) {
-      ++end;
-    }
-    const std::string number = text.substr(i, end - i);
-    const size_t exp = number.find_first_of("eE");
-    const std::string mantissa = number.substr(0, exp);
-    const size_t dot = mantissa.find('.');
-    const std::string integer =
-        mantissa.substr(mantissa[0] == '-' ? 1 : 0, dot - (mantissa[0] == '-' ? 1 : 0));
-    const size_t fraction = dot == std::string::npos ? 0 : mantissa.size() - dot - 1;
-    size_t exponent = 0;
-    if (exp != std::string::npos) {
-      exponent = number.size() - exp - 1;
-      if (exponent > 0 && (number[exp + 1] == '+' || number[exp + 1] == '-')) --exponent;
-    }
-    if (integer.size() > JsonPrefix::kMaxIntegerDigits ||
-        fraction > JsonPrefix::kMaxFractionDigits || exponent > JsonPrefix::kMaxExponentDigits) {
+    if (text[i] == '"') in_string = true;
+    const size_t end = std::min(text.find_first_not_of(chars, i), text.size());
+    if (end == i) continue;
+    runs.push_back(text.substr(i, end - i));
+    i = end - 1;
+  }
+  return runs;
+}
+
+// Whether every number in `text` (a JSON text) has parts of the lengths JsonPrefix allows.
+bool NumbersFit(const std::string& text) {
+  for (const std::string& number : RunsOutsideStrings(text, "0123456789.eE+-")) {
+    if (number[0] != '-' && (number[0] < '0' || number[0] > '9')) continue;  // in a literal
+    const size_t exp = std::min(number.find_first_of("eE"), number.size());
+    const size_t sign = number[0] == '-' ? 1 : 0;
+    const size_t dot = std::min(number.find('.'), exp);
+    const size_t integer = dot - sign;
+    const size_t fraction = dot == exp ? 0 : exp - dot - 1;
+    size_t exponent = exp == number.size() ? 0 : number.size() - exp - 1;
+    if (exponent > 0 && (number[exp + 1] == '+' || number[exp + 1] == '-')) --exponent;
+    if (integer > JsonPrefix::kMaxIntegerDigits || fraction > JsonPrefix::kMaxFractionDigits ||
+        exponent > JsonPrefix::kMaxExponentDigits) {
       return false;
     }
-    i = end - 1;
   }
   return true;
 }
 
 // Whether every whitespace run between the tokens of `text` (a JSON text) has the form
-// JsonPrefix allows: "", " ", or "\n" and at most kMaxIndent spaces or tabs.
+// JsonPrefix allows: " ", or "\n" and at most kMaxIndent spaces or tabs.
 bool WhitespaceFits(const std::string& text) {
-  bool in_string = false;
-  for (size_t i = 0; i < text.size(); ++i) {
-    const char c = text[i];
-    if (in_string) {
-      if (c == '\\') ++i;
-      if (c == '"') in_string = false;
-      continue;
-    }
-    if (c == '"') in_string = true;
-    if (c != ' ' && c != '\n' && c != '\t' && c != '\r') continue;
-    size_t end = i;
-    while (end < text.size() &&
-           (text[end] == ' ' || text[end] == '\n' || text[end] == '\t' || text[end] == '\r')) {
-      ++end;
-    }
-    const std::string run = text.substr(i, end - i);
+  for (const std::string& run : RunsOutsideStrings(text, " \n\t\r")) {
     const bool fits = run == " " || (run[0] == '\n' && run.size() <= 1 + JsonPrefix::kMaxIndent &&
                                      run.find_first_not_of(" \t", 1) == std::string::npos);
     if (!fits) return false;
-    i = end - 1;
   }
   return true;
 }

@@ -232,17 +232,8 @@ TEST(ChatServerTest, UnreadableOrBrokenTemplateFailsStartup) {
   EXPECT_THAT(std::string(bad.status().message()), HasSubstr(broken));
 }
 
-// Tools over gRPC, on a server whose compact template lists the tools and writes calls as
-// Qwen2.5 and Hermes do (Qwen2.5's own tool prompt outgrows kjv-1m's 256-token context).
-// The expected output is Generate on the prompt the template renders, written out here.
-constexpr char kHermesToolsTemplate[] =
-    "{% if tools %}<tools>{% for t in tools %}{{ t.function.name }}{% if not loop.last %},"
-    "{% endif %}{% endfor %}</tools>{% endif %}{% for m in messages %}<{{ m.role }}>"
-    "{% if m.content %}{{ m.content }}{% endif %}{% if m.tool_calls %}{% for c in m.tool_calls %}"
-    "<tool_call>{\"name\": \"{{ c.function.name }}\", \"arguments\": "
-    "{{ c.function.arguments | tojson }}}</tool_call>{% endfor %}{% endif %}{% endfor %}"
-    "{% if add_generation_prompt %}<assistant>{% endif %}";
-
+// Tools over gRPC, on a server with kHermesToolsTemplate (server_test_util.h). The
+// expected output is Generate on the prompt the template renders, written out here.
 TEST(ChatServerTest, ToolCallsForcedAndAutoAndEarlierCalls) {
   if (ModelPath().empty()) GTEST_SKIP() << "shared assets not found";
   absl::StatusOr<std::unique_ptr<server::Server>> server =

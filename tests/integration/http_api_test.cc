@@ -1326,21 +1326,29 @@ constexpr char kToolsTemplate[] =
     "<call>{{ c.function.name }}:{{ c.function.arguments | tojson }}</call>{% endfor %}{% endif %}"
     "{% endfor %}<assistant>";
 
-class HttpToolsTest : public SharedServerTest<HttpToolsTest> {
+// A shared server whose chat template is Suite::kTemplate (its own file).
+template <typename Suite>
+class TemplateServerTest : public SharedServerTest<Suite> {
  protected:
+  using Base = SharedServerTest<Suite>;
   static void SetUpTestSuite() {
     if (ModelPath().empty()) return;
-    const std::string path = ::testing::TempDir() + "quill_tools_template.jinja";
-    std::ofstream(path) << kToolsTemplate;
     server::ServerOptions options = TestOptions();
-    options.chat_template_path = path;
-    StartSharedServer(options);
+    options.chat_template_path = WriteScratchFile(
+        absl::StrCat(::testing::UnitTest::GetInstance()->current_test_suite()->name(), ".jinja"),
+        Suite::kTemplate);
+    Base::StartSharedServer(options);
   }
   void SetUp() override {
     if (ModelPath().empty()) GTEST_SKIP() << "shared assets not found (QUILL_SHARED_DIR)";
-    ASSERT_NE(server_, nullptr);
+    ASSERT_NE(Base::server_, nullptr);
   }
-  static HttpReply Post(const json& body) { return PostChat(server_->http_port(), body); }
+  static HttpReply Post(const json& body) { return PostChat(Base::server_->http_port(), body); }
+};
+
+class HttpToolsTest : public TemplateServerTest<HttpToolsTest> {
+ public:
+  static constexpr const char* kTemplate = kToolsTemplate;
 };
 
 TEST_F(HttpToolsTest, AForcedCallIsTheSchemaConstrainedAnswerAsToolCalls) {
@@ -1444,30 +1452,11 @@ TEST_F(HttpToolsTest, AForcedCallIsTheSchemaConstrainedAnswerAsToolCalls) {
 // text, which must come back exactly as gRPC Generate gives it for the prompt this
 // template renders (written out by hand), in a body and in a stream, whatever of it was
 // held back for looking like the start of a call. (Answers that are calls are covered by
-// generation_stream_test and tool_calls_test; this model never writes one.)
-constexpr char kHermesToolsTemplate[] =
-    "{% if tools %}<tools>{% for t in tools %}{{ t.function.name }}{% if not loop.last %},"
-    "{% endif %}{% endfor %}</tools>{% endif %}{% for m in messages %}<{{ m.role }}>"
-    "{% if m.content %}{{ m.content }}{% endif %}{% if m.tool_calls %}{% for c in m.tool_calls %}"
-    "<tool_call>{\"name\": \"{{ c.function.name }}\", \"arguments\": "
-    "{{ c.function.arguments | tojson }}}</tool_call>{% endfor %}{% endif %}{% endfor %}"
-    "{% if add_generation_prompt %}<assistant>{% endif %}";
-
-class HttpAutoToolsTest : public SharedServerTest<HttpAutoToolsTest> {
- protected:
-  static void SetUpTestSuite() {
-    if (ModelPath().empty()) return;
-    const std::string path = ::testing::TempDir() + "quill_hermes_tools_template.jinja";
-    std::ofstream(path) << kHermesToolsTemplate;
-    server::ServerOptions options = TestOptions();
-    options.chat_template_path = path;
-    StartSharedServer(options);
-  }
-  void SetUp() override {
-    if (ModelPath().empty()) GTEST_SKIP() << "shared assets not found (QUILL_SHARED_DIR)";
-    ASSERT_NE(server_, nullptr);
-  }
-  static HttpReply Post(const json& body) { return PostChat(server_->http_port(), body); }
+// generation_stream_test and tool_calls_test; this model never writes one.) The template
+// is kHermesToolsTemplate (server_test_util.h).
+class HttpAutoToolsTest : public TemplateServerTest<HttpAutoToolsTest> {
+ public:
+  static constexpr const char* kTemplate = kHermesToolsTemplate;
 };
 
 TEST_F(HttpAutoToolsTest, ATextAnswerComesBackAsTextAndEarlierCallsRenderAsTheModelWritesThem) {

@@ -84,6 +84,18 @@ class KvHog {
 };
 
 // A Chat request of (role, content) pairs.
+// A compact chat template that lists the tools' names and writes calls as Qwen2.5 and
+// Hermes do, <tool_call>{"name": ..., "arguments": {...}}</tool_call> (Qwen2.5's own tool
+// prompt outgrows kjv-1m's 256-token context): one user question with tools renders as
+// "<tools>a,b</tools><user>question<assistant>".
+inline constexpr char kHermesToolsTemplate[] =
+    "{% if tools %}<tools>{% for t in tools %}{{ t.function.name }}{% if not loop.last %},"
+    "{% endif %}{% endfor %}</tools>{% endif %}{% for m in messages %}<{{ m.role }}>"
+    "{% if m.content %}{{ m.content }}{% endif %}{% if m.tool_calls %}{% for c in m.tool_calls %}"
+    "<tool_call>{\"name\": \"{{ c.function.name }}\", \"arguments\": "
+    "{{ c.function.arguments | tojson }}}</tool_call>{% endfor %}{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}<assistant>{% endif %}";
+
 quill::v1::ChatRequest ChatRequestOf(
     const std::vector<std::pair<std::string, std::string>>& messages, int max_tokens);
 // Collect for a Chat stream.
