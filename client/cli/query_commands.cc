@@ -75,6 +75,11 @@ void PrintModelInfo(const quill::v1::ModelInfo& m) {
           : absl::StrFormat("%s (%s)", Bytes(m.kv_bytes_per_token()), m.kv_cache_type()));
   // Older servers do not send the RSS (0): no line rather than a wrong ratio.
   if (m.resident_memory_bytes() > 0) row("Memory", MemoryLine(m));
+  if (!m.tool_call_syntax().empty()) {
+    row("Tool calls", m.tool_call_syntax() == "none"
+                          ? "none read back (tool_choice auto is refused; forced calls work)"
+                          : absl::StrCat(m.tool_call_syntax(), " (tool_choice auto reads them)"));
+  }
   std::cout << "Server limits\n";
   row("  max_tokens", Thousands(l.max_tokens()));
   row("  max_prompt_tokens", Thousands(l.max_prompt_tokens()));

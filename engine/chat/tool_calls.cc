@@ -131,9 +131,9 @@ const char* ToolCallSyntaxName(ToolCallSyntax syntax) {
     case ToolCallSyntax::kNone:
       return "none";
     case ToolCallSyntax::kJsonObject:
-      return "json object";
+      return "json_object";
     case ToolCallSyntax::kHermes:
-      return "hermes <tool_call>";
+      return "hermes";
   }
   return "?";
 }

@@ -25,6 +25,7 @@ enum class ToolCallSyntax {
   kHermes,
 };
 
+// "none", "json_object" or "hermes" (stable: ModelInfo and the log show them).
 const char* ToolCallSyntaxName(ToolCallSyntax syntax);
 
 // Renders a probe conversation, a user turn and then an assistant turn that calls one

@@ -210,6 +210,9 @@ class CliTest(unittest.TestCase):
         self.assertIn("Context                256 tokens", human.stdout)
         self.assertIn("4 layers, 4 heads / 2 KV heads", human.stdout)
         self.assertIn("KV cache per token     1.00 KiB (f16)", human.stdout)
+        # kjv-1m has no chat template: no tool calls to read back.
+        self.assertEqual(info["tool_call_syntax"], "none")
+        self.assertIn("Tool calls             none read back", human.stdout)
 
     def test_info_reports_memory(self):
         info = json.loads(self.server.cli("info", "--json").stdout)

@@ -132,6 +132,7 @@ TEST_F(ChatTest, ThePromptIsTheRenderedTextTokenized) {
 TEST_F(ChatTest, MaxTokensZeroFillsTheContext) {
   absl::StatusOr<v1::ModelInfo> info = client_->GetModelInfo();
   ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->tool_call_syntax(), "hermes");  // Qwen2.5's template
   v1::ChatRequest request = ChatRequestOf(kConversation, 0);
   request.set_ignore_eos(true);
   const Stream s = CollectChat(*client_, request, absl::Seconds(120));
@@ -208,6 +209,9 @@ TEST(ChatServerTest, TemplateThatRefusesTheConversationIsInvalidArgument) {
   absl::StatusOr<std::unique_ptr<server::Server>> server = server::Server::Create(Options(gemma));
   ASSERT_TRUE(server.ok()) << server.status();
   std::unique_ptr<client::QuillClient> client = client::QuillClient::Connect((*server)->address());
+  absl::StatusOr<v1::ModelInfo> info = client->GetModelInfo();
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->tool_call_syntax(), "none");  // Gemma 2's template has no tool calls
   // Gemma 2's template raise_exception()s on a system message.
   const Stream s = CollectChat(*client, ChatRequestOf(kConversation, 8));
   EXPECT_EQ(s.status.code(), absl::StatusCode::kInvalidArgument) << s.status;
@@ -240,6 +244,9 @@ TEST(ChatServerTest, ToolCallsForcedAndAutoAndEarlierCalls) {
       server::Server::Create(Options(WriteTemp("hermes_tools.jinja", kHermesToolsTemplate)));
   ASSERT_TRUE(server.ok()) << server.status();
   std::unique_ptr<client::QuillClient> client = client::QuillClient::Connect((*server)->address());
+  absl::StatusOr<v1::ModelInfo> info = client->GetModelInfo();
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->tool_call_syntax(), "hermes");
   const std::string parameters =
       R"({"type": "object", "properties": {"book": {"enum": ["Genesis", "Exodus"]}},)"
       R"( "required": ["book"], "additionalProperties": false})";
