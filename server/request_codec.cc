@@ -581,7 +581,12 @@ absl::StatusOr<engine::GenerationRequest> ToEngineChatRequest(
   if (absl::Status s = ValidateChatRequest(request, limits); !s.ok()) return s;
   absl::StatusOr<ToolRequest> tools = ChatTools(request);
   if (!tools.ok()) return tools.status();
-  if (absl::Status s = CheckCallsReadable(*tools, prompter.tool_call_syntax()); !s.ok()) return s;
+  // Without a template at all, rendering says so (FAILED_PRECONDITION) below.
+  if (prompter.available()) {
+    if (absl::Status s = CheckCallsReadable(*tools, prompter.tool_call_syntax()); !s.ok()) {
+      return s;
+    }
+  }
   using json = nlohmann::ordered_json;
   json messages = json::array();
   for (const v1::ChatMessage& m : request.messages()) {

@@ -837,6 +837,10 @@ TEST(ChatCodecTest, NoTemplateIsFailedPrecondition) {
   m->set_content("hi");
   EXPECT_EQ(ToEngineChatRequest(request, Limits(), none).status().code(),
             absl::StatusCode::kFailedPrecondition);
+  // Tools ("auto" by default) too: no template is what is wrong.
+  request.add_tools()->set_name("w");
+  EXPECT_EQ(ToEngineChatRequest(request, Limits(), none).status().code(),
+            absl::StatusCode::kFailedPrecondition);
   // The request's own errors come first.
   m->set_role("");
   EXPECT_EQ(ToEngineChatRequest(request, Limits(), none).status().code(),

@@ -74,8 +74,9 @@ inline constexpr int kDefaultCompletionMaxTokens = 16;
 // Parses and checks `body`. INVALID_ARGUMENT naming the field for malformed JSON, a body
 // that is not an object, a field of the wrong type, a missing prompt/messages, n outside
 // [1, kMaxChoices], more than kMaxChoices choices over all prompts, echo on chat, best_of
-// other than n, a non-empty suffix, tools or functions, a response_format other than text, and
-// top_logprobs without logprobs. A request without `seed` that samples gets `random_seed`.
+// other than n, a non-empty suffix, functions, tools on completions, tools or tool_choice
+// that ParseTools refuses, a response_format Quill cannot keep, and top_logprobs without
+// logprobs. A request without `seed` that samples gets `random_seed`.
 absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(absl::string_view body, Endpoint endpoint,
                                                  uint64_t random_seed);
 
