@@ -66,3 +66,14 @@ function(quill_cc_binary)
     target_link_libraries(${Q_NAME} PRIVATE quill_tsan_absl)
   endif()
 endfunction()
+
+# A benchmark: a quill_cc_binary that no test runs. Speed is what it measures, which a
+# sanitized build does not have, so there it is left out of `all` (still built by name):
+# the CI's ASan stage then links seven executables fewer.
+function(quill_cc_bench)
+  quill_cc_binary(${ARGN})
+  cmake_parse_arguments(Q "" "NAME" "SRCS;DEPS" ${ARGN})
+  if(QUILL_SANITIZE)
+    set_target_properties(${Q_NAME} PROPERTIES EXCLUDE_FROM_ALL TRUE)
+  endif()
+endfunction()
