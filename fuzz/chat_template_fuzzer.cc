@@ -63,8 +63,18 @@ void CheckToolCalls(absl::string_view answer) {
       QUILL_CHECK(call.name == "f" || call.name == "get_weather");
       QUILL_CHECK(call.arguments.is_object());
     }
-    chat::MayBecomeToolCall(syntax, answer, /*at_start=*/true);
-    chat::MayBecomeToolCall(syntax, answer, /*at_start=*/false);
+    // A stream's checks chunk by chunk (two bytes fresh at a time, stopping at kCall) end
+    // where one look at the whole answer does.
+    for (const bool at_start : {true, false}) {
+      chat::ToolCallHold streamed = chat::ToolCallHold::kNo;
+      for (size_t seen = 0;;) {
+        const size_t end = std::min(answer.size(), seen + 2);
+        streamed = chat::HoldForToolCall(syntax, answer.substr(0, end), end - seen, at_start);
+        if (streamed == chat::ToolCallHold::kCall || end == answer.size()) break;
+        seen = end;
+      }
+      QUILL_CHECK(streamed == chat::HoldForToolCall(syntax, answer, answer.size(), at_start));
+    }
   }
 }
 

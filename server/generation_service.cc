@@ -93,13 +93,10 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* GenerationService::Chat(
   v1::ChatRequest request;
   if (absl::Status s = ParseRequest(*raw, &request); !s.ok()) return RejectGenerate(s, false);
   const absl::Time deadline = DeadlineOf(*context);
-  absl::StatusOr<engine::GenerationRequest> converted =
-      gateway_->PrepareChat(request, deadline, Api::kGrpc, *tenant);
-  if (!converted.ok()) return RejectGenerate(converted.status(), /*counted=*/true);
-  // PrepareChat accepted the tools, so ChatTools does too.
-  absl::StatusOr<ToolRequest> tools = ChatTools(request);
   ToolCallReading reading;
-  if (tools.ok()) reading = ReadingOf(*tools, gateway_->tool_call_syntax());
+  absl::StatusOr<engine::GenerationRequest> converted =
+      gateway_->PrepareChat(request, deadline, Api::kGrpc, *tenant, &reading);
+  if (!converted.ok()) return RejectGenerate(converted.status(), /*counted=*/true);
   return StartStream(context, *std::move(converted), deadline, std::move(reading));
 }
 

@@ -577,7 +577,7 @@ absl::StatusOr<engine::GenerationRequest> ToEngineRequest(const v1::GenerateRequ
 
 absl::StatusOr<engine::GenerationRequest> ToEngineChatRequest(
     const v1::ChatRequest& request, const RequestLimits& limits,
-    const engine::chat::ChatPrompter& prompter) {
+    const engine::chat::ChatPrompter& prompter, ToolCallReading* tool_calls) {
   if (absl::Status s = ValidateChatRequest(request, limits); !s.ok()) return s;
   absl::StatusOr<ToolRequest> tools = ChatTools(request);
   if (!tools.ok()) return tools.status();
@@ -615,6 +615,7 @@ absl::StatusOr<engine::GenerationRequest> ToEngineChatRequest(
   }
   json variables = nullptr;
   if (!tools->tools.is_null()) variables = {{"tools", tools->tools}};
+  if (tool_calls != nullptr) *tool_calls = ReadingOf(*tools, prompter.tool_call_syntax());
   return ToEngineChatRequest(messages, options, limits, prompter, variables);
 }
 
@@ -731,17 +732,6 @@ void SetFinalFields(const engine::FinishInfo& info, v1::GenerateResponse* respon
   t->set_prefill_seconds(absl::ToDoubleSeconds(info.timings.prefill));
   t->set_decode_seconds(absl::ToDoubleSeconds(info.timings.decode));
   t->set_total_seconds(absl::ToDoubleSeconds(info.timings.total));
-}
-
-ToolCallReading ReadingOf(const ToolRequest& tools, engine::chat::ToolCallSyntax template_syntax) {
-  ToolCallReading reading;
-  if (!tools.call_schema.empty()) {
-    reading.syntax = engine::chat::ToolCallSyntax::kJsonObject;
-  } else if (tools.auto_calls) {
-    reading.syntax = template_syntax;
-  }
-  if (reading.syntax != engine::chat::ToolCallSyntax::kNone) reading.names = tools.names;
-  return reading;
 }
 
 void SetToolCalls(const ToolCallReading& reading, absl::string_view answer,

@@ -121,9 +121,10 @@ absl::StatusOr<ToolRequest> ChatTools(const quill::v1::ChatRequest& request);
 // arguments reach the template as objects, the tools as its `tools` variable, and a forced
 // call's schema becomes the request's json_schema. INVALID_ARGUMENT also for tool_choice
 // "auto" (or unset) with tools when `prompter`'s template writes no calls Quill reads.
+// `tool_calls`, when not null, gets how the answer's calls are to be read.
 absl::StatusOr<engine::GenerationRequest> ToEngineChatRequest(
     const quill::v1::ChatRequest& request, const RequestLimits& limits,
-    const engine::chat::ChatPrompter& prompter);
+    const engine::chat::ChatPrompter& prompter, ToolCallReading* tool_calls = nullptr);
 
 // The shape every chat front end shares: `messages` a non-empty array of at most
 // max_chat_messages objects, each with a non-empty string "role"; string roles and contents
@@ -185,17 +186,6 @@ void AppendChunk(const engine::TokenChunk& chunk, bool with_logprobs,
 
 // Sets the fields of the last message: finish_reason, usage, timings.
 void SetFinalFields(const engine::FinishInfo& info, quill::v1::GenerateResponse* response);
-
-// How a chat answer's tool calls are read (syntax kNone: not at all), and what they may
-// name.
-struct ToolCallReading {
-  engine::chat::ToolCallSyntax syntax = engine::chat::ToolCallSyntax::kNone;
-  std::vector<std::string> names;
-};
-
-// The reading for accepted `tools`: a forced call's answer is the call's JSON object; with
-// "auto", the chat template's `template_syntax`; otherwise none.
-ToolCallReading ReadingOf(const ToolRequest& tools, engine::chat::ToolCallSyntax template_syntax);
 
 // When `answer` (the whole answer's text) reads as calls in `reading`: they become the last
 // message's tool_calls (ids call_<request_id>, then _<k> for the k-th past the first) and

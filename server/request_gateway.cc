@@ -80,14 +80,15 @@ absl::StatusOr<engine::GenerationRequest> RequestGateway::Prepare(
 }
 
 absl::StatusOr<engine::GenerationRequest> RequestGateway::PrepareChat(
-    const quill::v1::ChatRequest& request, absl::Time deadline, Api api, const Tenant& tenant) {
+    const quill::v1::ChatRequest& request, absl::Time deadline, Api api, const Tenant& tenant,
+    ToolCallReading* tool_calls) {
   absl::Status serving = CheckServing();
   if (!serving.ok()) {
     RecordRejected(api, tenant.name);
     return serving;
   }
-  return FinishPrepare(ToEngineChatRequest(request, limits_, *chat_prompter_), deadline, api,
-                       tenant);
+  return FinishPrepare(ToEngineChatRequest(request, limits_, *chat_prompter_, tool_calls), deadline,
+                       api, tenant);
 }
 
 absl::StatusOr<engine::GenerationRequest> RequestGateway::PrepareChat(

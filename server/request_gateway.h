@@ -81,9 +81,11 @@ class RequestGateway {
   // Prepare for a chat: the messages are rendered by the chat template and tokenized
   // (request_codec's ToEngineChatRequest). FAILED_PRECONDITION when the server has no chat
   // template; otherwise errors as Prepare's. The rejection is counted either way.
+  // `tool_calls` (not null) gets how the answer's tool calls are read.
   absl::StatusOr<engine::GenerationRequest> PrepareChat(const quill::v1::ChatRequest& request,
                                                         absl::Time deadline, Api api,
-                                                        const Tenant& tenant = {});
+                                                        const Tenant& tenant,
+                                                        ToolCallReading* tool_calls);
   // The same for an OpenAI message array and the options in `options` (HTTP), with
   // more variables for the template (an object, e.g. {"tools": [...]}, or null).
   absl::StatusOr<engine::GenerationRequest> PrepareChat(

@@ -127,4 +127,15 @@ absl::Status CheckCallsReadable(const ToolRequest& tools, engine::chat::ToolCall
       "a function (a schema then keeps the call), or \"none\"");
 }
 
+ToolCallReading ReadingOf(const ToolRequest& tools, engine::chat::ToolCallSyntax template_syntax) {
+  ToolCallReading reading;
+  if (!tools.call_schema.empty()) {
+    reading.syntax = engine::chat::ToolCallSyntax::kJsonObject;
+  } else if (tools.auto_calls) {
+    reading.syntax = template_syntax;
+  }
+  if (reading.syntax != engine::chat::ToolCallSyntax::kNone) reading.names = tools.names;
+  return reading;
+}
+
 }  // namespace quill::server

@@ -40,4 +40,15 @@ absl::StatusOr<ToolRequest> ParseTools(const nlohmann::ordered_json& body);
 // in no syntax Quill reads back (`syntax` kNone): then INVALID_ARGUMENT naming tool_choice.
 absl::Status CheckCallsReadable(const ToolRequest& tools, engine::chat::ToolCallSyntax syntax);
 
+// How a chat answer's tool calls are read (syntax kNone: not at all), and what they may
+// name.
+struct ToolCallReading {
+  engine::chat::ToolCallSyntax syntax = engine::chat::ToolCallSyntax::kNone;
+  std::vector<std::string> names;
+};
+
+// The reading for accepted `tools`: a forced call's answer is the call's JSON object; with
+// "auto", the chat template's `template_syntax`; otherwise none.
+ToolCallReading ReadingOf(const ToolRequest& tools, engine::chat::ToolCallSyntax template_syntax);
+
 }  // namespace quill::server

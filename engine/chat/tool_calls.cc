@@ -187,23 +187,30 @@ ParsedAnswer ParseToolCalls(ToolCallSyntax syntax, absl::string_view answer,
   return {std::string(answer), {}};
 }
 
-bool MayBecomeToolCall(ToolCallSyntax syntax, absl::string_view unsent, bool at_start) {
+ToolCallHold HoldForToolCall(ToolCallSyntax syntax, absl::string_view unsent, size_t fresh,
+                             bool at_start) {
   switch (syntax) {
     case ToolCallSyntax::kNone:
-      return false;
+      return ToolCallHold::kNo;
     case ToolCallSyntax::kJsonObject: {
-      if (!at_start) return false;
+      if (!at_start) return ToolCallHold::kNo;
+      // Cheap whole: the scan stops at the first byte that is not whitespace.
       const absl::string_view rest = absl::StripLeadingAsciiWhitespace(unsent);
-      return rest.empty() || rest[0] == '{';
+      if (rest.empty()) return ToolCallHold::kMaybe;
+      return rest[0] == '{' ? ToolCallHold::kCall : ToolCallHold::kNo;
     }
-    case ToolCallSyntax::kHermes:
-      if (absl::StrContains(unsent, kOpenTag)) return true;
-      for (size_t n = std::min(unsent.size(), kOpenTag.size() - 1); n > 0; --n) {
-        if (absl::EndsWith(unsent, kOpenTag.substr(0, n))) return true;
+    case ToolCallSyntax::kHermes: {
+      const size_t look = std::min(unsent.size(), fresh + kOpenTag.size() - 1);
+      if (absl::StrContains(unsent.substr(unsent.size() - look), kOpenTag)) {
+        return ToolCallHold::kCall;
       }
-      return false;
+      for (size_t n = std::min(unsent.size(), kOpenTag.size() - 1); n > 0; --n) {
+        if (absl::EndsWith(unsent, kOpenTag.substr(0, n))) return ToolCallHold::kMaybe;
+      }
+      return ToolCallHold::kNo;
+    }
   }
-  return false;
+  return ToolCallHold::kNo;
 }
 
 }  // namespace quill::engine::chat

@@ -52,9 +52,18 @@ ParsedAnswer ParseToolCalls(ToolCallSyntax syntax, absl::string_view answer,
                             absl::Span<const std::string> names);
 
 // For a stream: whether `unsent`, the answer's text not yet sent as content (`at_start`:
-// none of the answer was sent), may be or become a call and so must be held back. kHermes:
-// it holds "<tool_call>" or ends with a proper prefix of it. kJsonObject: at the start,
-// while it is only whitespace or once it starts with '{'.
-bool MayBecomeToolCall(ToolCallSyntax syntax, absl::string_view unsent, bool at_start);
+// none of the answer was sent), may be or become a call and so must be held back.
+//   kCall: it holds a call's opening ("<tool_call>"; kJsonObject: at the start, '{' first),
+//     so it is held to the end of the answer whatever comes next.
+//   kMaybe: its end may still become one (kHermes: it ends with a proper prefix of
+//     "<tool_call>"; kJsonObject: at the start, it is only whitespace).
+//   kNo: it can be sent.
+// A stream asks after each chunk, `fresh` being the chunk's bytes at the end of `unsent`,
+// and stops asking once told kCall; kHermes looks only at the fresh bytes and a tag's
+// length before them (an earlier tag was kCall already), so a stream's checks take time
+// linear in its answer. `fresh` = unsent.size() looks at all of it.
+enum class ToolCallHold { kNo, kMaybe, kCall };
+ToolCallHold HoldForToolCall(ToolCallSyntax syntax, absl::string_view unsent, size_t fresh,
+                             bool at_start);
 
 }  // namespace quill::engine::chat

@@ -133,28 +133,48 @@ TEST(ParseToolCallsTest, JsonObjectAnswers) {
   EXPECT_EQ(a.content, "{\"city\": \"Oslo\"}");
 }
 
-TEST(MayBecomeToolCallTest, HermesHoldsATagOrTheStartOfOne) {
-  const ToolCallSyntax s = ToolCallSyntax::kHermes;
-  EXPECT_FALSE(MayBecomeToolCall(s, "", true));
-  EXPECT_FALSE(MayBecomeToolCall(s, "Hello there", true));
-  EXPECT_FALSE(MayBecomeToolCall(s, "a <b>", false));
-  for (const char* held : {"<", "Hi <", "Hi <t", "<tool_", "<tool_call", "<tool_call>",
-                           "x <tool_call>{\"name\"", "<tool_call>{} </tool_call> more"}) {
-    EXPECT_TRUE(MayBecomeToolCall(s, held, false)) << held;
-    EXPECT_TRUE(MayBecomeToolCall(s, held, true)) << held;
-  }
-  EXPECT_FALSE(MayBecomeToolCall(s, "<tools are", false));
-  EXPECT_FALSE(MayBecomeToolCall(s, "<tool_call_", false));
+// The hold for `unsent` looked at whole.
+ToolCallHold Hold(ToolCallSyntax syntax, absl::string_view unsent, bool at_start) {
+  return HoldForToolCall(syntax, unsent, unsent.size(), at_start);
 }
 
-TEST(MayBecomeToolCallTest, JsonObjectHoldsAnAnswerThatStartsAsAnObject) {
+TEST(HoldForToolCallTest, HermesHoldsATagOrTheStartOfOne) {
+  const ToolCallSyntax s = ToolCallSyntax::kHermes;
+  EXPECT_EQ(Hold(s, "", true), ToolCallHold::kNo);
+  EXPECT_EQ(Hold(s, "Hello there", true), ToolCallHold::kNo);
+  EXPECT_EQ(Hold(s, "a <b>", false), ToolCallHold::kNo);
+  for (const char* maybe : {"<", "Hi <", "Hi <t", "<tool_", "<tool_call"}) {
+    EXPECT_EQ(Hold(s, maybe, false), ToolCallHold::kMaybe) << maybe;
+    EXPECT_EQ(Hold(s, maybe, true), ToolCallHold::kMaybe) << maybe;
+  }
+  for (const char* call :
+       {"<tool_call>", "x <tool_call>{\"name\"", "<tool_call>{} </tool_call> more"}) {
+    EXPECT_EQ(Hold(s, call, false), ToolCallHold::kCall) << call;
+    EXPECT_EQ(Hold(s, call, true), ToolCallHold::kCall) << call;
+  }
+  EXPECT_EQ(Hold(s, "<tools are", false), ToolCallHold::kNo);
+  EXPECT_EQ(Hold(s, "<tool_call_", false), ToolCallHold::kNo);
+}
+
+// A stream asks after each chunk with only the chunk fresh: a tag split over chunks is
+// found, and text far before the fresh bytes is not looked at again.
+TEST(HoldForToolCallTest, HermesLooksAtTheFreshBytesAndATagBeforeThem) {
+  const ToolCallSyntax s = ToolCallSyntax::kHermes;
+  EXPECT_EQ(HoldForToolCall(s, "Hi <tool_call>", 3, false), ToolCallHold::kCall);    // "ll>"
+  EXPECT_EQ(HoldForToolCall(s, "Hi <tool_call>", 1, false), ToolCallHold::kCall);    // ">"
+  EXPECT_EQ(HoldForToolCall(s, "<tool_call> and on", 7, false), ToolCallHold::kNo);  // seen before
+  EXPECT_EQ(HoldForToolCall(s, "<tool_call> and on", 8, false), ToolCallHold::kCall);
+  EXPECT_EQ(HoldForToolCall(s, "Hi <tool", 2, false), ToolCallHold::kMaybe);
+}
+
+TEST(HoldForToolCallTest, JsonObjectHoldsAnAnswerThatStartsAsAnObject) {
   const ToolCallSyntax s = ToolCallSyntax::kJsonObject;
-  EXPECT_TRUE(MayBecomeToolCall(s, "", true));
-  EXPECT_TRUE(MayBecomeToolCall(s, " \n", true));
-  EXPECT_TRUE(MayBecomeToolCall(s, " {\"na", true));
-  EXPECT_FALSE(MayBecomeToolCall(s, "The {", true));
-  EXPECT_FALSE(MayBecomeToolCall(s, "{", false));  // after sent text, never
-  EXPECT_FALSE(MayBecomeToolCall(ToolCallSyntax::kNone, "{", true));
+  EXPECT_EQ(Hold(s, "", true), ToolCallHold::kMaybe);
+  EXPECT_EQ(Hold(s, " \n", true), ToolCallHold::kMaybe);
+  EXPECT_EQ(Hold(s, " {\"na", true), ToolCallHold::kCall);
+  EXPECT_EQ(Hold(s, "The {", true), ToolCallHold::kNo);
+  EXPECT_EQ(Hold(s, "{", false), ToolCallHold::kNo);  // after sent text, never
+  EXPECT_EQ(Hold(ToolCallSyntax::kNone, "{", true), ToolCallHold::kNo);
 }
 
 }  // namespace

@@ -57,6 +57,7 @@ bool GenerationStream::OnChunk(int index, engine::TokenChunk chunk) {
     // Once a choice failed the response is over for the others too.
     if (gone_ || done_ || !failure_.ok()) return false;
     Choice& c = choices_[index];
+    const size_t unsent_before = c.pending.text.size();
     if (!format_.echo.empty() && !c.echoed) EchoLocked(index, &chunk.prompt_logprobs);
     c.pending.text += chunk.text;
     c.pending.num_tokens += static_cast<int>(chunk.tokens.size());
@@ -66,12 +67,16 @@ bool GenerationStream::OnChunk(int index, engine::TokenChunk chunk) {
     if (format_.logprobs) {
       for (engine::GeneratedToken& t : chunk.tokens) c.pending.tokens.push_back(std::move(t));
     }
-    // A chat choice's role goes with its first content, so until then none was sent.
-    c.held = stream_ && engine::chat::MayBecomeToolCall(format_.tool_syntax, c.pending.text,
-                                                        /*at_start=*/!c.role_sent);
+    // A chat choice's role goes with its first content, so until then none was sent. Once
+    // a call has opened it is held to the end, so it need not be asked again.
+    if (stream_ && c.hold != engine::chat::ToolCallHold::kCall) {
+      c.hold = engine::chat::HoldForToolCall(format_.tool_calls.syntax, c.pending.text,
+                                             c.pending.text.size() - unsent_before,
+                                             /*at_start=*/!c.role_sent);
+    }
     // A stream's client that lets this much pile up is not reading: drop it rather than
     // buffer without end. (A body, or what may be a tool call, accumulates by design.)
-    if (stream_ && !c.held && pending_bytes_ > max_pending_bytes_) {
+    if (stream_ && !c.held() && pending_bytes_ > max_pending_bytes_) {
       spdlog::info("http client fell {} bytes behind; cancelling {}", pending_bytes_, format_.id);
       gone_ = true;
       cancel = !cancelled_;
@@ -100,7 +105,7 @@ bool GenerationStream::WouldBlock(int index) {
   absl::MutexLock lock(&mu_);
   Choice& c = choices_[index];
   // What may be a tool call is held until complete, so its chunks never wait to be sent.
-  if (!stream_ || gone_ || c.held || c.pending_chunks < kMaxUnsentChunks) return false;
+  if (!stream_ || gone_ || c.held() || c.pending_chunks < kMaxUnsentChunks) return false;
   c.reported_full = true;
   return true;
 }
@@ -231,7 +236,7 @@ HttpOutput GenerationStream::NextStreamLocked() {
   for (size_t i = 0; i < choices_.size(); ++i) {
     Choice& c = choices_[i];
     const int index = static_cast<int>(i);
-    if (c.held) {  // calls go whole once the answer is complete
+    if (c.held()) {  // calls go whole once the answer is complete
       if (c.finish.has_value() && c.finish->status.ok() && !c.finish_sent) {
         body += StreamHeldAnswerEvents(format_, index, c.pending, /*first=*/!c.role_sent,
                                        c.finish->reason, CompletionTokensLocked(), UsageLocked(),

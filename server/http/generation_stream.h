@@ -68,9 +68,10 @@ class GenerationStream final : public ResponseSource {
     std::optional<engine::FinishInfo> finish;
     bool finish_sent = false;  // streams: its finish_reason event went out
     bool role_sent = false;    // chat streams: its first event (with the role) went out
-    // Streams: `pending` may be or become a tool call (format.tool_syntax), so it waits
-    // for the end of the answer; the engine is never paused for it.
-    bool held = false;
+    // Streams: whether `pending` may be or become a tool call (format.tool_calls); then it
+    // waits for the end of the answer, and the engine is never paused for it.
+    engine::chat::ToolCallHold hold = engine::chat::ToolCallHold::kNo;
+    bool held() const { return hold != engine::chat::ToolCallHold::kNo; }
     int completion_tokens = 0;
     LogprobsCursor cursor;
     bool echoed = false;  // with echo: the prompt went into `pending`

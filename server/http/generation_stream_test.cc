@@ -167,8 +167,8 @@ TEST(GenerationStreamTest, AForcedToolCallIsSentAsToolCalls) {
   auto channel = std::make_shared<FakeChannel>();
   ResponseFormat format = Format(Endpoint::kChatCompletions);
   format.id = "chatcmpl-abc";
-  format.tool_syntax = engine::chat::ToolCallSyntax::kJsonObject;
-  format.tool_names = {"get_weather"};
+  format.tool_calls.syntax = engine::chat::ToolCallSyntax::kJsonObject;
+  format.tool_calls.names = {"get_weather"};
   const json expected_call = {
       {"id", "call_abc_0"},
       {"type", "function"},
@@ -214,8 +214,8 @@ TEST(GenerationStreamTest, AnAutoToolCallIsHeldAndSentWhole) {
   auto channel = std::make_shared<FakeChannel>();
   ResponseFormat format = Format(Endpoint::kChatCompletions);
   format.id = "chatcmpl-abc";
-  format.tool_syntax = engine::chat::ToolCallSyntax::kHermes;
-  format.tool_names = {"get_weather", "search"};
+  format.tool_calls.syntax = engine::chat::ToolCallSyntax::kHermes;
+  format.tool_calls.names = {"get_weather", "search"};
   const std::vector<std::string> pieces = {
       "Let me check", " the weather. <tool",
       "_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>",
@@ -267,8 +267,8 @@ TEST(GenerationStreamTest, AnAutoToolCallIsHeldAndSentWhole) {
 TEST(GenerationStreamTest, TextThatIsNoAutoToolCallIsSentAsText) {
   auto channel = std::make_shared<FakeChannel>();
   ResponseFormat format = Format(Endpoint::kChatCompletions);
-  format.tool_syntax = engine::chat::ToolCallSyntax::kHermes;
-  format.tool_names = {"search"};
+  format.tool_calls.syntax = engine::chat::ToolCallSyntax::kHermes;
+  format.tool_calls.names = {"search"};
   GenerationStream stream(format, true, channel, [] {});
   stream.OnChunk(0, Chunk("Use <to", 2));
   EXPECT_TRUE(stream.Next().empty());

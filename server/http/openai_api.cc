@@ -188,9 +188,7 @@ absl::StatusOr<std::vector<engine::GenerationRequest>> OpenAiApi::Prepare(
         gateway_->PrepareChat(parsed.messages, parsed.generate, parsed.template_variables,
                               absl::InfiniteFuture(), Api::kHttp, tenant);
     if (!chat.ok()) return InOpenAiTerms(chat.status(), parsed);
-    ToolRequest tools;
-    tools.auto_calls = parsed.tool_calls == OpenAiRequest::ToolCalls::kAuto;
-    if (absl::Status s = CheckCallsReadable(tools, gateway_->tool_call_syntax()); !s.ok()) {
+    if (absl::Status s = CheckCallsReadable(parsed.tools, gateway_->tool_call_syntax()); !s.ok()) {
       gateway_->RecordRejected(Api::kHttp, tenant.name);
       return s;
     }
@@ -229,17 +227,7 @@ ResponseFormat OpenAiApi::FormatFor(const OpenAiRequest& parsed, Endpoint endpoi
   format.include_usage = parsed.include_usage;
   format.continuous_usage = parsed.continuous_usage;
   format.logprobs = parsed.logprobs;
-  switch (parsed.tool_calls) {
-    case OpenAiRequest::ToolCalls::kNone:
-      break;
-    case OpenAiRequest::ToolCalls::kForced:
-      format.tool_syntax = engine::chat::ToolCallSyntax::kJsonObject;
-      break;
-    case OpenAiRequest::ToolCalls::kAuto:
-      format.tool_syntax = gateway_->tool_call_syntax();
-      break;
-  }
-  format.tool_names = parsed.tool_names;
+  format.tool_calls = ReadingOf(parsed.tools, gateway_->tool_call_syntax());
   format.top_logprobs = parsed.top_logprobs;
   format.tokenizer = &gateway_->engine()->model().tokenizer();
   for (const engine::GenerationRequest& r : prepared) {

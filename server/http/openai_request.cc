@@ -514,11 +514,8 @@ absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(absl::string_view body, Endpoin
     absl::StatusOr<ToolRequest> tools = ParseTools(parsed);
     if (!tools.ok()) return tools.status();
     if (!tools->tools.is_null()) out.template_variables = {{"tools", tools->tools}};
-    out.tool_names = tools->names;
-    if (tools->auto_calls) out.tool_calls = OpenAiRequest::ToolCalls::kAuto;
     if (!tools->call_schema.empty()) {
       if (ignore_eos) return Invalid("tool_choice", "cannot force a call beside ignore_eos");
-      out.tool_calls = OpenAiRequest::ToolCalls::kForced;
       out.generate.set_json_object(true);
       out.generate.set_json_schema(tools->call_schema);
       // A call's message has no content to score (OpenAI answers logprobs null).
@@ -526,6 +523,7 @@ absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(absl::string_view body, Endpoin
       out.top_logprobs = 0;
       out.generate.set_logprobs(0);
     }
+    out.tools = *std::move(tools);
   }
   if (const json* ids = Find(parsed, "stop_token_ids"); ids != nullptr) {
     std::vector<int32_t> list;

@@ -14,6 +14,7 @@
 #include "absl/strings/string_view.h"
 #include "nlohmann/json.hpp"
 #include "quill/v1/quill.pb.h"
+#include "server/tool_request.h"
 
 namespace quill::server::http {
 
@@ -55,13 +56,10 @@ struct OpenAiRequest {
   // Chat: more variables for the template ({"tools": [...]} when the request has tools),
   // else null.
   nlohmann::ordered_json template_variables;
-  // Chat with tools: how the answer may carry calls (server/tool_request.h). kForced: the whole
-  // answer is the call, kept by the schema in generate.json_schema. kAuto: the model
-  // decides; its calls are read in its chat template's syntax (OpenAiApi refuses a
-  // template with none). The response carries them as tool_calls.
-  enum class ToolCalls { kNone, kForced, kAuto };
-  ToolCalls tool_calls = ToolCalls::kNone;
-  std::vector<std::string> tool_names;  // what a call may name
+  // Chat: the request's tools and tool_choice (server/tool_request.h). A forced call's
+  // schema is also in generate.json_schema; with auto_calls the model decides, and its
+  // calls are read in its chat template's syntax (OpenAiApi refuses a template with none).
+  ToolRequest tools;
 };
 
 // OpenAI's bound on n, and Quill's on prompts x n. Each choice is admitted like a request

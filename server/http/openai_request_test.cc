@@ -110,8 +110,10 @@ TEST(OpenAiRequestTest, ToolsReachTheTemplateAndToolChoiceForcesACall) {
   absl::StatusOr<OpenAiRequest> r =
       chat({{"tool_choice", {{"type", "function"}, {"function", {{"name", "get_weather"}}}}}});
   ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_EQ(r->tool_calls, OpenAiRequest::ToolCalls::kForced);
-  EXPECT_EQ(r->tool_names, std::vector<std::string>({"get_weather", "get_time"}));
+  // A forced call is read as the JSON object it is, whatever the template writes.
+  EXPECT_EQ(ReadingOf(r->tools, engine::chat::ToolCallSyntax::kHermes).syntax,
+            engine::chat::ToolCallSyntax::kJsonObject);
+  EXPECT_EQ(r->tools.names, std::vector<std::string>({"get_weather", "get_time"}));
   EXPECT_TRUE(r->generate.json_object());
   EXPECT_EQ(r->template_variables["tools"], nlohmann::ordered_json({weather, time}));
   EXPECT_FALSE(r->logprobs);  // a call has no content to score
@@ -129,7 +131,8 @@ TEST(OpenAiRequestTest, ToolsReachTheTemplateAndToolChoiceForcesACall) {
   // None: the tools still reach the template, the answer is text.
   r = chat({{"tool_choice", "none"}});
   ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_EQ(r->tool_calls, OpenAiRequest::ToolCalls::kNone);
+  EXPECT_EQ(ReadingOf(r->tools, engine::chat::ToolCallSyntax::kHermes).syntax,
+            engine::chat::ToolCallSyntax::kNone);
   EXPECT_FALSE(r->generate.json_object());
   EXPECT_TRUE(r->template_variables.contains("tools"));
   // Auto, said or by default with tools: free text (logprobs kept) that may hold calls to
@@ -138,8 +141,9 @@ TEST(OpenAiRequestTest, ToolsReachTheTemplateAndToolChoiceForcesACall) {
        {nlohmann::ordered_json({{"tool_choice", "auto"}}), nlohmann::ordered_json::object()}) {
     r = chat(extra);
     ASSERT_TRUE(r.ok()) << r.status();
-    EXPECT_EQ(r->tool_calls, OpenAiRequest::ToolCalls::kAuto);
-    EXPECT_EQ(r->tool_names, std::vector<std::string>({"get_weather", "get_time"}));
+    EXPECT_EQ(ReadingOf(r->tools, engine::chat::ToolCallSyntax::kHermes).syntax,
+              engine::chat::ToolCallSyntax::kHermes);
+    EXPECT_EQ(r->tools.names, std::vector<std::string>({"get_weather", "get_time"}));
     EXPECT_FALSE(r->generate.json_object());
     EXPECT_TRUE(r->generate.json_schema().empty());
     EXPECT_TRUE(r->logprobs);
@@ -151,7 +155,8 @@ TEST(OpenAiRequestTest, ToolsReachTheTemplateAndToolChoiceForcesACall) {
                           choice, "\"}"));
     ASSERT_TRUE(r.ok()) << r.status();
     EXPECT_TRUE(r->template_variables.is_null());
-    EXPECT_EQ(r->tool_calls, OpenAiRequest::ToolCalls::kNone);
+    EXPECT_EQ(ReadingOf(r->tools, engine::chat::ToolCallSyntax::kHermes).syntax,
+              engine::chat::ToolCallSyntax::kNone);
   }
 }
 

@@ -180,8 +180,8 @@ json ToolCallsJson(const ResponseFormat& format, int index,
 
 // The calls in `answer` (none when it is text).
 engine::chat::ParsedAnswer CallsOf(const ResponseFormat& format, const std::string& answer) {
-  if (format.tool_syntax == engine::chat::ToolCallSyntax::kNone) return {answer, {}};
-  return engine::chat::ParseToolCalls(format.tool_syntax, answer, format.tool_names);
+  if (format.tool_calls.syntax == engine::chat::ToolCallSyntax::kNone) return {answer, {}};
+  return engine::chat::ParseToolCalls(format.tool_calls.syntax, answer, format.tool_calls.names);
 }
 
 json ContentOrNull(const std::string& content) {

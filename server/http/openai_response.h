@@ -32,12 +32,11 @@ struct ResponseFormat {
   bool continuous_usage = false;
   bool logprobs = false;
   int top_logprobs = 0;
-  // Chat: the syntax an answer's tool calls are read in (kNone: an answer is text);
+  // Chat: how an answer's tool calls are read (syntax kNone: an answer is text);
   // kJsonObject for a forced call, the chat template's for tool_choice "auto". Calls go
   // out as the message's tool_calls with finish_reason "tool_calls"; a stream holds back
   // what may be a call and sends the calls whole once the answer is complete.
-  engine::chat::ToolCallSyntax tool_syntax = engine::chat::ToolCallSyntax::kNone;
-  std::vector<std::string> tool_names;  // what a call may name
+  ToolCallReading tool_calls;
   // Completions with echo, one per prompt (empty: no echo): a choice's answer starts with
   // its prompt's text and, with logprobs, the prompt's tokens, the first of which
   // (`first_token`) has no logprob.
