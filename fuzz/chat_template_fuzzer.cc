@@ -9,7 +9,9 @@
 // ranges are sorted, disjoint and inside the text. A parsed template is also probed for
 // its tool-call syntax (as at load), and the odd mode's bytes are read as a model's
 // answer in each syntax: no calls leaves the whole answer as content, calls name a
-// known tool and carry an object of arguments.
+// known tool and carry an object of arguments; and split into thought and content, in
+// pieces as a stream brings them, which must give what the whole answer gives. Parsed
+// templates are probed for thinking too.
 
 #include <cstddef>
 #include <cstdint>
@@ -18,6 +20,7 @@
 #include "engine/base/check.h"
 #include "engine/base/utf8.h"
 #include "engine/chat/chat_template.h"
+#include "engine/chat/reasoning.h"
 #include "engine/chat/tool_calls.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "fuzz/chat_templates.h"
@@ -49,6 +52,30 @@ void Check(const absl::StatusOr<chat::RenderedChat>& rendered, bool inputs_utf8)
     previous_end = r.end;
   }
   if (inputs_utf8) QUILL_CHECK(quill::engine::IsValidUtf8(rendered->text));
+}
+
+// Thought and content of `answer` in pieces of 3 bytes are those of it whole, and
+// together they are the answer less the tags and blanks around them.
+void CheckReasoningSplit(absl::string_view answer) {
+  for (const bool thought_open : {false, true}) {
+    chat::ReasoningSplitter whole(thought_open);
+    chat::ReasoningSplitter::Parts expected = whole.Add(answer);
+    chat::ReasoningSplitter::Parts rest = whole.Finish();
+    expected.reasoning += rest.reasoning;
+    expected.content += rest.content;
+    QUILL_CHECK(expected.reasoning.size() + expected.content.size() <= answer.size());
+    chat::ReasoningSplitter pieces(thought_open);
+    chat::ReasoningSplitter::Parts got;
+    for (size_t at = 0; at < answer.size(); at += 3) {
+      chat::ReasoningSplitter::Parts p = pieces.Add(answer.substr(at, 3));
+      got.reasoning += p.reasoning;
+      got.content += p.content;
+    }
+    rest = pieces.Finish();
+    got.reasoning += rest.reasoning;
+    got.content += rest.content;
+    QUILL_CHECK(got.reasoning == expected.reasoning && got.content == expected.content);
+  }
 }
 
 void CheckToolCalls(absl::string_view answer) {
@@ -97,12 +124,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                                           {"role": "user", "content": "Bye"}])"));
     Check(parsed->Render(*conversation, options), quill::engine::IsValidUtf8(source));
     chat::ProbeToolCallSyntax(*parsed, options.limits);
+    chat::ProbeThinks(*parsed, options.limits);
     return 0;
   }
   const auto& templates = quill::fuzz::ChatTemplates();
   const chat::ChatTemplate& tmpl = templates[data[1] % templates.size()];
   const absl::string_view json(reinterpret_cast<const char*>(data + 2), size - 2);
   CheckToolCalls(json);
+  CheckReasoningSplit(json);
   auto messages = chat::ParseMessagesJson(json);
   if (!messages.ok()) return 0;
   Check(tmpl.Render(*messages, options), quill::engine::IsValidUtf8(json));

@@ -43,8 +43,9 @@ void RequestGateway::SetEngine(engine::Engine* engine,
   chat_prompter_ = engine::chat::ChatPrompter::ForModel(
       engine->model().tokenizer(), std::move(chat_template), engine->model().chat_template());
   if (chat_prompter_->available()) {
-    spdlog::info("chat template: {} (tool calls: {})", source,
-                 engine::chat::ToolCallSyntaxName(chat_prompter_->tool_call_syntax()));
+    spdlog::info("chat template: {} (tool calls: {}; thinking: {})", source,
+                 engine::chat::ToolCallSyntaxName(chat_prompter_->tool_call_syntax()),
+                 chat_prompter_->thinks() ? "split into reasoning_content" : "none");
   } else {
     spdlog::warn("chat unavailable: {}", chat_prompter_->unavailable_reason());
   }

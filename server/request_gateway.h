@@ -61,6 +61,9 @@ class RequestGateway {
     return chat_prompter_.has_value() ? chat_prompter_->tool_call_syntax()
                                       : engine::chat::ToolCallSyntax::kNone;
   }
+  // Whether the chat template is a reasoning model's (engine/chat/reasoning.h); valid
+  // once engine() is not null.
+  bool chat_thinks() const { return chat_prompter_.has_value() && chat_prompter_->thinks(); }
 
   // CheckServing, then request_codec's validation and conversion; fills in a request id
   // when the request has none, `deadline`, the front end's label and `tenant` (the front

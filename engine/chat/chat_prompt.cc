@@ -4,6 +4,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "engine/chat/reasoning.h"
 
 namespace quill::engine::chat {
 namespace {
@@ -26,7 +27,8 @@ absl::Status AsMessagesError(const absl::Status& status) {
 ChatPrompter::ChatPrompter(const Tokenizer& tokenizer, ChatTemplate tmpl)
     : tokenizer_(&tokenizer),
       tmpl_(std::move(tmpl)),
-      tool_call_syntax_(ProbeToolCallSyntax(*tmpl_)) {}
+      tool_call_syntax_(ProbeToolCallSyntax(*tmpl_)),
+      thinks_(ProbeThinks(*tmpl_)) {}
 
 ChatPrompter::ChatPrompter(const Tokenizer& tokenizer, std::string unavailable_reason)
     : tokenizer_(&tokenizer), unavailable_reason_(std::move(unavailable_reason)) {}

@@ -73,6 +73,9 @@ class ChatPrompter {
   // How the template writes tool calls (probed once, at construction): what a model
   // deciding for itself whether to call is read in.
   ToolCallSyntax tool_call_syntax() const { return tool_call_syntax_; }
+  // Whether the template is a reasoning model's, whose answers start with a thought
+  // (engine/chat/reasoning.h; probed once, at construction).
+  bool thinks() const { return thinks_; }
 
   // Renders `messages` and tokenizes the result. Errors:
   //   FAILED_PRECONDITION  no usable chat template (see ForModel);
@@ -91,6 +94,7 @@ class ChatPrompter {
   std::optional<ChatTemplate> tmpl_;
   std::string unavailable_reason_;
   ToolCallSyntax tool_call_syntax_ = ToolCallSyntax::kNone;
+  bool thinks_ = false;
 };
 
 }  // namespace quill::engine::chat

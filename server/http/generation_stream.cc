@@ -28,7 +28,8 @@ class ChoiceSink final : public engine::TokenSink {
 // Anything to send: text, tokens, or an echoed prompt's tokens (a BOS-only prompt echoes
 // no text).
 bool HasOutput(const OutputDelta& delta) {
-  return delta.num_tokens > 0 || !delta.text.empty() || !delta.echoed.empty();
+  return delta.num_tokens > 0 || !delta.text.empty() || !delta.reasoning.empty() ||
+         !delta.echoed.empty();
 }
 
 }  // namespace
@@ -43,7 +44,11 @@ GenerationStream::GenerationStream(ResponseFormat format, bool stream,
       cancel_(std::move(cancel)),
       max_pending_bytes_(max_pending_bytes),
       resume_(std::move(resume)),
-      choices_(std::max(format_.choices, 1)) {}
+      choices_(std::max(format_.choices, 1)) {
+  if (format_.split_reasoning) {
+    for (Choice& c : choices_) c.reasoning.emplace(format_.thought_open);
+  }
+}
 
 std::shared_ptr<engine::TokenSink> GenerationStream::SinkFor(
     std::shared_ptr<GenerationStream> stream, int index) {
@@ -59,20 +64,21 @@ bool GenerationStream::OnChunk(int index, engine::TokenChunk chunk) {
     Choice& c = choices_[index];
     const size_t unsent_before = c.pending.text.size();
     if (!format_.echo.empty() && !c.echoed) EchoLocked(index, &chunk.prompt_logprobs);
-    c.pending.text += chunk.text;
+    AppendTextLocked(c, c.reasoning.has_value()
+                            ? c.reasoning->Add(chunk.text)
+                            : engine::chat::ReasoningSplitter::Parts{"", std::move(chunk.text)});
     c.pending.num_tokens += static_cast<int>(chunk.tokens.size());
     ++c.pending_chunks;
     c.completion_tokens += static_cast<int>(chunk.tokens.size());
-    pending_bytes_ += static_cast<int64_t>(chunk.text.size());
     if (format_.logprobs) {
       for (engine::GeneratedToken& t : chunk.tokens) c.pending.tokens.push_back(std::move(t));
     }
-    // A chat choice's role goes with its first content, so until then none was sent. Once
-    // a call has opened it is held to the end, so it need not be asked again.
+    // A json_object call is the whole content, so it may start only while none was sent.
+    // Once a call has opened it is held to the end, so it need not be asked again.
     if (stream_ && c.hold != engine::chat::ToolCallHold::kCall) {
       c.hold = engine::chat::HoldForToolCall(format_.tool_calls.syntax, c.pending.text,
                                              c.pending.text.size() - unsent_before,
-                                             /*at_start=*/!c.role_sent);
+                                             /*at_start=*/!c.content_sent);
     }
     // A stream's client that lets this much pile up is not reading: drop it rather than
     // buffer without end. (A body, or what may be a tool call, accumulates by design.)
@@ -85,6 +91,12 @@ bool GenerationStream::OnChunk(int index, engine::TokenChunk chunk) {
   }
   channel_->Wake();  // with `cancel`, Next() ends the response
   return !cancel;
+}
+
+void GenerationStream::AppendTextLocked(Choice& c, engine::chat::ReasoningSplitter::Parts parts) {
+  pending_bytes_ += static_cast<int64_t>(parts.reasoning.size() + parts.content.size());
+  c.pending.reasoning += parts.reasoning;
+  c.pending.text += parts.content;
 }
 
 void GenerationStream::EchoLocked(int index, std::vector<engine::GeneratedToken>* scored) {
@@ -118,6 +130,8 @@ void GenerationStream::OnFinish(int index, const engine::FinishInfo& info) {
     c.finish = info;
     // An answer without output (e.g. end of generation at once) still echoes the prompt.
     if (!format_.echo.empty() && !c.echoed && info.status.ok()) EchoLocked(index, nullptr);
+    // What the splitter held (a tag's start, leading blanks) is known now.
+    if (c.reasoning.has_value()) AppendTextLocked(c, c.reasoning->Finish());
     // One failed choice fails the response: the others need not run on (and finish
     // cancelled, which is not the failure to report).
     if (!info.status.ok() && failure_.ok()) {
@@ -241,7 +255,7 @@ HttpOutput GenerationStream::NextStreamLocked() {
         body += StreamHeldAnswerEvents(format_, index, c.pending, /*first=*/!c.role_sent,
                                        c.finish->reason, CompletionTokensLocked(), UsageLocked(),
                                        &c.cursor);
-        pending_bytes_ -= static_cast<int64_t>(c.pending.text.size());
+        pending_bytes_ -= static_cast<int64_t>(c.pending.text.size() + c.pending.reasoning.size());
         c.pending = OutputDelta();
         c.pending_chunks = 0;
         c.role_sent = true;
@@ -255,7 +269,8 @@ HttpOutput GenerationStream::NextStreamLocked() {
       body += StreamDeltaEvent(format_, index, c.pending, /*first=*/!c.role_sent,
                                CompletionTokensLocked(), &c.cursor);
       c.role_sent = true;
-      pending_bytes_ -= static_cast<int64_t>(c.pending.text.size());
+      c.content_sent = c.content_sent || !c.pending.text.empty();
+      pending_bytes_ -= static_cast<int64_t>(c.pending.text.size() + c.pending.reasoning.size());
       c.pending = OutputDelta();
       c.pending_chunks = 0;
     }

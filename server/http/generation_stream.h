@@ -28,6 +28,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "engine/chat/reasoning.h"
 #include "engine/runtime/request.h"
 #include "engine/runtime/token_sink.h"
 #include "server/http/http_exchange.h"
@@ -68,6 +69,9 @@ class GenerationStream final : public ResponseSource {
     std::optional<engine::FinishInfo> finish;
     bool finish_sent = false;  // streams: its finish_reason event went out
     bool role_sent = false;    // chat streams: its first event (with the role) went out
+    bool content_sent = false;  // streams: some of its content went out
+    // With format.split_reasoning: parts the answer's text into thought and content.
+    std::optional<engine::chat::ReasoningSplitter> reasoning;
     // Streams: whether `pending` may be or become a tool call (format.tool_calls); then it
     // waits for the end of the answer, and the engine is never paused for it.
     engine::chat::ToolCallHold hold = engine::chat::ToolCallHold::kNo;
@@ -77,6 +81,9 @@ class GenerationStream final : public ResponseSource {
     bool echoed = false;  // with echo: the prompt went into `pending`
   };
 
+  // Adds a chunk's text, split into thought and content, to c's pending output.
+  void AppendTextLocked(Choice& c, engine::chat::ReasoningSplitter::Parts parts)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Puts the echoed prompt (text; with logprobs its tokens, `scored` holding the engine's
   // prompt logprobs) at the start of the choice's output.
   void EchoLocked(int index, std::vector<engine::GeneratedToken>* scored)

@@ -288,6 +288,46 @@ TEST(GenerationStreamTest, TextThatIsNoAutoToolCallIsSentAsText) {
   EXPECT_EQ(events[1]["choices"][0]["finish_reason"], "stop");
 }
 
+// A reasoning model's thought streams as reasoning_content as it comes, apart from the
+// content; a tag split over chunks is held only until it is whole. A body carries both.
+TEST(GenerationStreamTest, AThoughtGoesOutAsReasoningContent) {
+  auto channel = std::make_shared<FakeChannel>();
+  ResponseFormat format = Format(Endpoint::kChatCompletions);
+  format.split_reasoning = true;
+  GenerationStream stream(format, true, channel, [] {});
+  const std::vector<std::string> pieces = {"<think>\nLet me", " see.</th", "ink>\n\n", "It is 4."};
+  stream.OnChunk(0, Chunk(pieces[0], 2));
+  bool done = false;
+  std::vector<json> events = Events(stream.Next().body, &done);
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0]["choices"][0]["delta"],
+            json({{"role", "assistant"}, {"reasoning_content", "\nLet me"}}));
+  stream.OnChunk(0, Chunk(pieces[1], 2));
+  events = Events(stream.Next().body, &done);
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0]["choices"][0]["delta"], json({{"reasoning_content", " see."}}));
+  stream.OnChunk(0, Chunk(pieces[2], 2));  // the tag's end and the gap: nothing to show
+  events = Events(stream.Next().body, &done);
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0]["choices"][0]["delta"], json({{"content", ""}}));
+  stream.OnChunk(0, Chunk(pieces[3], 2));
+  stream.OnFinish(0, Finished(engine::FinishReason::kEos, 4, 8));
+  events = Events(stream.Next().body, &done);
+  EXPECT_TRUE(done);
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[0]["choices"][0]["delta"], json({{"content", "It is 4."}}));
+  EXPECT_EQ(events[1]["choices"][0]["finish_reason"], "stop");
+
+  // The prompt opened the thought (DeepSeek R1), and the answer ends inside it.
+  format.thought_open = true;
+  GenerationStream body(format, false, channel, [] {});
+  body.OnChunk(0, Chunk("Hmm, </t", 3));
+  body.OnFinish(0, Finished(engine::FinishReason::kLength, 4, 3));
+  const json message = json::parse(body.Next().body)["choices"][0]["message"];
+  EXPECT_EQ(message["reasoning_content"], "Hmm, </t");
+  EXPECT_EQ(message["content"], "");
+}
+
 TEST(GenerationStreamTest, FailureBeforeOutputIsAPlainHttpErrorAfterItAnEvent) {
   auto channel = std::make_shared<FakeChannel>();
   GenerationStream early(Format(Endpoint::kCompletions), true, channel, [] {});

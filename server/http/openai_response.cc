@@ -128,8 +128,11 @@ std::string StreamDeltaEvent(const ResponseFormat& format, int index, const Outp
                              bool first, int completion_tokens, LogprobsCursor* cursor) {
   json content;
   if (format.endpoint == Endpoint::kChatCompletions) {
-    content = {{"content", delta.text}};
+    content = json::object();
     if (first) content["role"] = "assistant";
+    // A piece of thought alone carries no content (as other servers send it).
+    if (!delta.reasoning.empty()) content["reasoning_content"] = delta.reasoning;
+    if (!delta.text.empty() || delta.reasoning.empty()) content["content"] = delta.text;
   } else {
     content = delta.text;
   }
@@ -202,13 +205,14 @@ std::string StreamHeldAnswerEvents(const ResponseFormat& format, int index,
   engine::chat::ParsedAnswer answer = CallsOf(format, unsent.text);
   if (answer.calls.empty()) {
     std::string out;
-    if (first || !unsent.text.empty() || unsent.num_tokens > 0) {
+    if (first || !unsent.text.empty() || !unsent.reasoning.empty() || unsent.num_tokens > 0) {
       out = StreamDeltaEvent(format, index, unsent, first, completion_tokens, cursor);
     }
     return out + StreamFinishEvent(format, index, reason, usage);
   }
   json delta = json::object();
   if (first) delta["role"] = "assistant";
+  if (!unsent.reasoning.empty()) delta["reasoning_content"] = unsent.reasoning;
   delta["content"] = ContentOrNull(answer.content);
   delta["tool_calls"] = ToolCallsJson(format, index, answer.calls, /*streamed=*/true);
   json chunk =
@@ -251,6 +255,7 @@ std::string CompleteBody(const ResponseFormat& format, const std::vector<Finishe
           {"role", "assistant"},
           {"content", ContentOrNull(answer.content)},
           {"tool_calls", ToolCallsJson(format, static_cast<int>(i), answer.calls, false)}};
+      if (!c.output.reasoning.empty()) choice["message"]["reasoning_content"] = c.output.reasoning;
       choice["logprobs"] = nullptr;
       choice["finish_reason"] = "tool_calls";
       rendered.push_back(std::move(choice));
@@ -258,6 +263,7 @@ std::string CompleteBody(const ResponseFormat& format, const std::vector<Finishe
     }
     if (chat) {
       choice["message"] = {{"role", "assistant"}, {"content", c.output.text}};
+      if (!c.output.reasoning.empty()) choice["message"]["reasoning_content"] = c.output.reasoning;
     } else {
       choice["text"] = c.output.text;
     }

@@ -37,6 +37,12 @@ struct ResponseFormat {
   // out as the message's tool_calls with finish_reason "tool_calls"; a stream holds back
   // what may be a call and sends the calls whole once the answer is complete.
   ToolCallReading tool_calls;
+  // Chat with a reasoning model's template (engine/chat/reasoning.h): each answer's
+  // thought goes out as the message's reasoning_content, apart from its content;
+  // `thought_open`: the prompt opened the thought. Off for answers a JSON mode or a
+  // forced call constrains.
+  bool split_reasoning = false;
+  bool thought_open = false;
   // Completions with echo, one per prompt (empty: no echo): a choice's answer starts with
   // its prompt's text and, with logprobs, the prompt's tokens, the first of which
   // (`first_token`) has no logprob.
@@ -56,7 +62,8 @@ struct ResponseFormat {
 
 // Output accumulated since the last event (or the whole answer, for a body).
 struct OutputDelta {
-  std::string text;
+  std::string text;       // content
+  std::string reasoning;  // with format.split_reasoning: the thought
   // With echo and logprobs, the prompt's tokens before `tokens`; echoed[0] has no logprob.
   std::vector<engine::GeneratedToken> echoed;
   std::vector<engine::GeneratedToken> tokens;  // kept only when logprobs are asked for

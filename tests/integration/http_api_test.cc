@@ -13,6 +13,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "absl/synchronization/notification.h"
 #include "client/quill_client.h"
 #include "gmock/gmock.h"
@@ -1528,6 +1529,62 @@ TEST_F(HttpAutoToolsTest, ATextAnswerComesBackAsTextAndEarlierCallsRenderAsTheMo
   EXPECT_EQ(json::parse(next.body)["choices"][0]["message"]["content"], next_expected.text);
   EXPECT_EQ(json::parse(next.body)["usage"]["prompt_tokens"],
             next_expected.last.usage().prompt_tokens());
+}
+
+// A reasoning model's template that opens the thought for the model, as DeepSeek R1's
+// do: kjv-1m never closes it, so its whole answer is thought. It comes back as
+// reasoning_content, exactly the text gRPC Generate gives for the prompt written out by
+// hand, in a body and in a stream; an answer JSON mode constrains is content.
+class HttpReasoningTest : public TemplateServerTest<HttpReasoningTest> {
+ public:
+  static constexpr const char* kTemplate =
+      "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}"
+      "<assistant>{{ '<think>\\n' }}";  // (a template's last newline is dropped)
+};
+
+TEST_F(HttpReasoningTest, TheThoughtComesBackAsReasoningContent) {
+  v1::GenerateRequest expected_request = TextRequest("<user>Where<assistant><think>\n", 30);
+  SetSampling(&expected_request, 0.8f, 1.0f, 5);
+  const Stream expected = Collect(*client_, expected_request);
+  ASSERT_TRUE(expected.status.ok()) << expected.status;
+  ASSERT_FALSE(expected.text.empty());
+
+  json body = {{"messages", json::array({{{"role", "user"}, {"content", "Where"}}})},
+               {"max_tokens", 30},
+               {"temperature", 0.8},
+               {"seed", 5}};
+  const HttpReply reply = Post(body);
+  ASSERT_EQ(reply.status, 200) << reply.body;
+  const json message = json::parse(reply.body)["choices"][0]["message"];
+  EXPECT_EQ(message.value("reasoning_content", json()), expected.text) << reply.body;
+  EXPECT_EQ(message["content"], "") << reply.body;
+
+  body["stream"] = true;
+  const HttpReply streamed = Post(body);
+  ASSERT_EQ(streamed.status, 200) << streamed.body;
+  absl::StatusOr<std::vector<std::string>> events = ParseSseData(streamed.body);
+  ASSERT_TRUE(events.ok()) << events.status();
+  std::string reasoning, content;
+  for (const std::string& data : *events) {
+    if (data == "[DONE]") continue;
+    const json delta = json::parse(data)["choices"][0]["delta"];
+    if (delta.value("reasoning_content", json()).is_string()) {
+      reasoning += delta["reasoning_content"].get<std::string>();
+    }
+    if (delta.value("content", json()).is_string()) content += delta["content"].get<std::string>();
+  }
+  EXPECT_EQ(reasoning, expected.text);
+  EXPECT_EQ(content, "");
+
+  body["stream"] = false;
+  body["response_format"] = {{"type", "json_object"}};
+  const HttpReply constrained = Post(body);
+  ASSERT_EQ(constrained.status, 200) << constrained.body;
+  const json json_message = json::parse(constrained.body)["choices"][0]["message"];
+  EXPECT_FALSE(json_message.contains("reasoning_content")) << constrained.body;
+  EXPECT_TRUE(
+      absl::StartsWith(absl::StripLeadingAsciiWhitespace(json_message.value("content", "")), "{"))
+      << constrained.body;
 }
 
 // A server of its own: a KV pool that holds one long request and a queue of 2.
