@@ -164,6 +164,7 @@ grpc::ServerUnaryReactor* GenerationService::GetModelInfo(
   *response =
       BuildModelInfo(*gateway_->engine(), gateway_->limits(), info_.model_path, info_.precision);
   response->set_tool_call_syntax(engine::chat::ToolCallSyntaxName(gateway_->tool_call_syntax()));
+  response->set_chat_thinks(gateway_->chat_thinks());
   reactor->Finish(grpc::Status::OK);
   return reactor;
 }

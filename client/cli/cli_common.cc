@@ -231,6 +231,7 @@ nlohmann::json ToJson(const quill::v1::ModelInfo& info) {
           {"kv_bytes_per_token", info.kv_bytes_per_token()},
           {"kv_cache_type", info.kv_cache_type()},
           {"tool_call_syntax", info.tool_call_syntax()},
+          {"chat_thinks", info.chat_thinks()},
           {"weights_bytes", info.weights_bytes()},
           {"mapped_weights_bytes", info.mapped_weights_bytes()},
           {"resident_memory_bytes", info.resident_memory_bytes()},

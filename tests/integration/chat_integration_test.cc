@@ -133,6 +133,7 @@ TEST_F(ChatTest, MaxTokensZeroFillsTheContext) {
   absl::StatusOr<v1::ModelInfo> info = client_->GetModelInfo();
   ASSERT_TRUE(info.ok()) << info.status();
   EXPECT_EQ(info->tool_call_syntax(), "hermes");  // Qwen2.5's template
+  EXPECT_FALSE(info->chat_thinks());              // which is no reasoning model's
   v1::ChatRequest request = ChatRequestOf(kConversation, 0);
   request.set_ignore_eos(true);
   const Stream s = CollectChat(*client_, request, absl::Seconds(120));

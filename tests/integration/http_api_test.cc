@@ -1543,6 +1543,9 @@ class HttpReasoningTest : public TemplateServerTest<HttpReasoningTest> {
 };
 
 TEST_F(HttpReasoningTest, TheThoughtComesBackAsReasoningContent) {
+  absl::StatusOr<v1::ModelInfo> info = client_->GetModelInfo();
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_TRUE(info->chat_thinks());
   v1::GenerateRequest expected_request = TextRequest("<user>Where<assistant><think>\n", 30);
   SetSampling(&expected_request, 0.8f, 1.0f, 5);
   const Stream expected = Collect(*client_, expected_request);
