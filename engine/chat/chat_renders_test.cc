@@ -3,8 +3,6 @@
 // for byte, or the render fails with the raise_exception message the reference raised, or
 // fails where the reference failed with another error.
 
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -21,13 +19,6 @@ namespace {
 
 using Json = nlohmann::ordered_json;
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 // Where two texts first differ, with a little context, for failure messages.
 std::string FirstDifference(const std::string& got, const std::string& want) {
   size_t i = 0;
@@ -40,7 +31,7 @@ std::string FirstDifference(const std::string& got, const std::string& want) {
 TEST(ChatRendersTest, EveryTemplateAndConversationMatchesJinja2) {
   const std::string path = testing::SharedPath("chat_templates/renders.json");
   if (path.empty()) GTEST_SKIP() << "shared assets not found (chat_templates/renders.json)";
-  const Json reference = Json::parse(ReadFile(path));
+  const Json reference = Json::parse(testing::ReadWholeFile(path));
   absl::CivilDay date;
   ASSERT_TRUE(absl::ParseCivilTime(reference["strftime_now_date"].get<std::string>(), &date));
 
@@ -48,7 +39,7 @@ TEST(ChatRendersTest, EveryTemplateAndConversationMatchesJinja2) {
   std::vector<std::string> failures;
   for (const Json& entry : reference["templates"]) {
     const std::string name = entry["name"].get<std::string>();
-    const std::string source = ReadFile(
+    const std::string source = testing::ReadWholeFile(
         testing::SharedPath(absl::StrCat("chat_templates/", entry["file"].get<std::string>())));
     absl::StatusOr<ChatTemplate> tmpl = ChatTemplate::Parse(source);
     for (const auto& [conversation, expected] : entry["renders"].items()) {

@@ -2,9 +2,7 @@
 // in pieces.
 #include "engine/chat/reasoning.h"
 
-#include <fstream>
 #include <map>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -15,13 +13,6 @@
 
 namespace quill::engine::chat {
 namespace {
-
-std::string ReadTemplate(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 TEST(ProbeThinksTest, ReasoningModelsTemplatesAreFound) {
   const std::string dir = testing::SharedPath("chat_templates");
@@ -44,7 +35,7 @@ TEST(ProbeThinksTest, ReasoningModelsTemplatesAreFound) {
   };
   for (const auto& [name, want] : expected) {
     absl::StatusOr<ChatTemplate> tmpl =
-        ChatTemplate::Parse(ReadTemplate(absl::StrCat(dir, "/", name, ".jinja")));
+        ChatTemplate::Parse(testing::ReadWholeFile(absl::StrCat(dir, "/", name, ".jinja")));
     ASSERT_TRUE(tmpl.ok()) << name << ": " << tmpl.status();
     EXPECT_EQ(ProbeThinks(*tmpl), want) << name;
   }

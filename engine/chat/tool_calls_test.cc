@@ -3,9 +3,7 @@
 
 #include "engine/chat/tool_calls.h"
 
-#include <fstream>
 #include <map>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -20,13 +18,6 @@ namespace {
 using json = nlohmann::ordered_json;
 
 const std::vector<std::string> kNames = {"get_weather", "search"};
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 TEST(ToolCallSyntaxTest, EachRealTemplateIsProbedForTheFormItWritesCallsIn) {
   const std::string dir = testing::SharedPath("chat_templates");
@@ -53,7 +44,7 @@ TEST(ToolCallSyntaxTest, EachRealTemplateIsProbedForTheFormItWritesCallsIn) {
   };
   for (const auto& [name, want] : expected) {
     absl::StatusOr<ChatTemplate> tmpl =
-        ChatTemplate::Parse(ReadFile(absl::StrCat(dir, "/", name, ".jinja")));
+        ChatTemplate::Parse(testing::ReadWholeFile(absl::StrCat(dir, "/", name, ".jinja")));
     ASSERT_TRUE(tmpl.ok()) << name << ": " << tmpl.status();
     EXPECT_EQ(ToolCallSyntaxName(ProbeToolCallSyntax(*tmpl)), std::string(ToolCallSyntaxName(want)))
         << name;

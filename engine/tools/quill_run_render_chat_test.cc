@@ -5,8 +5,6 @@
 #include <unistd.h>
 
 #include <cstdio>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -26,13 +24,6 @@ using testing::BuildBinaryPath;
 using testing::RunAndCapture;
 using testing::SharedPath;
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 std::string WriteTemp(const std::string& name, const std::string& content) {
   return testing::WriteScratchFile(absl::StrCat("render_chat_", name), content);
 }
@@ -44,7 +35,7 @@ class RenderChatTest : public ::testing::Test {
     if (quill_run_.empty()) GTEST_SKIP() << "quill-run not built";
     const std::string renders = SharedPath("chat_templates/renders.json");
     if (renders.empty()) GTEST_SKIP() << "shared assets not found (chat_templates/renders.json)";
-    reference_ = Json::parse(ReadFile(renders));
+    reference_ = Json::parse(testing::ReadWholeFile(renders));
     date_ = reference_["strftime_now_date"].get<std::string>();
   }
 
@@ -134,7 +125,7 @@ TEST_F(RenderChatTest, VocabularyOnlyGgufTemplate) {
   ASSERT_TRUE(file.ok()) << file.status();
   auto embedded = (*file)->GetString("tokenizer.chat_template");
   ASSERT_TRUE(embedded.ok());
-  ASSERT_EQ(*embedded, ReadFile(SharedPath("chat_templates/Qwen-Qwen3-0.6B.jinja")));
+  ASSERT_EQ(*embedded, testing::ReadWholeFile(SharedPath("chat_templates/Qwen-Qwen3-0.6B.jinja")));
 
   for (const auto& [conversation, c] : reference_["conversations"].items()) {
     SCOPED_TRACE(conversation);

@@ -23,6 +23,8 @@ std::string BuildBinaryPath(absl::string_view relative);
 std::string ScratchPath(absl::string_view name);
 // Writes `content` to ScratchPath(name) (binary) and returns the path ("" if it cannot).
 std::string WriteScratchFile(absl::string_view name, absl::string_view content);
+// The bytes of the file at `path` ("" if it cannot be read).
+std::string ReadWholeFile(const std::string& path);
 
 // GET http://127.0.0.1:<port>/metrics, checked (200, text/plain) and parsed.
 absl::StatusOr<PromText> ScrapeMetrics(int port);
