@@ -63,6 +63,10 @@ ReasoningSplitter::ReasoningSplitter(bool thought_open)
 
 ReasoningSplitter::Parts ReasoningSplitter::Add(absl::string_view piece) {
   Parts out;
+  if (state_ == State::kContent) {  // settled: the usual case once the thought is over
+    out.content.assign(piece.data(), piece.size());
+    return out;
+  }
   held_.append(piece.data(), piece.size());
   // Each state either decides and moves on (looping for the rest of the text) or holds.
   while (true) {
