@@ -12,6 +12,7 @@
 #include "engine/sampler/json_schema.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/unknown_field_set.h"
+#include "server/template_kwargs.h"
 #include "server/tool_request.h"
 
 namespace quill::server {
@@ -615,6 +616,14 @@ absl::StatusOr<engine::GenerationRequest> ToEngineChatRequest(
   }
   json variables = nullptr;
   if (!tools->tools.is_null()) variables = {{"tools", tools->tools}};
+  if (!request.chat_template_kwargs_json().empty()) {
+    const json kwargs =
+        json::parse(request.chat_template_kwargs_json(), nullptr, /*allow_exceptions=*/false);
+    if (kwargs.is_discarded()) return Invalid("chat_template_kwargs_json", "is not JSON");
+    absl::StatusOr<json> checked = CheckTemplateKwargs(kwargs, "chat_template_kwargs_json");
+    if (!checked.ok()) return checked.status();
+    variables = WithTemplateKwargs(std::move(variables), *checked);
+  }
   if (tool_calls != nullptr) *tool_calls = ReadingOf(*tools, prompter.tool_call_syntax());
   return ToEngineChatRequest(messages, options, limits, prompter, variables);
 }

@@ -749,6 +749,38 @@ TEST(ChatCodecTest, ToolsAndEarlierCallsReachTheTemplate) {
             engine::chat::ToolCallSyntax::kNone);
 }
 
+// chat_template_kwargs_json: more variables beside the tools; refused when it is not a
+// JSON object or sets what the request and the model set.
+TEST(ChatCodecTest, TemplateKwargsReachTheTemplate) {
+  ByteTokenizer tokenizer;
+  const auto prompter = Prompter(
+      tokenizer,
+      "{% for m in messages %}{{ m.content }}{% endfor %}{% if tools %}+tools{% endif %}"
+      "{% if enable_thinking is defined and not enable_thinking %}<think></think>{% endif %}");
+  v1::ChatRequest request = ToolsChat();
+  request.set_tool_choice("none");  // this template writes no calls
+  request.set_chat_template_kwargs_json(R"({"enable_thinking": false})");
+  absl::StatusOr<engine::GenerationRequest> got =
+      ToEngineChatRequest(request, ToolsLimits(), prompter);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->prompt_ids, BytesWithBos("w?+tools<think></think>"));
+  request.set_chat_template_kwargs_json(R"({"enable_thinking": true})");
+  got = ToEngineChatRequest(request, ToolsLimits(), prompter);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->prompt_ids, BytesWithBos("w?+tools"));
+  for (const auto& [kwargs, message] : std::vector<std::pair<std::string, std::string>>{
+           {"{", "chat_template_kwargs_json is not JSON"},
+           {"[1]", "chat_template_kwargs_json must be an object"},
+           {R"({"messages": []})", "chat_template_kwargs_json cannot set \"messages\""},
+           {R"({"tools": null})", "chat_template_kwargs_json cannot set \"tools\""},
+           {R"({"bos_token": "x"})", "chat_template_kwargs_json cannot set \"bos_token\""}}) {
+    request.set_chat_template_kwargs_json(kwargs);
+    got = ToEngineChatRequest(request, ToolsLimits(), prompter);
+    EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument) << kwargs;
+    EXPECT_THAT(got.status().message(), HasSubstr(message)) << kwargs;
+  }
+}
+
 TEST(ChatCodecTest, BadToolsAreInvalidArgumentNamingTheField) {
   ByteTokenizer tokenizer;
   const auto hermes = Prompter(tokenizer, kToolsTemplate);

@@ -33,6 +33,7 @@ struct ChatFlags {
   std::string tools_file;
   std::vector<quill::v1::Tool> tools;  // the file's
   std::string tool_choice;
+  std::string template_kwargs;  // a JSON object's text
   absl::Duration timeout = absl::Seconds(120);
   bool stats = false;
 };
@@ -87,6 +88,7 @@ class Conversation {
     request.set_json_schema(f.json_schema);
     for (const quill::v1::Tool& tool : f.tools) *request.add_tools() = tool;
     request.set_tool_choice(f.tool_choice);
+    request.set_chat_template_kwargs_json(f.template_kwargs);
     return request;
   }
 
@@ -169,6 +171,9 @@ int ChatCommand(const std::vector<std::string>& args) {
                    "With --tools: auto (the default: the model decides; needs a template "
                    "whose calls the server reads), required (a call to one of them), a tool's "
                    "name (a call to it), or none.");
+  parser.AddString("template-kwargs", &f.template_kwargs,
+                   "More variables for the chat template, as a JSON object, e.g. "
+                   "'{\"enable_thinking\": false}' (Qwen3 then answers without a thought).");
   parser.AddDuration("timeout", &f.timeout, "Deadline for each answer.");
   parser.AddBool("stats", &f.stats, "After each answer, print finish reason and usage on stderr.");
   std::vector<std::string> positional;

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/sampler/json_schema.h"
 #include "nlohmann/json.hpp"
+#include "server/template_kwargs.h"
 #include "server/tool_request.h"
 
 namespace quill::server::http {
@@ -524,6 +525,14 @@ absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(absl::string_view body, Endpoin
       out.generate.set_logprobs(0);
     }
     out.tools = *std::move(tools);
+  }
+  if (const json* kwargs = Find(parsed, "chat_template_kwargs"); kwargs != nullptr) {
+    if (endpoint != Endpoint::kChatCompletions && !kwargs->is_null()) {
+      return Invalid("chat_template_kwargs", "is for /v1/chat/completions only");
+    }
+    absl::StatusOr<json> checked = CheckTemplateKwargs(*kwargs, "chat_template_kwargs");
+    if (!checked.ok()) return checked.status();
+    out.template_variables = WithTemplateKwargs(std::move(out.template_variables), *checked);
   }
   if (const json* ids = Find(parsed, "stop_token_ids"); ids != nullptr) {
     std::vector<int32_t> list;

@@ -53,8 +53,8 @@ struct OpenAiRequest {
   bool echo = false;
   // The name of the field `generate.logprobs` came from, for errors.
   std::string logprobs_field = "logprobs";
-  // Chat: more variables for the template ({"tools": [...]} when the request has tools),
-  // else null.
+  // Chat: more variables for the template (the request's tools as "tools", and its
+  // chat_template_kwargs), else null.
   nlohmann::ordered_json template_variables;
   // Chat: the request's tools and tool_choice (server/tool_request.h). A forced call's
   // schema is also in generate.json_schema; with auto_calls the model decides, and its

@@ -160,6 +160,37 @@ TEST(OpenAiRequestTest, ToolsReachTheTemplateAndToolChoiceForcesACall) {
   }
 }
 
+// chat_template_kwargs (vLLM's and SGLang's extension) become template variables beside
+// the tools; what the request and the model set cannot be overridden.
+TEST(OpenAiRequestTest, ChatTemplateKwargsAreMoreTemplateVariables) {
+  absl::StatusOr<OpenAiRequest> r = Chat(
+      R"({"messages": [{"role": "user", "content": "x"}], "chat_template_kwargs": )"
+      R"({"enable_thinking": false, "depth": {"a": [1]}},)"
+      R"( "tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "none"})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->template_variables["enable_thinking"], false);
+  EXPECT_EQ(r->template_variables["depth"], nlohmann::ordered_json::parse(R"({"a": [1]})"));
+  EXPECT_TRUE(r->template_variables.contains("tools"));
+  r = Chat(R"({"messages": [{"role": "user", "content": "x"}], "chat_template_kwargs": null})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->template_variables.is_null());
+  for (const auto& [body, message] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"messages": [{"role": "user", "content": "x"}], "chat_template_kwargs": 1})",
+            "chat_template_kwargs must be an object"},
+           {R"({"messages": [{"role": "user", "content": "x"}],)"
+            R"( "chat_template_kwargs": {"add_generation_prompt": false}})",
+            "chat_template_kwargs cannot set \"add_generation_prompt\""},
+           {R"({"messages": [{"role": "user", "content": "x"}],)"
+            R"( "chat_template_kwargs": {"messages": []}})",
+            "chat_template_kwargs cannot set \"messages\""}}) {
+    r = Chat(body);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << body;
+    EXPECT_THAT(r.status().message(), HasSubstr(message)) << body;
+  }
+  r = Completions(R"({"prompt": "x", "chat_template_kwargs": {"a": 1}})");
+  EXPECT_THAT(r.status().message(), HasSubstr("chat_template_kwargs is for /v1/chat/completions"));
+}
+
 // OpenAI sends an earlier call's arguments as JSON text; the template gets the object
 // (Hugging Face's chat format). Text that is no object is passed on as sent.
 TEST(OpenAiRequestTest, EarlierCallArgumentsReachTheTemplateAsObjects) {

@@ -1534,12 +1534,15 @@ TEST_F(HttpAutoToolsTest, ATextAnswerComesBackAsTextAndEarlierCallsRenderAsTheMo
 // A reasoning model's template that opens the thought for the model, as DeepSeek R1's
 // do: kjv-1m never closes it, so its whole answer is thought. It comes back as
 // reasoning_content, exactly the text gRPC Generate gives for the prompt written out by
-// hand, in a body and in a stream; an answer JSON mode constrains is content.
+// hand, in a body and in a stream; an answer JSON mode constrains is content. With
+// chat_template_kwargs {"enable_thinking": false} the template writes an empty thought
+// instead (as Qwen3's does), and the answer is content.
 class HttpReasoningTest : public TemplateServerTest<HttpReasoningTest> {
  public:
   static constexpr const char* kTemplate =
-      "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}"
-      "<assistant>{{ '<think>\\n' }}";  // (a template's last newline is dropped)
+      "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}<assistant>"
+      "{% if enable_thinking is defined and not enable_thinking %}<think></think>"
+      "{% else %}{{ '<think>\\n' }}{% endif %}";  // (a template's last newline is dropped)
 };
 
 TEST_F(HttpReasoningTest, TheThoughtComesBackAsReasoningContent) {
@@ -1588,6 +1591,18 @@ TEST_F(HttpReasoningTest, TheThoughtComesBackAsReasoningContent) {
   EXPECT_TRUE(
       absl::StartsWith(absl::StripLeadingAsciiWhitespace(json_message.value("content", "")), "{"))
       << constrained.body;
+
+  v1::GenerateRequest plain_request = TextRequest("<user>Where<assistant><think></think>", 30);
+  SetSampling(&plain_request, 0.8f, 1.0f, 5);
+  const Stream plain = Collect(*client_, plain_request);
+  ASSERT_TRUE(plain.status.ok()) << plain.status;
+  body.erase("response_format");
+  body["chat_template_kwargs"] = {{"enable_thinking", false}};
+  const HttpReply unthinking = Post(body);
+  ASSERT_EQ(unthinking.status, 200) << unthinking.body;
+  const json plain_message = json::parse(unthinking.body)["choices"][0]["message"];
+  EXPECT_EQ(plain_message["content"], plain.text) << unthinking.body;
+  EXPECT_FALSE(plain_message.contains("reasoning_content")) << unthinking.body;
 }
 
 // A server of its own: a KV pool that holds one long request and a queue of 2.
