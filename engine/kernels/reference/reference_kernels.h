@@ -32,7 +32,8 @@ void SoftCap(float* x, int64_t n, float cap);
 void AddBias(float* x, const float* bias, int rows, int cols);
 void Scale(float* x, int64_t n, float s);
 void AddTableRows(float* out, const float* table, const int32_t* index, int rows, int dim);
-// Causal GQA attention by materializing scores per query (what the tiled kernel must match).
+// Causal GQA attention by materializing scores per query (what the tiled kernel must match),
+// in double. The caches are floats in `layout` (an f32 or f16 layout, not q8).
 void PagedAttention(const float* q, const float* k_cache, const float* v_cache,
                     const KvLayout& layout, absl::Span<const AttentionSequence> sequences,
                     int n_heads, const AttentionParams& params, float* out);
