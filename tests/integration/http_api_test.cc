@@ -50,6 +50,7 @@ struct SseResult {
   std::vector<json> chunks;  // every event before [DONE]
   bool done = false;         // ended with data: [DONE]
   std::string text;          // concatenated choice text / delta content
+  std::string reasoning;     // concatenated delta reasoning_content
   std::string finish_reason;
   json usage;  // from the usage chunk, if any
 };
@@ -72,8 +73,12 @@ SseResult ParseStream(const HttpReply& reply) {
     for (const json& choice : chunk["choices"]) {
       EXPECT_TRUE(r.finish_reason.empty()) << "a choice chunk after the finish_reason";
       if (choice.contains("text")) r.text += choice["text"].get<std::string>();
-      if (choice.contains("delta") && choice["delta"].contains("content")) {
-        r.text += choice["delta"]["content"].get<std::string>();
+      if (choice.contains("delta")) {
+        // A delta's content is null beside tool calls.
+        const json content = choice["delta"].value("content", json());
+        if (content.is_string()) r.text += content.get<std::string>();
+        const json reasoning = choice["delta"].value("reasoning_content", json());
+        if (reasoning.is_string()) r.reasoning += reasoning.get<std::string>();
       }
       if (!choice["finish_reason"].is_null()) r.finish_reason = choice["finish_reason"];
     }
@@ -1488,22 +1493,13 @@ TEST_F(HttpAutoToolsTest, ATextAnswerComesBackAsTextAndEarlierCallsRenderAsTheMo
       EXPECT_EQ(choice["finish_reason"], expected_finish);
 
       body["stream"] = true;
-      const HttpReply streamed = Post(body);
-      ASSERT_EQ(streamed.status, 200) << streamed.body;
-      absl::StatusOr<std::vector<std::string>> events = ParseSseData(streamed.body);
-      ASSERT_TRUE(events.ok()) << events.status();
-      std::string text, finish;
-      for (const std::string& data : *events) {
-        if (data == "[DONE]") continue;
-        const json chunk = json::parse(data)["choices"][0];
-        EXPECT_FALSE(chunk["delta"].contains("tool_calls")) << data;
-        // A const json's [] needs the key: the finish chunk's delta has none.
-        const json content = chunk["delta"].value("content", json());
-        if (content.is_string()) text += content.get<std::string>();
-        if (chunk["finish_reason"].is_string()) finish = chunk["finish_reason"];
+      const SseResult streamed = ParseStream(Post(body));
+      ASSERT_EQ(streamed.status, 200);
+      for (const json& chunk : streamed.chunks) {
+        EXPECT_FALSE(chunk["choices"][0]["delta"].contains("tool_calls")) << chunk.dump();
       }
-      EXPECT_EQ(text, expected.text);
-      EXPECT_EQ(finish, expected_finish);
+      EXPECT_EQ(streamed.text, expected.text);
+      EXPECT_EQ(streamed.finish_reason, expected_finish);
     }
   }
 
@@ -1566,21 +1562,10 @@ TEST_F(HttpReasoningTest, TheThoughtComesBackAsReasoningContent) {
   EXPECT_EQ(message["content"], "") << reply.body;
 
   body["stream"] = true;
-  const HttpReply streamed = Post(body);
-  ASSERT_EQ(streamed.status, 200) << streamed.body;
-  absl::StatusOr<std::vector<std::string>> events = ParseSseData(streamed.body);
-  ASSERT_TRUE(events.ok()) << events.status();
-  std::string reasoning, content;
-  for (const std::string& data : *events) {
-    if (data == "[DONE]") continue;
-    const json delta = json::parse(data)["choices"][0]["delta"];
-    if (delta.value("reasoning_content", json()).is_string()) {
-      reasoning += delta["reasoning_content"].get<std::string>();
-    }
-    if (delta.value("content", json()).is_string()) content += delta["content"].get<std::string>();
-  }
-  EXPECT_EQ(reasoning, expected.text);
-  EXPECT_EQ(content, "");
+  const SseResult streamed = ParseStream(Post(body));
+  ASSERT_EQ(streamed.status, 200);
+  EXPECT_EQ(streamed.reasoning, expected.text);
+  EXPECT_EQ(streamed.text, "");
 
   body["stream"] = false;
   body["response_format"] = {{"type", "json_object"}};
