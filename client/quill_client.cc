@@ -191,6 +191,7 @@ namespace {
 void Collect(const quill::v1::GenerateResponse& response, GenerateResult* result) {
   if (result->request_id.empty()) result->request_id = response.request_id();
   result->text += response.text();
+  result->reasoning += response.reasoning();
   result->token_ids.insert(result->token_ids.end(), response.token_ids().begin(),
                            response.token_ids().end());
   ++result->num_messages;

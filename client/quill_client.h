@@ -80,6 +80,7 @@ class GenerateCall {
 struct GenerateResult {
   std::string request_id;
   std::string text;                  // concatenated text of every message
+  std::string reasoning;             // Chat with a reasoning model: the thought, likewise
   std::vector<int32_t> token_ids;    // concatenated token ids of every message
   int num_messages = 0;
   quill::v1::GenerateResponse last;  // carries finish_reason, usage and timings

@@ -12,19 +12,27 @@ namespace quill::server {
 
 StreamChannel::StreamChannel(std::string request_id, bool with_logprobs, absl::Time deadline,
                              StreamWriter* writer, std::function<void()> on_drained,
-                             ToolCallReading tools)
+                             ChatReading chat)
     : request_id_(std::move(request_id)),
       with_logprobs_(with_logprobs),
       deadline_(deadline),
       on_drained_(std::move(on_drained)),
-      tools_(std::move(tools)),
+      tools_(std::move(chat.tools)),
       writer_(writer) {
   pending_.set_request_id(request_id_);
+  if (chat.reasoning.split) reasoning_.emplace(chat.reasoning.thought_open);
 }
 
 bool StreamChannel::HasPendingLocked() const {
   return pending_.token_ids_size() > 0 || !pending_.text().empty() ||
-         pending_.logprobs_size() > 0 || pending_.prompt_logprobs_size() > 0;
+         !pending_.reasoning().empty() || pending_.logprobs_size() > 0 ||
+         pending_.prompt_logprobs_size() > 0;
+}
+
+void StreamChannel::AppendAnswerLocked(engine::chat::ReasoningSplitter::Parts parts) {
+  pending_.mutable_reasoning()->append(parts.reasoning);
+  pending_.mutable_text()->append(parts.content);
+  if (tools_.syntax != engine::chat::ToolCallSyntax::kNone) answer_ += parts.content;
 }
 
 bool StreamChannel::OnChunk(engine::TokenChunk chunk) {
@@ -37,8 +45,16 @@ bool StreamChannel::OnChunk(engine::TokenChunk chunk) {
       return absl::Now() + kDeadlineSlack >= deadline_;
     }
     if (state_ == State::kFinished) return false;
+    // The tokens (and logprobs) as they are; their text as thought and content.
+    engine::chat::ReasoningSplitter::Parts parts;
+    if (reasoning_.has_value()) {
+      parts = reasoning_->Add(chunk.text);
+    } else {
+      parts.content = std::move(chunk.text);
+    }
+    chunk.text.clear();
     AppendChunk(chunk, with_logprobs_, &pending_);
-    if (tools_.syntax != engine::chat::ToolCallSyntax::kNone) answer_ += chunk.text;
+    AppendAnswerLocked(std::move(parts));
     ++pending_chunks_;
     if (state_ != State::kIdle) return true;  // a write is in flight: coalesce
     action = NextActionLocked();
@@ -63,6 +79,8 @@ void StreamChannel::OnFinish(const engine::FinishInfo& info) {
   {
     absl::MutexLock lock(&mu_);
     finish_ = info;
+    // What the splitter held (a tag's possible start) is known now.
+    if (reasoning_.has_value()) AppendAnswerLocked(reasoning_->Finish());
     if (writer_ == nullptr) {
       log_now = true;  // the RPC is already over; nobody else will log it
     } else if (state_ == State::kIdle && !client_gone_) {
@@ -193,7 +211,7 @@ void StreamChannel::Perform(Action action) {
 }
 
 GenerateReactor::GenerateReactor(engine::Engine* engine, std::string request_id, bool with_logprobs,
-                                 absl::Time deadline, ToolCallReading tools)
+                                 absl::Time deadline, ChatReading chat)
     : engine_(engine),
       request_id_(std::move(request_id)),
       deadline_(deadline),
@@ -203,7 +221,7 @@ GenerateReactor::GenerateReactor(engine::Engine* engine, std::string request_id,
             // The engine outlives every RPC.
             if (engine != nullptr) engine->Resume(id);
           },
-          std::move(tools))) {}
+          std::move(chat))) {}
 
 void GenerateReactor::Reject(const absl::Status& status) { channel_->Reject(status); }
 

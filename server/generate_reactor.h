@@ -26,6 +26,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "engine/chat/reasoning.h"
 #include "engine/runtime/request.h"
 #include "engine/runtime/token_sink.h"
 #include "grpcpp/support/byte_buffer.h"
@@ -45,6 +46,14 @@ namespace quill::server {
 // by a little. A cancel (or a vanished client) this close to the deadline is left to the
 // engine, which ends the request as kDeadline itself within a step.
 inline constexpr absl::Duration kDeadlineSlack = absl::Milliseconds(20);
+
+// How a Chat RPC's answer is read: its tool calls (the last message's tool_calls,
+// request_codec's SetToolCalls, read in the content only) and its thought (split off into
+// GenerateResponse.reasoning as it comes). Generate's is the default: neither.
+struct ChatReading {
+  ToolCallReading tools;
+  engine::chat::ReasoningSplit reasoning;
+};
 
 // The gRPC side of a stream as the channel drives it. Implemented by GenerateReactor
 // (and by fakes in tests). Calls follow the rules above; `message` stays untouched until
@@ -67,11 +76,10 @@ class StreamChannel final : public engine::TokenSink {
   // (which knows the deadline too) ends the request as kDeadline rather than kCancelled.
   // `on_drained` (may be empty) is called, on a gRPC thread, each time a write completes
   // after WouldBlock() said true: the reactor resumes the request in the engine.
-  // With `tools` (a chat with tools), the answer's text is kept and its calls go out as
-  // the last message's tool_calls (request_codec's SetToolCalls).
+  // `chat`: a Chat RPC's tool calls and thought.
   StreamChannel(std::string request_id, bool with_logprobs, absl::Time deadline,
                 StreamWriter* writer, std::function<void()> on_drained = nullptr,
-                ToolCallReading tools = {});
+                ChatReading chat = {});
 
   // engine::TokenSink (engine thread). OnChunk returns false once the client is gone.
   bool OnChunk(engine::TokenChunk chunk) override ABSL_LOCKS_EXCLUDED(mu_);
@@ -110,6 +118,9 @@ class StreamChannel final : public engine::TokenSink {
   // to_send_/wire_ until the write completes, because the state is kWriting/kFinished.
   void Perform(Action action);
   bool HasPendingLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Adds an answer's next thought and content to pending_ (and the content to answer_).
+  void AppendAnswerLocked(engine::chat::ReasoningSplitter::Parts parts)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::string request_id_;
   const bool with_logprobs_;
@@ -123,7 +134,9 @@ class StreamChannel final : public engine::TokenSink {
   int pending_chunks_ ABSL_GUARDED_BY(mu_) = 0;               // engine chunks in pending_
   bool reported_full_ ABSL_GUARDED_BY(mu_) = false;           // WouldBlock() said true
   std::optional<engine::FinishInfo> finish_ ABSL_GUARDED_BY(mu_);
-  std::string answer_ ABSL_GUARDED_BY(mu_);  // with tools_: the whole answer's text
+  std::string answer_ ABSL_GUARDED_BY(mu_);  // with tools_: the whole answer's content
+  // With a ChatReading's reasoning.split: parts each chunk's text into thought and content.
+  std::optional<engine::chat::ReasoningSplitter> reasoning_ ABSL_GUARDED_BY(mu_);
   bool client_gone_ ABSL_GUARDED_BY(mu_) = false;
   // Owned by gRPC (the reactor); null after Detach() from OnDone.
   StreamWriter* writer_ ABSL_GUARDED_BY(mu_);
@@ -140,7 +153,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
  public:
   // `engine` must outlive every RPC (the server shuts gRPC down before destroying it).
   GenerateReactor(engine::Engine* engine, std::string request_id, bool with_logprobs,
-                  absl::Time deadline, ToolCallReading tools = {});
+                  absl::Time deadline, ChatReading chat = {});
 
   // The sink handed to Engine::Submit.
   std::shared_ptr<StreamChannel> channel() const { return channel_; }

@@ -93,18 +93,19 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* GenerationService::Chat(
   v1::ChatRequest request;
   if (absl::Status s = ParseRequest(*raw, &request); !s.ok()) return RejectGenerate(s, false);
   const absl::Time deadline = DeadlineOf(*context);
-  ToolCallReading reading;
+  ChatReading reading;
   absl::StatusOr<engine::GenerationRequest> converted =
-      gateway_->PrepareChat(request, deadline, Api::kGrpc, *tenant, &reading);
+      gateway_->PrepareChat(request, deadline, Api::kGrpc, *tenant, &reading.tools);
   if (!converted.ok()) return RejectGenerate(converted.status(), /*counted=*/true);
+  if (!request.reasoning_in_text()) reading.reasoning = gateway_->ReasoningSplitOf(*converted);
   return StartStream(context, *std::move(converted), deadline, std::move(reading));
 }
 
 grpc::ServerWriteReactor<grpc::ByteBuffer>* GenerationService::StartStream(
     grpc::CallbackServerContext* context, engine::GenerationRequest request, absl::Time deadline,
-    ToolCallReading tools) {
+    ChatReading chat) {
   auto* reactor = new GenerateReactor(gateway_->engine(), request.request_id, request.logprobs > 0,
-                                      deadline, std::move(tools));
+                                      deadline, std::move(chat));
   // The engine may start streaming before Submit returns; gRPC holds a reactor's
   // operations until the method returns it.
   const absl::Status submitted =

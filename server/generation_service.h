@@ -9,6 +9,7 @@
 #include "grpcpp/support/byte_buffer.h"
 #include "grpcpp/support/server_callback.h"
 #include "quill/v1/quill.grpc.pb.h"
+#include "server/generate_reactor.h"
 #include "server/request_codec.h"
 #include "server/request_gateway.h"
 #include "server/security/api_keys.h"
@@ -57,11 +58,11 @@ class GenerationService final : public GeneratorServiceBase {
                                                              bool counted);
 
   // Starts the stream of an accepted request (a refusal carries retry pushback in
-  // `context`'s trailing metadata); a chat's tool calls are read with `tools`.
+  // `context`'s trailing metadata); a chat's answer is read with `chat`.
   grpc::ServerWriteReactor<grpc::ByteBuffer>* StartStream(grpc::CallbackServerContext* context,
                                                           engine::GenerationRequest request,
                                                           absl::Time deadline,
-                                                          ToolCallReading tools = {});
+                                                          ChatReading chat = {});
   // The caller's tenant (ResolveTenant: the API key's, or else the x-quill-tenant
   // metadata); UNAUTHENTICATED when API keys are in force and the call has no valid one,
   // INVALID_ARGUMENT for a malformed x-quill-tenant when they are not.

@@ -106,6 +106,20 @@ absl::StatusOr<engine::GenerationRequest> RequestGateway::PrepareChat(
       deadline, api, tenant);
 }
 
+engine::chat::ReasoningSplit RequestGateway::ReasoningSplitOf(
+    const engine::GenerationRequest& request) const {
+  engine::chat::ReasoningSplit split;
+  split.split = chat_thinks() && !request.json_object;
+  if (!split.split) return split;
+  // DeepSeek R1's templates open the thought: the prompt's last tokens are "<think>" and
+  // perhaps a newline.
+  const absl::Span<const engine::TokenId> ids = request.prompt_ids;
+  const size_t tail = std::min<size_t>(ids.size(), 16);
+  split.thought_open = engine::chat::PromptOpensThought(
+      IdsToText(ids.subspan(ids.size() - tail), engine()->model().tokenizer()));
+  return split;
+}
+
 absl::StatusOr<engine::GenerationRequest> RequestGateway::FinishPrepare(
     absl::StatusOr<engine::GenerationRequest> converted, absl::Time deadline, Api api,
     const Tenant& tenant) {

@@ -17,6 +17,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "engine/chat/chat_prompt.h"
+#include "engine/chat/reasoning.h"
 #include "engine/runtime/engine.h"
 #include "engine/runtime/request.h"
 #include "engine/runtime/token_sink.h"
@@ -64,6 +65,10 @@ class RequestGateway {
   // Whether the chat template is a reasoning model's (engine/chat/reasoning.h); valid
   // once engine() is not null.
   bool chat_thinks() const { return chat_prompter_.has_value() && chat_prompter_->thinks(); }
+  // How the answer to `request` (from PrepareChat) is split into thought and content: not
+  // at all without a reasoning model's template or under JSON mode (a constrained answer,
+  // a forced call included, has no thought); else whether its prompt opened the thought.
+  engine::chat::ReasoningSplit ReasoningSplitOf(const engine::GenerationRequest& request) const;
 
   // CheckServing, then request_codec's validation and conversion; fills in a request id
   // when the request has none, `deadline`, the front end's label and `tenant` (the front

@@ -196,9 +196,9 @@ TEST_F(StreamChannelTest, SuccessfulEndRidesOnTheLastMessageAfterTheWriteInFligh
 // out parsed on the last message, whichever messages the text came in.
 TEST(StreamChannelToolsTest, TheAnswersCallsRideOnTheLastMessage) {
   RecordingWriter writer;
-  ToolCallReading tools;
-  tools.syntax = engine::chat::ToolCallSyntax::kHermes;
-  tools.names = {"get_weather"};
+  ChatReading tools;
+  tools.tools.syntax = engine::chat::ToolCallSyntax::kHermes;
+  tools.tools.names = {"get_weather"};
   StreamChannel channel("req-7", /*with_logprobs=*/false, absl::InfiniteFuture(), &writer, nullptr,
                         tools);
   const std::vector<std::string> pieces = {
@@ -229,9 +229,9 @@ TEST(StreamChannelToolsTest, TheAnswersCallsRideOnTheLastMessage) {
   for (const std::vector<std::string>& names :
        {std::vector<std::string>{}, std::vector<std::string>{"search"}}) {
     RecordingWriter plain_writer;
-    ToolCallReading reading = tools;
-    reading.names = names;
-    if (names.empty()) reading.syntax = engine::chat::ToolCallSyntax::kNone;
+    ChatReading reading = tools;
+    reading.tools.names = names;
+    if (names.empty()) reading.tools.syntax = engine::chat::ToolCallSyntax::kNone;
     StreamChannel plain("req-8", false, absl::InfiniteFuture(), &plain_writer, nullptr, reading);
     plain.OnChunk(Chunk({1, 2, 3}, pieces[0] + pieces[1] + pieces[2]));
     plain.OnFinish(Finish(engine::FinishReason::kEos));
@@ -242,6 +242,52 @@ TEST(StreamChannelToolsTest, TheAnswersCallsRideOnTheLastMessage) {
     EXPECT_EQ(plain_calls[1].message.finish_reason(), v1::EOS);
     EXPECT_EQ(plain_calls[1].message.tool_calls_size(), 0);
     plain.Detach();
+  }
+}
+
+// A reasoning model's chat: each message carries the thought that came in `reasoning` and
+// the rest in `text`, whichever chunks split the tags; the tokens go out as they came. The
+// calls are read in the content only: a call written inside the thought is no call.
+TEST(StreamChannelReasoningTest, TheThoughtGoesOutApartFromTheText) {
+  const std::string call =
+      "<tool_call>{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}"
+      "</tool_call>";
+  struct Case {
+    bool thought_open;
+    std::string answer;
+    std::string reasoning;
+    std::string text;
+    int calls;
+  };
+  const std::vector<Case> cases = {
+      {false, "<think>Rain?" + call + "</think>\n\nIt rains.", "Rain?" + call, "It rains.", 0},
+      {true, "\nLook it up.</think>" + call, "\nLook it up.", call, 1},
+      {false, "No thought. <think>x</think>", "", "No thought. <think>x</think>", 0},
+      {true, "Cut short <", "Cut short <", "", 0},
+  };
+  for (const Case& c : cases) {
+    for (size_t cut = 1; cut < c.answer.size(); cut += 3) {
+      SCOPED_TRACE(c.answer + " cut at " + std::to_string(cut));
+      RecordingWriter writer;
+      ChatReading reading;
+      reading.tools.syntax = engine::chat::ToolCallSyntax::kHermes;
+      reading.tools.names = {"get_weather"};
+      reading.reasoning = {/*split=*/true, c.thought_open};
+      StreamChannel channel("req-9", false, absl::InfiniteFuture(), &writer, nullptr, reading);
+      channel.OnChunk(Chunk({1}, c.answer.substr(0, cut)));
+      channel.OnChunk(Chunk({2}, c.answer.substr(cut)));  // behind the write in flight
+      channel.OnFinish(Finish(engine::FinishReason::kEos));
+      writer.CompleteWrite();
+      channel.OnWriteDone(true);
+      const std::vector<Call> calls = writer.calls();
+      ASSERT_EQ(calls.size(), 2u);
+      EXPECT_EQ(calls[0].message.reasoning() + calls[1].message.reasoning(), c.reasoning);
+      EXPECT_EQ(calls[0].message.text() + calls[1].message.text(), c.text);
+      EXPECT_THAT(calls[0].message.token_ids(), ElementsAre(1));
+      EXPECT_THAT(calls[1].message.token_ids(), ElementsAre(2));
+      EXPECT_EQ(calls[1].message.tool_calls_size(), c.calls);
+      channel.Detach();
+    }
   }
 }
 

@@ -34,6 +34,8 @@ struct ChatFlags {
   std::vector<quill::v1::Tool> tools;  // the file's
   std::string tool_choice;
   std::string template_kwargs;  // a JSON object's text
+  bool hide_reasoning = false;
+  bool reasoning_in_text = false;
   absl::Duration timeout = absl::Seconds(120);
   bool stats = false;
 };
@@ -89,6 +91,7 @@ class Conversation {
     for (const quill::v1::Tool& tool : f.tools) *request.add_tools() = tool;
     request.set_tool_choice(f.tool_choice);
     request.set_chat_template_kwargs_json(f.template_kwargs);
+    request.set_reasoning_in_text(f.reasoning_in_text);
     return request;
   }
 
@@ -97,21 +100,52 @@ class Conversation {
   std::vector<quill::v1::ChatMessage> turns_;
 };
 
-// Streams the answer to the conversation's last question to stdout (ending the line), then
-// its tool calls, one "[tool call ID] NAME ARGUMENTS" line each; returns the assistant turn.
+// A reasoning model's thought, streamed to stderr (dimmed on a terminal) so that stdout
+// holds the answer alone; ended with a line break before the answer starts.
+class ThoughtPrinter {
+ public:
+  explicit ThoughtPrinter(bool hidden) : hidden_(hidden), dim_(isatty(STDERR_FILENO) != 0) {}
+
+  void Print(const std::string& thought) {
+    if (hidden_ || thought.empty()) return;
+    std::cerr << (dim_ ? "\033[2m" : "") << thought << (dim_ ? "\033[0m" : "") << std::flush;
+    ends_line_ = thought.back() == '\n';
+    printed_ = true;
+  }
+  // The answer comes next (or the turn is over).
+  void End() {
+    if (printed_ && !ends_line_) std::cerr << "\n" << std::flush;
+    printed_ = false;
+  }
+
+ private:
+  const bool hidden_;
+  const bool dim_;
+  bool printed_ = false;
+  bool ends_line_ = false;
+};
+
+// Streams the answer to the conversation's last question to stdout (ending the line), and
+// its thought (if the model thinks) to stderr, then its tool calls, one "[tool call ID] NAME
+// ARGUMENTS" line each; returns the assistant turn (without the thought: chat templates
+// leave earlier thoughts out).
 absl::StatusOr<quill::v1::ChatMessage> Answer(client::QuillClient& client,
                                               const Conversation& conversation,
                                               const ChatFlags& f) {
   std::string answer;
   quill::v1::GenerateResponse last;
+  ThoughtPrinter thought(f.hide_reasoning);
   absl::Status status = client.Chat(
       conversation.Request(f),
       [&](const quill::v1::GenerateResponse& response) {
+        thought.Print(response.reasoning());
+        if (!response.text().empty()) thought.End();
         std::cout << response.text() << std::flush;
         answer += response.text();
         last = response;
       },
       f.timeout);
+  thought.End();
   // One answer per line (an empty answer too); a failure leaves no empty line.
   const bool unterminated = answer.empty() ? status.ok() : answer.back() != '\n';
   if (unterminated) std::cout << "\n" << std::flush;
@@ -148,7 +182,8 @@ int ChatCommand(const std::vector<std::string>& args) {
       "of input) quits. A failed turn prints the server's status on stderr and is dropped "
       "from the conversation; the exit code is then 1. With --tools, an answer's tool calls "
       "follow it, one \"[tool call ID] NAME ARGUMENTS\" line each; in a conversation, "
-      "\"/tool RESULT\" answers the first call not answered yet.");
+      "\"/tool RESULT\" answers the first call not answered yet. A reasoning model's thought "
+      "streams to stderr (dimmed on a terminal) before its answer.");
   f.connection.Register(parser);
   parser.AddString("system", &f.system, "A system message that opens the conversation.");
   parser.AddInt("max-tokens", &f.max_tokens,
@@ -174,6 +209,12 @@ int ChatCommand(const std::vector<std::string>& args) {
   parser.AddString("template-kwargs", &f.template_kwargs,
                    "More variables for the chat template, as a JSON object, e.g. "
                    "'{\"enable_thinking\": false}' (Qwen3 then answers without a thought).");
+  parser.AddBool("hide-reasoning", &f.hide_reasoning,
+                 "A reasoning model's thought (DeepSeek R1, Qwen3, ...) is not shown. By "
+                 "default it streams to stderr, dimmed on a terminal, before the answer.");
+  parser.AddBool("reasoning-in-text", &f.reasoning_in_text,
+                 "Print a reasoning model's answer as it writes it, thought and tags "
+                 "included, on stdout (and keep it so in the conversation).");
   parser.AddDuration("timeout", &f.timeout, "Deadline for each answer.");
   parser.AddBool("stats", &f.stats, "After each answer, print finish reason and usage on stderr.");
   std::vector<std::string> positional;

@@ -80,7 +80,8 @@ void PrintModelInfo(const quill::v1::ModelInfo& m) {
                           ? "none read back (tool_choice auto is refused; forced calls work)"
                           : absl::StrCat(m.tool_call_syntax(), " (tool_choice auto reads them)"));
   }
-  if (m.chat_thinks()) row("Reasoning", "<think> thought returned as reasoning_content (HTTP)");
+  if (m.chat_thinks())
+    row("Reasoning", "<think> thought apart: reasoning_content (HTTP), reasoning (gRPC)");
   std::cout << "Server limits\n";
   row("  max_tokens", Thousands(l.max_tokens()));
   row("  max_prompt_tokens", Thousands(l.max_prompt_tokens()));

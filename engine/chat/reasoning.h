@@ -23,6 +23,12 @@ bool ProbeThinks(const ChatTemplate& tmpl, const RenderLimits& limits = {});
 // text other than whitespace is "<think>" (DeepSeek R1's templates open it for the model).
 bool PromptOpensThought(absl::string_view prompt_tail);
 
+// Whether a chat answer is split into thought and content, and how it starts.
+struct ReasoningSplit {
+  bool split = false;         // a reasoning model's answer, not one JSON mode constrains
+  bool thought_open = false;  // the prompt opened the thought (PromptOpensThought)
+};
+
 // Splits an answer into its thought and the rest, as its text arrives in pieces. The
 // thought is what lies between a "<think>" that starts the answer (or the prompt's open
 // one) and "</think>"; the tags and the whitespace after "</think>" belong to neither.

@@ -45,8 +45,8 @@ GenerationStream::GenerationStream(ResponseFormat format, bool stream,
       max_pending_bytes_(max_pending_bytes),
       resume_(std::move(resume)),
       choices_(std::max(format_.choices, 1)) {
-  if (format_.split_reasoning) {
-    for (Choice& c : choices_) c.reasoning.emplace(format_.thought_open);
+  if (format_.reasoning.split) {
+    for (Choice& c : choices_) c.reasoning.emplace(format_.reasoning.thought_open);
   }
 }
 

@@ -70,7 +70,7 @@ class GenerationStream final : public ResponseSource {
     bool finish_sent = false;  // streams: its finish_reason event went out
     bool role_sent = false;    // chat streams: its first event (with the role) went out
     bool content_sent = false;  // streams: some of its content went out
-    // With format.split_reasoning: parts the answer's text into thought and content.
+    // With format.reasoning.split: parts the answer's text into thought and content.
     std::optional<engine::chat::ReasoningSplitter> reasoning;
     // Streams: whether `pending` may be or become a tool call (format.tool_calls); then it
     // waits for the end of the answer, and the engine is never paused for it.

@@ -293,7 +293,7 @@ TEST(GenerationStreamTest, TextThatIsNoAutoToolCallIsSentAsText) {
 TEST(GenerationStreamTest, AThoughtGoesOutAsReasoningContent) {
   auto channel = std::make_shared<FakeChannel>();
   ResponseFormat format = Format(Endpoint::kChatCompletions);
-  format.split_reasoning = true;
+  format.reasoning.split = true;
   GenerationStream stream(format, true, channel, [] {});
   const std::vector<std::string> pieces = {"<think>\nLet me", " see.</th", "ink>\n\n", "It is 4."};
   stream.OnChunk(0, Chunk(pieces[0], 2));
@@ -319,7 +319,7 @@ TEST(GenerationStreamTest, AThoughtGoesOutAsReasoningContent) {
   EXPECT_EQ(events[1]["choices"][0]["finish_reason"], "stop");
 
   // The prompt opened the thought (DeepSeek R1), and the answer ends inside it.
-  format.thought_open = true;
+  format.reasoning.thought_open = true;
   GenerationStream body(format, false, channel, [] {});
   body.OnChunk(0, Chunk("Hmm, </t", 3));
   body.OnFinish(0, Finished(engine::FinishReason::kLength, 4, 3));

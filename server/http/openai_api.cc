@@ -10,7 +10,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
-#include "engine/chat/reasoning.h"
 #include "engine/model/model.h"
 #include "nlohmann/json.hpp"
 #include "server/http/generation_stream.h"
@@ -229,9 +228,6 @@ ResponseFormat OpenAiApi::FormatFor(const OpenAiRequest& parsed, Endpoint endpoi
   format.continuous_usage = parsed.continuous_usage;
   format.logprobs = parsed.logprobs;
   format.tool_calls = ReadingOf(parsed.tools, gateway_->tool_call_syntax());
-  // A constrained answer (JSON mode, a forced call) has no thought to split off.
-  format.split_reasoning = endpoint == Endpoint::kChatCompletions && gateway_->chat_thinks() &&
-                           !parsed.generate.json_object() && parsed.generate.json_schema().empty();
   format.top_logprobs = parsed.top_logprobs;
   format.tokenizer = &gateway_->engine()->model().tokenizer();
   for (const engine::GenerationRequest& r : prepared) {
@@ -239,13 +235,8 @@ ResponseFormat OpenAiApi::FormatFor(const OpenAiRequest& parsed, Endpoint endpoi
     format.drops_first_space.push_back(format.tokenizer->adds_space_prefix() &&
                                        (parsed.echo || bos_only));
   }
-  if (format.split_reasoning) {
-    // Whether the template opened the thought (DeepSeek R1's do): the prompt's last tokens
-    // are "<think>" and perhaps a newline.
-    const std::vector<engine::TokenId>& ids = prepared[0].prompt_ids;
-    const size_t tail = std::min<size_t>(ids.size(), 16);
-    format.thought_open = engine::chat::PromptOpensThought(
-        IdsToText(absl::MakeConstSpan(ids).subspan(ids.size() - tail), *format.tokenizer));
+  if (endpoint == Endpoint::kChatCompletions) {
+    format.reasoning = gateway_->ReasoningSplitOf(prepared[0]);
   }
   if (!parsed.echo) return format;
   // Each prompt as sent; a prompt of token ids as the text that encodes to them.

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "engine/chat/reasoning.h"
 #include "engine/chat/tool_calls.h"
 #include "engine/runtime/request.h"
 #include "engine/tokenizer/tokenizer.h"
@@ -37,12 +38,9 @@ struct ResponseFormat {
   // out as the message's tool_calls with finish_reason "tool_calls"; a stream holds back
   // what may be a call and sends the calls whole once the answer is complete.
   ToolCallReading tool_calls;
-  // Chat with a reasoning model's template (engine/chat/reasoning.h): each answer's
-  // thought goes out as the message's reasoning_content, apart from its content;
-  // `thought_open`: the prompt opened the thought. Off for answers a JSON mode or a
-  // forced call constrains.
-  bool split_reasoning = false;
-  bool thought_open = false;
+  // Chat with a reasoning model's template (RequestGateway::ReasoningSplitOf): each
+  // answer's thought goes out as the message's reasoning_content, apart from its content.
+  engine::chat::ReasoningSplit reasoning;
   // Completions with echo, one per prompt (empty: no echo): a choice's answer starts with
   // its prompt's text and, with logprobs, the prompt's tokens, the first of which
   // (`first_token`) has no logprob.
@@ -63,7 +61,7 @@ struct ResponseFormat {
 // Output accumulated since the last event (or the whole answer, for a body).
 struct OutputDelta {
   std::string text;       // content
-  std::string reasoning;  // with format.split_reasoning: the thought
+  std::string reasoning;  // with format.reasoning.split: the thought
   // With echo and logprobs, the prompt's tokens before `tokens`; echoed[0] has no logprob.
   std::vector<engine::GeneratedToken> echoed;
   std::vector<engine::GeneratedToken> tokens;  // kept only when logprobs are asked for

@@ -171,5 +171,59 @@ class ChatCliTest(unittest.TestCase):
         self.assertIn("--chat-template", r.stderr)
 
 
+class ReasoningChatCliTest(unittest.TestCase):
+    """A reasoning model's template (DeepSeek R1's opens the thought for the model; kjv-1m
+    never closes it, so its whole answer is thought): the thought streams to stderr, the
+    answer (empty here) to stdout; --hide-reasoning drops the thought, --reasoning-in-text
+    prints the answer as written. Expected: `quill generate` on quill-run's render."""
+
+    R1 = os.path.join(SHARED_DIR, "chat_templates",
+                      "deepseek-ai-DeepSeek-R1-Distill-Llama-8B.jinja")
+
+    @classmethod
+    def setUpClass(cls):
+        e2e_util.require_binaries(QUILL_RUN, cls.R1)
+        cls.server = QuillServer(["--chat-template", cls.R1, "--precision", "exact"]).__enter__()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.__exit__(None, None, None)
+
+    def test_the_thought_goes_to_stderr(self):
+        with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+            json.dump([{"role": "user", "content": "Where"}], f)
+        try:
+            r = run([QUILL_RUN, "--render-chat", f.name, "-m", self.server.model,
+                     "--chat-template", self.R1])
+        finally:
+            os.unlink(f.name)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertTrue(r.stdout.startswith("<s>") and r.stdout.endswith("<think>\n"), r.stdout)
+        # The template writes the BOS token's text, which the chat path reads as BOS; quill
+        # generate adds BOS itself and reads the text as text.
+        g = self.server.cli("generate", "--max-tokens", MAX_TOKENS, "--", r.stdout[len("<s>"):])
+        self.assertEqual(g.returncode, 0, g.stderr)
+        thought = g.stdout
+        self.assertNotEqual(thought.strip(), "")
+
+        info = self.server.cli("info")
+        self.assertRegex(info.stdout, r"Reasoning\s+.*reasoning")
+
+        shown = self.server.cli("chat", "--max-tokens", MAX_TOKENS, "Where")
+        self.assertEqual(shown.returncode, 0, shown.stderr)
+        self.assertEqual(shown.stdout, "\n")
+        self.assertIn(ChatCliTest.as_line(thought), shown.stderr)
+
+        hidden = self.server.cli("chat", "--max-tokens", MAX_TOKENS, "--hide-reasoning", "Where")
+        self.assertEqual(hidden.returncode, 0, hidden.stderr)
+        self.assertEqual(hidden.stdout, "\n")
+        self.assertNotIn(thought.strip(), hidden.stderr)
+
+        raw = self.server.cli("chat", "--max-tokens", MAX_TOKENS, "--reasoning-in-text", "Where")
+        self.assertEqual(raw.returncode, 0, raw.stderr)
+        self.assertEqual(raw.stdout, ChatCliTest.as_line(thought))
+        self.assertNotIn(thought.strip(), raw.stderr)
+
+
 if __name__ == "__main__":
     e2e_util.main()

@@ -1590,6 +1590,40 @@ TEST_F(HttpReasoningTest, TheThoughtComesBackAsReasoningContent) {
   EXPECT_FALSE(plain_message.contains("reasoning_content")) << unthinking.body;
 }
 
+// gRPC's Chat splits the same way: the thought in GenerateResponse.reasoning and the same
+// tokens; under JSON mode, or with reasoning_in_text, `text` is the answer as written.
+TEST_F(HttpReasoningTest, GrpcChatSendsTheThoughtAsReasoning) {
+  v1::GenerateRequest expected_request = TextRequest("<user>Where<assistant><think>\n", 30);
+  SetSampling(&expected_request, 0.8f, 1.0f, 5);
+  const Stream expected = Collect(*client_, expected_request);
+  ASSERT_TRUE(expected.status.ok()) << expected.status;
+  ASSERT_FALSE(expected.text.empty());
+
+  v1::ChatRequest request = ChatRequestOf({{"user", "Where"}}, 30);
+  request.mutable_sampling()->set_temperature(0.8f);
+  request.mutable_sampling()->set_top_p(1.0f);
+  request.mutable_sampling()->set_seed(5);
+  const Stream split = CollectChat(*client_, request);
+  ASSERT_TRUE(split.status.ok()) << split.status;
+  EXPECT_EQ(split.reasoning, expected.text);
+  EXPECT_EQ(split.text, "");
+  EXPECT_EQ(split.ids, expected.ids);
+
+  request.set_reasoning_in_text(true);
+  const Stream raw = CollectChat(*client_, request);
+  ASSERT_TRUE(raw.status.ok()) << raw.status;
+  EXPECT_EQ(raw.text, expected.text);
+  EXPECT_EQ(raw.reasoning, "");
+
+  request.set_reasoning_in_text(false);
+  request.set_json_object(true);
+  const Stream constrained = CollectChat(*client_, request);
+  ASSERT_TRUE(constrained.status.ok()) << constrained.status;
+  EXPECT_EQ(constrained.reasoning, "");
+  EXPECT_TRUE(absl::StartsWith(absl::StripLeadingAsciiWhitespace(constrained.text), "{"))
+      << constrained.text;
+}
+
 // A server of its own: a KV pool that holds one long request and a queue of 2.
 TEST(HttpQueueTest, FullQueueIs429WithRetryAfter) {
   if (ModelPath().empty()) GTEST_SKIP() << "shared assets not found (QUILL_SHARED_DIR)";

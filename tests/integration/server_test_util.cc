@@ -44,6 +44,7 @@ namespace {
 void Append(const quill::v1::GenerateResponse& response, Stream* stream) {
   stream->ids.insert(stream->ids.end(), response.token_ids().begin(), response.token_ids().end());
   stream->text += response.text();
+  stream->reasoning += response.reasoning();
   for (const auto& lp : response.logprobs()) stream->logprobs.push_back(lp);
   // Prompt logprobs come on the first message only.
   if (stream->messages > 0 && response.prompt_logprobs_size() > 0) {

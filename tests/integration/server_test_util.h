@@ -31,6 +31,7 @@ struct Stream {
   absl::Status status;
   std::vector<int> ids;
   std::string text;
+  std::string reasoning;  // Chat with a reasoning model: the thought
   int messages = 0;
   quill::v1::GenerateResponse last;
   std::vector<quill::v1::TokenLogprobs> logprobs;
