@@ -33,6 +33,7 @@ ABSL_FLAG(int, iters, 50, "timed calls per case");
 ABSL_FLAG(bool, shuffle_blocks, true,
           "scatter each sequence's blocks over the pool (a long-running server's cache); false: "
           "consecutive blocks (a fresh cache's first sequence)");
+ABSL_FLAG(int, block, 16, "KV block size in token slots (the engine's: 16)");
 ABSL_FLAG(std::string, cases, "",
           "run only these cases, by comma-separated names as printed (e.g. \"decode 1 x 4096\"); "
           "empty: all");
@@ -40,7 +41,7 @@ ABSL_FLAG(std::string, cases, "",
 namespace quill::engine::kernels {
 namespace {
 
-constexpr int kHeads = 32, kKvHeads = 4, kHeadDim = 64, kBlock = 16;
+constexpr int kHeads = 32, kKvHeads = 4, kHeadDim = 64;
 
 struct Case {
   const char* name;
@@ -105,6 +106,7 @@ uint64_t HashBits(const std::vector<float>& values) {
 }
 
 std::vector<Timing> TimeCase(const Case& c, int iters) {
+  const int kBlock = absl::GetFlag(FLAGS_block);
   const int blocks_per_seq = (c.context + kBlock - 1) / kBlock;
   const int blocks = c.sequences * blocks_per_seq;
   const int64_t slots = int64_t{blocks} * kBlock;
