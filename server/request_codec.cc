@@ -421,6 +421,7 @@ absl::StatusOr<ToolRequest> ChatTools(const v1::ChatRequest& request) {
   } else if (!choice.empty()) {
     body["tool_choice"] = {{"type", "function"}, {"function", {{"name", choice}}}};
   }
+  if (request.one_tool_call()) body["parallel_tool_calls"] = false;
   absl::StatusOr<ToolRequest> tools = ParseTools(body);
   if (!tools.ok()) return tools.status();
   if (!tools->call_schema.empty()) {
@@ -745,9 +746,7 @@ void SetFinalFields(const engine::FinishInfo& info, v1::GenerateResponse* respon
 
 void SetToolCalls(const ToolCallReading& reading, absl::string_view answer,
                   absl::string_view request_id, v1::GenerateResponse* last) {
-  if (reading.syntax == engine::chat::ToolCallSyntax::kNone) return;
-  const engine::chat::ParsedAnswer parsed =
-      engine::chat::ParseToolCalls(reading.syntax, answer, reading.names);
+  const engine::chat::ParsedAnswer parsed = ReadToolCalls(reading, answer);
   if (parsed.calls.empty()) return;
   const std::string id = absl::StrCat("call_", request_id);
   for (size_t k = 0; k < parsed.calls.size(); ++k) {

@@ -859,6 +859,25 @@ TEST(ChatCodecTest, SetToolCallsReadsTheAnswerOnlyWhenItIsCalls) {
   EXPECT_EQ(text.finish_reason(), v1::LENGTH);
 }
 
+// one_tool_call (OpenAI's parallel_tool_calls false): an answer's first call only.
+TEST(ChatCodecTest, OneToolCallKeepsTheAnswersFirstCall) {
+  const std::string answer = R"(<tool_call>{"name": "w", "arguments": {"c": "Oslo"}}</tool_call>)"
+                             R"(<tool_call>{"name": "w", "arguments": {"c": "Rome"}}</tool_call>)";
+  v1::ChatRequest request = ToolsChat();
+  for (const bool one : {false, true}) {
+    request.set_one_tool_call(one);
+    absl::StatusOr<ToolRequest> tools = ChatTools(request);
+    ASSERT_TRUE(tools.ok()) << tools.status();
+    const ToolCallReading reading = ReadingOf(*tools, engine::chat::ToolCallSyntax::kHermes);
+    EXPECT_EQ(reading.first_call_only, one);
+    v1::GenerateResponse last;
+    SetToolCalls(reading, answer, "r2", &last);
+    ASSERT_EQ(last.tool_calls_size(), one ? 1 : 2);
+    EXPECT_EQ(last.tool_calls(0).arguments_json(), R"({"c":"Oslo"})");
+    EXPECT_EQ(last.finish_reason(), v1::TOOL_CALLS);
+  }
+}
+
 TEST(ChatCodecTest, NoTemplateIsFailedPrecondition) {
   ByteTokenizer tokenizer;
   const engine::chat::ChatPrompter none =

@@ -56,6 +56,12 @@ absl::StatusOr<ToolRequest> ParseTools(const json& body) {
   if (tools != nullptr && !tools->is_null() && !tools->is_array()) {
     return Invalid("tools", "must be an array");
   }
+  if (body.contains("parallel_tool_calls") && !body["parallel_tool_calls"].is_null()) {
+    if (!body["parallel_tool_calls"].is_boolean()) {
+      return Invalid("parallel_tool_calls", "must be a boolean");
+    }
+    out.parallel_calls = body["parallel_tool_calls"].get<bool>();
+  }
   std::vector<std::pair<std::string, json>> functions;  // name, parameters
   if (tools != nullptr && tools->is_array()) {
     for (size_t i = 0; i < tools->size(); ++i) {
@@ -135,7 +141,16 @@ ToolCallReading ReadingOf(const ToolRequest& tools, engine::chat::ToolCallSyntax
     reading.syntax = template_syntax;
   }
   if (reading.syntax != engine::chat::ToolCallSyntax::kNone) reading.names = tools.names;
+  reading.first_call_only = !tools.parallel_calls;
   return reading;
+}
+
+engine::chat::ParsedAnswer ReadToolCalls(const ToolCallReading& reading, absl::string_view answer) {
+  if (reading.syntax == engine::chat::ToolCallSyntax::kNone) return {std::string(answer), {}};
+  engine::chat::ParsedAnswer parsed =
+      engine::chat::ParseToolCalls(reading.syntax, answer, reading.names);
+  if (reading.first_call_only && parsed.calls.size() > 1) parsed.calls.resize(1);
+  return parsed;
 }
 
 }  // namespace quill::server

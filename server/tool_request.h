@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "engine/chat/tool_calls.h"
 #include "nlohmann/json.hpp"
 
@@ -28,12 +29,14 @@ struct ToolRequest {
   bool auto_calls = false;
   // The tools' function names: what a call may name.
   std::vector<std::string> names;
+  // parallel_tool_calls (default true): false keeps an answer's first call only.
+  bool parallel_calls = true;
 };
 
 // tools and tool_choice of a chat body. INVALID_ARGUMENT naming the field: a tool that is
 // not {"type": "function", "function": {"name": ...}} (names of 1-64 letters, digits, '_'
 // or '-'; parameters an object schema Quill can keep), a tool_choice naming no tool, or a
-// forced call beside response_format.
+// forced call beside response_format, or a parallel_tool_calls that is not a boolean.
 absl::StatusOr<ToolRequest> ParseTools(const nlohmann::ordered_json& body);
 
 // OK unless `tools` lets the model decide (auto_calls) and the chat template writes calls
@@ -45,10 +48,16 @@ absl::Status CheckCallsReadable(const ToolRequest& tools, engine::chat::ToolCall
 struct ToolCallReading {
   engine::chat::ToolCallSyntax syntax = engine::chat::ToolCallSyntax::kNone;
   std::vector<std::string> names;
+  bool first_call_only = false;  // parallel_tool_calls false
 };
 
 // The reading for accepted `tools`: a forced call's answer is the call's JSON object; with
 // "auto", the chat template's `template_syntax`; otherwise none.
 ToolCallReading ReadingOf(const ToolRequest& tools, engine::chat::ToolCallSyntax template_syntax);
+
+// The calls in a chat answer, read as `reading` says (engine::chat::ParseToolCalls; with
+// syntax kNone, none: the answer is content). With first_call_only, an answer's calls past
+// its first are dropped, as OpenAI's parallel_tool_calls false allows one.
+engine::chat::ParsedAnswer ReadToolCalls(const ToolCallReading& reading, absl::string_view answer);
 
 }  // namespace quill::server

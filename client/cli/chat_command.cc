@@ -33,6 +33,7 @@ struct ChatFlags {
   std::string tools_file;
   std::vector<quill::v1::Tool> tools;  // the file's
   std::string tool_choice;
+  bool one_tool_call = false;
   std::string template_kwargs;  // a JSON object's text
   bool hide_reasoning = false;
   bool reasoning_in_text = false;
@@ -90,6 +91,7 @@ class Conversation {
     request.set_json_schema(f.json_schema);
     for (const quill::v1::Tool& tool : f.tools) *request.add_tools() = tool;
     request.set_tool_choice(f.tool_choice);
+    request.set_one_tool_call(f.one_tool_call);
     request.set_chat_template_kwargs_json(f.template_kwargs);
     request.set_reasoning_in_text(f.reasoning_in_text);
     return request;
@@ -206,6 +208,9 @@ int ChatCommand(const std::vector<std::string>& args) {
                    "With --tools: auto (the default: the model decides; needs a template "
                    "whose calls the server reads), required (a call to one of them), a tool's "
                    "name (a call to it), or none.");
+  parser.AddBool("one-tool-call", &f.one_tool_call,
+                 "With --tools: at most one call per answer (calls past the first are "
+                 "dropped; OpenAI's parallel_tool_calls false).");
   parser.AddString("template-kwargs", &f.template_kwargs,
                    "More variables for the chat template, as a JSON object, e.g. "
                    "'{\"enable_thinking\": false}' (Qwen3 then answers without a thought).");

@@ -160,6 +160,32 @@ TEST(OpenAiRequestTest, ToolsReachTheTemplateAndToolChoiceForcesACall) {
   }
 }
 
+// parallel_tool_calls false: an answer's first call only (true, the default, all of them);
+// anything but a boolean (or null) is refused naming it.
+TEST(OpenAiRequestTest, ParallelToolCallsFalseKeepsTheFirstCall) {
+  const std::string answer = R"(Two. <tool_call>{"name": "f", "arguments": {}}</tool_call>)"
+                             R"(<tool_call>{"name": "g", "arguments": {"x": 1}}</tool_call>)";
+  const std::string prefix = R"({"messages": [{"role": "user", "content": "x"}], "tools": )"
+                             R"([{"type": "function", "function": {"name": "f"}},)"
+                             R"( {"type": "function", "function": {"name": "g"}}])";
+  for (const auto& [field, calls] :
+       std::vector<std::pair<std::string, size_t>>{{"", 2},
+                                                   {R"(, "parallel_tool_calls": null)", 2},
+                                                   {R"(, "parallel_tool_calls": true)", 2},
+                                                   {R"(, "parallel_tool_calls": false)", 1}}) {
+    absl::StatusOr<OpenAiRequest> r = Chat(prefix + field + "}");
+    ASSERT_TRUE(r.ok()) << r.status();
+    const engine::chat::ParsedAnswer parsed =
+        ReadToolCalls(ReadingOf(r->tools, engine::chat::ToolCallSyntax::kHermes), answer);
+    ASSERT_EQ(parsed.calls.size(), calls) << field;
+    EXPECT_EQ(parsed.calls[0].name, "f");
+    EXPECT_EQ(parsed.content, "Two. ");
+  }
+  absl::StatusOr<OpenAiRequest> bad = Chat(prefix + R"(, "parallel_tool_calls": "no"})");
+  ASSERT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(bad.status().message()), ::testing::HasSubstr("parallel_tool_calls"));
+}
+
 // chat_template_kwargs (vLLM's and SGLang's extension) become template variables beside
 // the tools; what the request and the model set cannot be overridden.
 TEST(OpenAiRequestTest, ChatTemplateKwargsAreMoreTemplateVariables) {

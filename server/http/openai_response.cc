@@ -181,12 +181,6 @@ json ToolCallsJson(const ResponseFormat& format, int index,
   return out;
 }
 
-// The calls in `answer` (none when it is text).
-engine::chat::ParsedAnswer CallsOf(const ResponseFormat& format, const std::string& answer) {
-  if (format.tool_calls.syntax == engine::chat::ToolCallSyntax::kNone) return {answer, {}};
-  return engine::chat::ParseToolCalls(format.tool_calls.syntax, answer, format.tool_calls.names);
-}
-
 json ContentOrNull(const std::string& content) {
   return content.empty() ? json(nullptr) : json(content);
 }
@@ -202,7 +196,7 @@ std::string StreamHeldAnswerEvents(const ResponseFormat& format, int index,
                                    const OutputDelta& unsent, bool first,
                                    engine::FinishReason reason, int completion_tokens,
                                    const engine::FinishInfo& usage, LogprobsCursor* cursor) {
-  engine::chat::ParsedAnswer answer = CallsOf(format, unsent.text);
+  engine::chat::ParsedAnswer answer = ReadToolCalls(format.tool_calls, unsent.text);
   if (answer.calls.empty()) {
     std::string out;
     if (first || !unsent.text.empty() || !unsent.reasoning.empty() || unsent.num_tokens > 0) {
@@ -248,7 +242,7 @@ std::string CompleteBody(const ResponseFormat& format, const std::vector<Finishe
     const FinishedChoice& c = choices[i];
     LogprobsCursor cursor;
     json choice = {{"index", i}};
-    const engine::chat::ParsedAnswer answer = CallsOf(format, c.output.text);
+    const engine::chat::ParsedAnswer answer = ReadToolCalls(format.tool_calls, c.output.text);
     if (!answer.calls.empty()) {
       // A call's tokens are not scored content (OpenAI answers logprobs null).
       choice["message"] = {
