@@ -280,6 +280,29 @@ absl::Status RefuseUnsupported(const json& body, Endpoint endpoint, int n) {
   return absl::OkStatus();
 }
 
+// reasoning_effort (OpenAI's, for reasoning models): the chat template's reasoning_effort
+// variable, as vLLM passes it (gpt-oss's and DeepSeek V4's templates read it); one that
+// chat_template_kwargs sets wins. Templates without it ignore it.
+absl::Status ParseReasoningEffort(const json& body, Endpoint endpoint, json* template_variables) {
+  const json* effort = Find(body, "reasoning_effort");
+  if (effort == nullptr || effort->is_null()) return absl::OkStatus();
+  if (endpoint != Endpoint::kChatCompletions) {
+    return Invalid("reasoning_effort", "is for /v1/chat/completions only");
+  }
+  constexpr absl::string_view kEfforts[] = {"none", "minimal", "low", "medium", "high", "xhigh"};
+  if (!effort->is_string() || std::find(std::begin(kEfforts), std::end(kEfforts),
+                                        effort->get<std::string>()) == std::end(kEfforts)) {
+    return Invalid("reasoning_effort",
+                   "must be \"none\", \"minimal\", \"low\", \"medium\", \"high\" or \"xhigh\"");
+  }
+  if (template_variables->is_object() && template_variables->contains("reasoning_effort")) {
+    return absl::OkStatus();
+  }
+  *template_variables =
+      WithTemplateKwargs(std::move(*template_variables), json{{"reasoning_effort", *effort}});
+  return absl::OkStatus();
+}
+
 // response_format: "text" (the default), "json_object" (JSON mode: the engine masks
 // every token that would break the object) or "json_schema" (structured output:
 // {"json_schema": {"name": ..., "schema": {...}, "strict": ...}}, the object also
@@ -533,6 +556,9 @@ absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(absl::string_view body, Endpoin
     absl::StatusOr<json> checked = CheckTemplateKwargs(*kwargs, "chat_template_kwargs");
     if (!checked.ok()) return checked.status();
     out.template_variables = WithTemplateKwargs(std::move(out.template_variables), *checked);
+  }
+  if (absl::Status s = ParseReasoningEffort(parsed, endpoint, &out.template_variables); !s.ok()) {
+    return s;
   }
   if (const json* ids = Find(parsed, "stop_token_ids"); ids != nullptr) {
     std::vector<int32_t> list;

@@ -186,6 +186,30 @@ TEST(OpenAiRequestTest, ParallelToolCallsFalseKeepsTheFirstCall) {
   EXPECT_THAT(std::string(bad.status().message()), ::testing::HasSubstr("parallel_tool_calls"));
 }
 
+// reasoning_effort reaches the chat template as its variable of that name, unless
+// chat_template_kwargs sets it; an unknown effort, or one on completions, is refused.
+TEST(OpenAiRequestTest, ReasoningEffortIsATemplateVariable) {
+  const std::string messages = R"({"messages": [{"role": "user", "content": "x"}], )";
+  absl::StatusOr<OpenAiRequest> r = Chat(messages + R"("reasoning_effort": "low"})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->template_variables.value("reasoning_effort", ""), "low");
+  r = Chat(messages + R"("reasoning_effort": "high", "chat_template_kwargs": )"
+                      R"({"reasoning_effort": "medium"}})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->template_variables.value("reasoning_effort", ""), "medium");
+  r = Chat(messages + R"("reasoning_effort": null})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->template_variables.is_null());
+  for (const std::string& bad :
+       {messages + R"("reasoning_effort": "max"})", messages + R"("reasoning_effort": 2})"}) {
+    r = Chat(bad);
+    ASSERT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_THAT(std::string(r.status().message()), ::testing::HasSubstr("reasoning_effort"));
+  }
+  r = Completions(R"({"prompt": "x", "reasoning_effort": "low"})");
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 // chat_template_kwargs (vLLM's and SGLang's extension) become template variables beside
 // the tools; what the request and the model set cannot be overridden.
 TEST(OpenAiRequestTest, ChatTemplateKwargsAreMoreTemplateVariables) {
