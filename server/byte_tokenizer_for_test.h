@@ -16,7 +16,7 @@
 
 namespace quill::server::testing {
 
-class ByteTokenizer final : public engine::Tokenizer {
+class ByteTokenizer : public engine::Tokenizer {
  public:
   absl::StatusOr<std::vector<engine::TokenId>> Encode(absl::string_view text,
                                                       bool add_special) const override {

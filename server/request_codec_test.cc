@@ -859,6 +859,34 @@ TEST(ChatCodecTest, SetToolCallsReadsTheAnswerOnlyWhenItIsCalls) {
   EXPECT_EQ(text.finish_reason(), v1::LENGTH);
 }
 
+// A vocabulary in which "<think>" and "</think>" are one token each.
+class ThinkTokenizer final : public ByteTokenizer {
+ public:
+  static constexpr engine::TokenId kOpen = 1000, kClose = 1001;
+  absl::StatusOr<std::vector<engine::TokenId>> EncodeWithSpecialTokens(
+      absl::string_view text, bool add_special,
+      absl::Span<const engine::ByteRange> plain_ranges) const override {
+    if (text == "<think>") return std::vector<engine::TokenId>{kOpen};
+    if (text == "</think>") return std::vector<engine::TokenId>{kClose};
+    return ByteTokenizer::EncodeWithSpecialTokens(text, add_special, plain_ranges);
+  }
+};
+
+// What lets JSON mode keep a thought: a thinking template, and tags that are single tokens.
+TEST(ChatCodecTest, AThinkingTemplatesTagsAreFoundWhenEachIsOneToken) {
+  const std::string thinking = "{% for m in messages %}{{ m.content }}{% endfor %}<think>\n";
+  const std::string plain = "{% for m in messages %}{{ m.content }}{% endfor %}";
+  ThinkTokenizer think;
+  ByteTokenizer bytes;
+  const auto found = Prompter(think, thinking.c_str());
+  ASSERT_TRUE(found.thinks());
+  ASSERT_TRUE(found.thought_tags().has_value());
+  EXPECT_EQ(found.thought_tags()->open, ThinkTokenizer::kOpen);
+  EXPECT_EQ(found.thought_tags()->close, ThinkTokenizer::kClose);
+  EXPECT_FALSE(Prompter(bytes, thinking.c_str()).thought_tags().has_value());  // 7 and 8 tokens
+  EXPECT_FALSE(Prompter(think, plain.c_str()).thought_tags().has_value());     // does not think
+}
+
 // one_tool_call (OpenAI's parallel_tool_calls false): an answer's first call only.
 TEST(ChatCodecTest, OneToolCallKeepsTheAnswersFirstCall) {
   const std::string answer = R"(<tool_call>{"name": "w", "arguments": {"c": "Oslo"}}</tool_call>)"

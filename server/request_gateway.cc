@@ -88,8 +88,9 @@ absl::StatusOr<engine::GenerationRequest> RequestGateway::PrepareChat(
     RecordRejected(api, tenant.name);
     return serving;
   }
-  return FinishPrepare(ToEngineChatRequest(request, limits_, *chat_prompter_, tool_calls), deadline,
-                       api, tenant);
+  return FinishPrepare(
+      LetAThoughtPrecedeJson(ToEngineChatRequest(request, limits_, *chat_prompter_, tool_calls)),
+      deadline, api, tenant);
 }
 
 absl::StatusOr<engine::GenerationRequest> RequestGateway::PrepareChat(
@@ -101,22 +102,39 @@ absl::StatusOr<engine::GenerationRequest> RequestGateway::PrepareChat(
     RecordRejected(api, tenant.name);
     return serving;
   }
-  return FinishPrepare(
-      ToEngineChatRequest(messages, options, limits_, *chat_prompter_, template_variables),
-      deadline, api, tenant);
+  return FinishPrepare(LetAThoughtPrecedeJson(ToEngineChatRequest(
+                           messages, options, limits_, *chat_prompter_, template_variables)),
+                       deadline, api, tenant);
+}
+
+bool RequestGateway::PromptOpensThought(const engine::GenerationRequest& request) const {
+  // DeepSeek R1's templates open the thought: the prompt's last tokens are "<think>" and
+  // perhaps a newline.
+  const absl::Span<const engine::TokenId> ids = request.prompt_ids;
+  const size_t tail = std::min<size_t>(ids.size(), 16);
+  return engine::chat::PromptOpensThought(
+      IdsToText(ids.subspan(ids.size() - tail), engine()->model().tokenizer()));
+}
+
+absl::StatusOr<engine::GenerationRequest> RequestGateway::LetAThoughtPrecedeJson(
+    absl::StatusOr<engine::GenerationRequest> request) const {
+  if (!request.ok() || !request->json_object || !chat_thinks() ||
+      !chat_prompter_->thought_tags().has_value()) {
+    return request;
+  }
+  const engine::chat::ThoughtTags& tags = *chat_prompter_->thought_tags();
+  request->thought_before_json =
+      engine::ThoughtBeforeJson{tags.open, tags.close, PromptOpensThought(*request)};
+  return request;
 }
 
 engine::chat::ReasoningSplit RequestGateway::ReasoningSplitOf(
     const engine::GenerationRequest& request) const {
   engine::chat::ReasoningSplit split;
-  split.split = chat_thinks() && !request.json_object;
+  split.split = chat_thinks() && (!request.json_object || request.thought_before_json);
   if (!split.split) return split;
-  // DeepSeek R1's templates open the thought: the prompt's last tokens are "<think>" and
-  // perhaps a newline.
-  const absl::Span<const engine::TokenId> ids = request.prompt_ids;
-  const size_t tail = std::min<size_t>(ids.size(), 16);
-  split.thought_open = engine::chat::PromptOpensThought(
-      IdsToText(ids.subspan(ids.size() - tail), engine()->model().tokenizer()));
+  split.thought_open = request.thought_before_json ? request.thought_before_json->opened
+                                                   : PromptOpensThought(request);
   return split;
 }
 

@@ -28,7 +28,16 @@ ChatPrompter::ChatPrompter(const Tokenizer& tokenizer, ChatTemplate tmpl)
     : tokenizer_(&tokenizer),
       tmpl_(std::move(tmpl)),
       tool_call_syntax_(ProbeToolCallSyntax(*tmpl_)),
-      thinks_(ProbeThinks(*tmpl_)) {}
+      thinks_(ProbeThinks(*tmpl_)) {
+  if (!thinks_) return;
+  const auto single_token = [&](absl::string_view text) -> TokenId {
+    absl::StatusOr<std::vector<TokenId>> ids =
+        tokenizer.EncodeWithSpecialTokens(text, /*add_special=*/false, {});
+    return ids.ok() && ids->size() == 1 ? (*ids)[0] : -1;
+  };
+  const ThoughtTags tags{single_token("<think>"), single_token("</think>")};
+  if (tags.open >= 0 && tags.close >= 0) thought_tags_ = tags;
+}
 
 ChatPrompter::ChatPrompter(const Tokenizer& tokenizer, std::string unavailable_reason)
     : tokenizer_(&tokenizer), unavailable_reason_(std::move(unavailable_reason)) {}

@@ -50,6 +50,13 @@ struct ChatPrompt {
   std::vector<TokenId> ids;
 };
 
+// A reasoning model's thought tags as tokens: "<think>" and "</think>", each one token of
+// the vocabulary.
+struct ThoughtTags {
+  TokenId open = -1;
+  TokenId close = -1;
+};
+
 // Immutable after construction; Build() is const and thread-safe. Holds a reference to the
 // tokenizer, which must outlive it (the model owns both).
 class ChatPrompter {
@@ -76,6 +83,9 @@ class ChatPrompter {
   // Whether the template is a reasoning model's, whose answers start with a thought
   // (engine/chat/reasoning.h; probed once, at construction).
   bool thinks() const { return thinks_; }
+  // For a template that thinks, its tags when each is one token of the vocabulary (what
+  // JSON mode needs to let a thought come before the object); nullopt otherwise.
+  const std::optional<ThoughtTags>& thought_tags() const { return thought_tags_; }
 
   // Renders `messages` and tokenizes the result. Errors:
   //   FAILED_PRECONDITION  no usable chat template (see ForModel);
@@ -95,6 +105,7 @@ class ChatPrompter {
   std::string unavailable_reason_;
   ToolCallSyntax tool_call_syntax_ = ToolCallSyntax::kNone;
   bool thinks_ = false;
+  std::optional<ThoughtTags> thought_tags_;
 };
 
 }  // namespace quill::engine::chat

@@ -381,6 +381,14 @@ absl::Status Engine::Impl::Validate(const GenerationRequest& r) const {
   if (r.json_schema != nullptr && !r.json_object) {
     return absl::InvalidArgumentError("json_schema needs json_object (the schema's object)");
   }
+  if (r.thought_before_json.has_value()) {
+    const ThoughtBeforeJson& t = *r.thought_before_json;
+    const auto valid = [&](TokenId id) { return id >= 0 && id < vocab_size_; };
+    if (!r.json_object || !valid(t.close) || (!t.opened && !valid(t.open))) {
+      return absl::InvalidArgumentError(
+          "thought_before_json needs json_object and its tags' token ids in the vocabulary");
+    }
+  }
   if (r.json_object && r.ignore_eos) {
     return absl::InvalidArgumentError(
         "json_object cannot be combined with ignore_eos: the object's end ends the answer");

@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
@@ -723,6 +724,48 @@ TEST_F(EngineTest, JsonObjectModeAnswersWithAJsonObject) {
   GenerationRequest endless = requests[0];
   endless.ignore_eos = true;
   EXPECT_EQ(engine_->Submit(endless, std::make_shared<RecordingSink>()).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+// JSON mode after a thought (a reasoning model's chat): sampling is free until the close
+// token, then the mask holds. kjv-1m has no thought tags, so its own tokens stand in: the
+// close tag is a token its greedy answer writes at position k. Opened by the prompt, or
+// opened by the answer's first token, the answer is the greedy one through k, then a JSON
+// object (or its start); an open tag the model does not write leaves JSON mode as it was.
+TEST_F(EngineTest, JsonObjectAfterAThought) {
+  Start();
+  GenerationRequest plain = Request("plain", kPrompts[1], 40);
+  plain.ignore_eos = true;
+  const std::vector<TokenId> greedy = RunAlone(plain)->ids();
+  size_t k = 3;
+  while (k < greedy.size() &&
+         std::find(greedy.begin(), greedy.begin() + k, greedy[k]) != greedy.begin() + k) {
+    ++k;
+  }
+  ASSERT_LT(k, 20u);
+  plain.max_tokens = static_cast<int>(k) + 1;
+  const std::string thought = RunAlone(plain)->text();
+  for (const bool opened : {true, false}) {
+    SCOPED_TRACE(opened ? "opened by the prompt" : "opened by the answer");
+    GenerationRequest r = Request(opened ? "opened" : "may-think", kPrompts[1], 40);
+    r.json_object = true;
+    r.thought_before_json = ThoughtBeforeJson{opened ? -1 : greedy[0], greedy[k], opened};
+    const auto sink = RunAlone(r);
+    const std::vector<TokenId> ids = sink->ids();
+    ASSERT_GT(ids.size(), k + 1);
+    EXPECT_EQ(std::vector<TokenId>(ids.begin(), ids.begin() + k + 1),
+              std::vector<TokenId>(greedy.begin(), greedy.begin() + k + 1));
+    const std::string text = sink->text();
+    ASSERT_TRUE(absl::StartsWith(text, thought)) << text;
+    EXPECT_TRUE(IsJsonObjectOrItsStart(text.substr(thought.size()))) << text;
+  }
+  GenerationRequest json = Request("json", kPrompts[1], 40);
+  json.json_object = true;
+  const std::vector<TokenId> json_ids = RunAlone(json)->ids();
+  json.thought_before_json = ThoughtBeforeJson{/*open=*/0, greedy[k], false};  // <unk>
+  EXPECT_EQ(RunAlone(json)->ids(), json_ids);
+  json.json_object = false;
+  EXPECT_EQ(engine_->Submit(json, std::make_shared<RecordingSink>()).code(),
             absl::StatusCode::kInvalidArgument);
 }
 

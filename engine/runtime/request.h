@@ -1,6 +1,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,16 @@ absl::string_view FinishReasonName(FinishReason reason);
 // end up in log lines and responses, where a newline could forge a line.
 absl::Status CheckPrintableAscii(absl::string_view field, absl::string_view value);
 
+// JSON mode for a reasoning model's chat: the object follows a thought, which the mask
+// leaves free. The thought's tags are single tokens: `close` ends it; when the prompt did
+// not open it (`opened` false), the first token may be `open`, beside what begins the
+// object. An answer that never closes its thought holds no object.
+struct ThoughtBeforeJson {
+  TokenId open = -1;
+  TokenId close = -1;
+  bool opened = false;  // the prompt opened the thought (DeepSeek R1's templates do)
+};
+
 struct GenerationRequest {
   std::string request_id;           // unique among live requests
   std::vector<TokenId> prompt_ids;  // already tokenized (BOS included where the vocab wants it)
@@ -64,6 +75,8 @@ struct GenerationRequest {
   // With json_object: the object also satisfies this schema (OpenAI's response_format
   // json_schema), kept by the same mask.
   std::shared_ptr<const JsonSchema> json_schema;
+  // With json_object: a thought may come before the object.
+  std::optional<ThoughtBeforeJson> thought_before_json;
   absl::Time deadline = absl::InfiniteFuture();
   // Opaque to the engine: copied into FinishInfo so that its observer can tell front ends
   // apart (the server's metrics label requests "grpc" or "http").

@@ -141,8 +141,14 @@ class Sequence {
   StopStringMatcher stop_matcher_;
   std::vector<TokenId> tokens_;
   std::vector<TokenLogprob> top_scratch_;
+  // Where a JSON-mode answer is (request.thought_before_json): in the object, at its start
+  // (a thought may open instead), or in a thought, which the mask leaves free.
+  enum class JsonPhase { kObject, kMayThink, kThinking };
   // JSON mode: the object so far, and the logits it masks (sized once).
   std::optional<JsonConstraint> json_;
+  JsonPhase json_phase_ = JsonPhase::kObject;
+  // JSON mode: the accepted token `id` moves the answer through its thought or object.
+  void AdvanceJson(TokenId id);
   std::vector<float> masked_logits_;
   std::vector<GeneratedToken> prompt_logprobs_;  // capacity reserved up front
   int vocab_size_ = 0;
