@@ -118,8 +118,8 @@ bool RequestGateway::PromptOpensThought(const engine::GenerationRequest& request
 
 absl::StatusOr<engine::GenerationRequest> RequestGateway::LetAThoughtPrecedeJson(
     absl::StatusOr<engine::GenerationRequest> request) const {
-  if (!request.ok() || !request->json_object || !chat_thinks() ||
-      !chat_prompter_->thought_tags().has_value()) {
+  // thought_tags() exists only for a template that thinks.
+  if (!request.ok() || !request->json_object || !chat_prompter_->thought_tags().has_value()) {
     return request;
   }
   const engine::chat::ThoughtTags& tags = *chat_prompter_->thought_tags();

@@ -1600,9 +1600,7 @@ TEST_F(HttpReasoningTest, GrpcChatSendsTheThoughtAsReasoning) {
   ASSERT_FALSE(expected.text.empty());
 
   v1::ChatRequest request = ChatRequestOf({{"user", "Where"}}, 30);
-  request.mutable_sampling()->set_temperature(0.8f);
-  request.mutable_sampling()->set_top_p(1.0f);
-  request.mutable_sampling()->set_seed(5);
+  SetSampling(request.mutable_sampling(), 0.8f, 1.0f, 5);
   const Stream split = CollectChat(*client_, request);
   ASSERT_TRUE(split.status.ok()) << split.status;
   EXPECT_EQ(split.reasoning, expected.text);

@@ -33,9 +33,14 @@ quill::v1::GenerateRequest IdsRequest(const std::vector<int>& ids, int max_token
 
 void SetSampling(quill::v1::GenerateRequest* request, float temperature, float top_p,
                  uint64_t seed) {
-  request->mutable_sampling()->set_temperature(temperature);
-  request->mutable_sampling()->set_top_p(top_p);
-  request->mutable_sampling()->set_seed(seed);
+  SetSampling(request->mutable_sampling(), temperature, top_p, seed);
+}
+
+void SetSampling(quill::v1::SamplingParams* sampling, float temperature, float top_p,
+                 uint64_t seed) {
+  sampling->set_temperature(temperature);
+  sampling->set_top_p(top_p);
+  sampling->set_seed(seed);
 }
 
 namespace {

@@ -25,6 +25,9 @@ quill::v1::GenerateRequest TextRequest(const std::string& prompt, int max_tokens
 quill::v1::GenerateRequest IdsRequest(const std::vector<int>& ids, int max_tokens);
 void SetSampling(quill::v1::GenerateRequest* request, float temperature, float top_p,
                  uint64_t seed);
+// The same for any request's sampling (a ChatRequest's).
+void SetSampling(quill::v1::SamplingParams* sampling, float temperature, float top_p,
+                 uint64_t seed);
 
 // Everything one stream produced, including a non-OK status.
 struct Stream {
