@@ -339,15 +339,29 @@ struct KeyScores {
 // Every output chunk is an FMA chain over the tile's keys in order. Grouping heads or keys
 // differently below only changes which registers hold what, never a result.
 //
-// kChunks = ceil(head_dim / 16); the last chunk is masked when head_dim % 16 != 0. KvT is
-// the cache's element (float or f16 bits); K and V are widened exactly as they are loaded
-// (or, for block sizes that are not a multiple of 16, gathered into f32 a tile at a time).
-template <int kChunks, typename KvT>
-struct Avx512Attention {
-  QUILL_AVX512_TARGET static __mmask16 ChunkMask(int c, __mmask16 last) {
-    return c == kChunks - 1 ? last : static_cast<__mmask16>(0xffff);
-  }
+// A head's dimensions as chunks of 16 lanes, the last one masked when head_dim % 16 != 0.
+// A run-time value rather than a template parameter: only a P.V pass's width needs to be
+// known at compile time. The kernel templated on the chunk count (1 to 16, for each of 3
+// element types) took 44 s to compile with GCC -O3 and 79 s under ASan, against 14 and 29
+// s now, for the same passes (quill-attention-bench: every output bit the same, times within
+// the host's noise at head_dim 64 and 128).
+struct HeadChunks {
+  int count;  // ceil(head_dim / 16)
+  __mmask16 last;
 
+  explicit HeadChunks(int head_dim)
+      : count((head_dim + 15) / 16), last(TailMask(head_dim - (count - 1) * 16)) {}
+  __mmask16 Mask(int c) const { return c == count - 1 ? last : static_cast<__mmask16>(0xffff); }
+};
+
+// Accumulators of one query head: up to kMaxHeadDim values.
+using HeadAcc = float[kMaxHeadDim];
+
+// KvT is the cache's element (float, f16 bits or q8 codes); K and V are widened exactly as
+// they are loaded (or, for block sizes that are not a multiple of 16, gathered into f32 a
+// tile at a time).
+template <typename KvT>
+struct Avx512Attention {
   // Online softmax step for heads [0, n) (n <= kMaxBlockHeads): each head's scores become
   // weights exp(s - new max), and alpha[j] the factor that rescales what head j accumulated
   // before (0 on the first tile). The heads' horizontal max and sum reductions run
@@ -395,14 +409,15 @@ struct Avx512Attention {
   }
 
   // acc[h] = acc[h] * alpha[h] + sum_i weights[h][i] * V_i over chunks [c0, c0 + kChunksPerPass)
-  // of kHeads heads at once. Prefetches the same bytes of next_rows[i] + offset, i <
-  // next_count, as it reads V_i's.
-  template <int kHeads, int kChunksPerPass>
-  QUILL_AVX512_TARGET static void WeightedValues(const KvT* const* v_rows, int64_t offset, int c0,
-                                                 int skip, int count, __mmask16 last,
-                                                 float (*weights)[kTile], const float* alpha,
-                                                 float (*acc)[kChunks * 16],
-                                                 const KvT* const* next_rows, int next_count) {
+  // of kHeads heads at once, the last of them masked by `last` if kMaskLast. Prefetches the
+  // same bytes of next_rows[i] + offset, i < next_count, as it reads V_i's. (Masks known at
+  // compile time: an unmasked f32 load folds into its FMA; a run-time mask on every chunk
+  // made f32 P.V 1.5x slower.)
+  template <int kHeads, int kChunksPerPass, bool kMaskLast>
+  [[gnu::always_inline]] QUILL_AVX512_TARGET static void WeightedValues(
+      const KvT* const* v_rows, int64_t offset, int c0, int skip, int count, __mmask16 last,
+      float (*weights)[kTile], const float* alpha, HeadAcc* acc, const KvT* const* next_rows,
+      int next_count) {
     constexpr int kBytes = kChunksPerPass * 16 * sizeof(KvT);
     __m512 o[kHeads][kChunksPerPass];
     for (int h = 0; h < kHeads; ++h) {
@@ -419,7 +434,9 @@ struct Avx512Attention {
       __m512 p[kHeads];
       for (int h = 0; h < kHeads; ++h) p[h] = _mm512_set1_ps(weights[h][i]);
       for (int c = 0; c < kChunksPerPass; ++c) {
-        const __m512 v = LoadKv16(v_rows[i] + offset + 16 * (c0 + c), ChunkMask(c0 + c, last));
+        const __mmask16 mask =
+            kMaskLast && c == kChunksPerPass - 1 ? last : static_cast<__mmask16>(0xffff);
+        const __m512 v = LoadKv16(v_rows[i] + offset + 16 * (c0 + c), mask);
         for (int h = 0; h < kHeads; ++h) o[h][c] = _mm512_fmadd_ps(p[h], v, o[h][c]);
       }
     }
@@ -428,34 +445,44 @@ struct Avx512Attention {
     }
   }
 
-  // P.V of kHeads heads, in passes over the keys of as many chunks as kMaxAccumulators allow:
-  // each V element is loaded (and widened) once per pass.
-  template <int kHeads>
-  QUILL_AVX512_TARGET static void HeadsValues(const KvT* const* v_rows, int64_t offset, int skip,
-                                              int count, __mmask16 last, float (*weights)[kTile],
-                                              const float* alpha, float (*acc)[kChunks * 16],
+  // P.V of kHeads heads, in passes over the keys of as many chunks as kMaxAccumulators allow
+  // (the pack kWidths counts them): each V element is loaded (and widened) once per pass.
+  template <int kHeads, int... kWidths>
+  QUILL_AVX512_TARGET static void HeadsValues(std::integer_sequence<int, kWidths...>,
+                                              const KvT* const* v_rows, int64_t offset, int skip,
+                                              int count, HeadChunks chunks, float (*weights)[kTile],
+                                              const float* alpha, HeadAcc* acc,
                                               const KvT* const* next_rows, int next_count) {
-    constexpr int kPass = std::min(kChunks, std::max(1, kMaxAccumulators / kHeads));
-    constexpr int kFull = kChunks / kPass * kPass;
-    for (int c0 = 0; c0 < kFull; c0 += kPass) {
-      WeightedValues<kHeads, kPass>(v_rows, offset, c0, skip, count, last, weights, alpha, acc,
-                                    next_rows, next_count);
+    constexpr int kPass = sizeof...(kWidths);
+    // A partial last chunk (head_dim % 16 != 0, rare) gets a pass of its own.
+    const bool partial = chunks.last != 0xffff;
+    const int full = chunks.count - partial;
+    for (int c0 = 0; c0 < full; c0 += kPass) {
+      const int width = std::min(kPass, full - c0);
+      ((width == kWidths + 1 ? WeightedValues<kHeads, kWidths + 1, false>(
+                                   v_rows, offset, c0, skip, count, chunks.last, weights, alpha,
+                                   acc, next_rows, next_count)
+                             : void()),
+       ...);
     }
-    if constexpr (kFull < kChunks) {
-      WeightedValues<kHeads, kChunks - kFull>(v_rows, offset, kFull, skip, count, last, weights,
-                                              alpha, acc, next_rows, next_count);
+    if (partial) {
+      WeightedValues<kHeads, 1, true>(v_rows, offset, full, skip, count, chunks.last, weights,
+                                      alpha, acc, next_rows, next_count);
     }
   }
 
   template <int... kHeads>
   QUILL_AVX512_TARGET static void HeadsValuesN(int n, std::integer_sequence<int, kHeads...>,
                                                const KvT* const* v_rows, int64_t offset, int skip,
-                                               int count, __mmask16 last, float (*weights)[kTile],
-                                               const float* alpha, float (*acc)[kChunks * 16],
-                                               const KvT* const* next_rows, int next_count) {
-    ((n == kHeads + 1 ? HeadsValues<kHeads + 1>(v_rows, offset, skip, count, last, weights, alpha,
-                                                acc, next_rows, next_count)
-                      : void()),
+                                               int count, HeadChunks chunks,
+                                               float (*weights)[kTile], const float* alpha,
+                                               HeadAcc* acc, const KvT* const* next_rows,
+                                               int next_count) {
+    ((n == kHeads + 1
+          ? HeadsValues<kHeads + 1>(
+                std::make_integer_sequence<int, std::max(1, kMaxAccumulators / (kHeads + 1))>{},
+                v_rows, offset, skip, count, chunks, weights, alpha, acc, next_rows, next_count)
+          : void()),
      ...);
   }
 
@@ -468,11 +495,10 @@ struct Avx512Attention {
   QUILL_AVX512_TARGET static void HeadTile(const float* q, const QueryQ8* qq, int t0, int first,
                                            int n, const KvT* const* key_cols, int64_t key_stride,
                                            const KvT* const* v_rows, int64_t offset, int skip,
-                                           int count, int padded, __mmask16 last, const Item& it,
+                                           int count, int padded, HeadChunks chunks, const Item& it,
                                            const KvT* const* next_cols, const KvT* const* next_rows,
                                            int next_count, float (*scores)[kTile], float* alpha,
-                                           float* running_max, float* running_sum,
-                                           float (*acc)[kChunks * 16]) {
+                                           float* running_max, float* running_sum, HeadAcc* acc) {
     KeyScores<KvT>::Scores(q, qq, first, n, it.layout.head_dim, key_cols, key_stride, skip, count,
                            padded / 16, next_cols, (next_count + 15) / 16, it.scale, it.softcap,
                            scores + first);
@@ -496,16 +522,16 @@ struct Avx512Attention {
     for (int j = first; j < first + n; j += kMaxBlockHeads) {
       HeadsValuesN(std::min(kMaxBlockHeads, first + n - j),
                    std::make_integer_sequence<int, kMaxBlockHeads>{}, v_rows, offset, skip, count,
-                   last, scores + j, alpha + j, acc + j, next_rows, j == first ? next_count : 0);
+                   chunks, scores + j, alpha + j, acc + j, next_rows, j == first ? next_count : 0);
     }
   }
 
   // rows[i] + offset, i in [begin, end), widened to f32 into out[i] (exact).
   QUILL_AVX512_TARGET static void WidenRows(const KvT* const* rows, int64_t offset, int begin,
-                                            int end, __mmask16 last, float (*out)[kChunks * 16]) {
+                                            int end, HeadChunks chunks, HeadAcc* out) {
     for (int i = begin; i < end; ++i) {
-      for (int c = 0; c < kChunks; ++c) {
-        _mm512_store_ps(out[i] + 16 * c, LoadKv16(rows[i] + offset + 16 * c, ChunkMask(c, last)));
+      for (int c = 0; c < chunks.count; ++c) {
+        _mm512_store_ps(out[i] + 16 * c, LoadKv16(rows[i] + offset + 16 * c, chunks.Mask(c)));
       }
     }
   }
@@ -527,7 +553,7 @@ struct Avx512Attention {
     const int num_heads = it.head_end - it.head_begin;
     const int hd = it.layout.head_dim;
     alignas(64) float scores[kMaxHeadsPerItem][kTile];
-    alignas(64) float acc[kMaxHeadsPerItem][kChunks * 16];
+    alignas(64) HeadAcc acc[kMaxHeadsPerItem];
     float running_max[kMaxHeadsPerItem];
     float running_sum[kMaxHeadsPerItem];
     float alpha[kMaxHeadsPerItem];
@@ -539,15 +565,15 @@ struct Avx512Attention {
     const KvT** v_rows = value_slots[0];
     const KvT** next_keys = key_slots[1];
     const KvT** next_v_rows = value_slots[1];
-    const __mmask16 last = TailMask(hd - (kChunks - 1) * 16);
+    const HeadChunks chunks(hd);
     const int64_t bs = it.layout.block_size;
     // Blocks of a multiple of 16 slots hold each group of 16 keys contiguously, which the
     // kernels read in place. Other block sizes have each tile's K and V of a KV head
     // gathered into f32 copies first.
     const bool contiguous = bs % 16 == 0;
-    using Wide = Avx512Attention<kChunks, float>;
-    alignas(64) float wide_k[kChunks * 16][kTile];
-    alignas(64) float wide_v[kTile][kChunks * 16];
+    using Wide = Avx512Attention<float>;
+    alignas(64) float wide_k[kMaxHeadDim][kTile];
+    alignas(64) HeadAcc wide_v[kTile];
     const float* wide_cols[kTile / 16];
     const float* wide_v_rows[kTile];
     for (int g = 0; g < kTile / 16; ++g) wide_cols[g] = wide_k[0] + 16 * g;
@@ -558,7 +584,7 @@ struct Avx512Attention {
     for (int h = 0; h < num_heads; ++h) {
       running_max[h] = kNegInf;
       running_sum[h] = 0.0f;
-      for (int c = 0; c < kChunks; ++c) _mm512_store_ps(acc[h] + 16 * c, _mm512_setzero_ps());
+      for (int c = 0; c < chunks.count; ++c) _mm512_store_ps(acc[h] + 16 * c, _mm512_setzero_ps());
     }
     QueryQ8 query_q8;
     if constexpr (kIsQ8<KvT>) {
@@ -598,13 +624,13 @@ struct Avx512Attention {
             }
           }
           HeadTile(q, &query_q8, t0, first, n, head_cols, bs, v_rows, offset, skip, count, padded,
-                   last, it, next_head_cols, next_v_rows, prefetch_keys, scores, alpha, running_max,
-                   running_sum, acc);
+                   chunks, it, next_head_cols, next_v_rows, prefetch_keys, scores, alpha,
+                   running_max, running_sum, acc);
         } else if constexpr (!kIsQ8<KvT>) {  // q8 needs blocks of 16k slots (PagedAttention)
           GatherKeys(keys, bs, offset, hd, groups, count, wide_k);
-          WidenRows(v_rows, offset, skip, count, last, wide_v);
+          WidenRows(v_rows, offset, skip, count, chunks, wide_v);
           Wide::HeadTile(q, nullptr, t0, first, n, wide_cols, kTile, wide_v_rows, 0, skip, count,
-                         padded, last, it, nullptr, nullptr, 0, scores, alpha, running_max,
+                         padded, chunks, it, nullptr, nullptr, 0, scores, alpha, running_max,
                          running_sum, acc);
         }
         h = end;
@@ -616,8 +642,8 @@ struct Avx512Attention {
     for (int h = 0; h < num_heads; ++h) {
       const __m512 denom = _mm512_set1_ps(running_sum[h]);
       float* out = it.out + static_cast<int64_t>(it.head_begin + h) * hd;
-      for (int c = 0; c < kChunks; ++c) {
-        _mm512_mask_storeu_ps(out + 16 * c, ChunkMask(c, last),
+      for (int c = 0; c < chunks.count; ++c) {
+        _mm512_mask_storeu_ps(out + 16 * c, chunks.Mask(c),
                               _mm512_div_ps(_mm512_load_ps(acc[h] + 16 * c), denom));
       }
     }
@@ -625,13 +651,6 @@ struct Avx512Attention {
 };
 
 using AttendFn = void (*)(const Item&);
-
-template <typename KvT, int... kChunks>
-AttendFn PickAvx512(int chunks, std::integer_sequence<int, kChunks...>) {
-  AttendFn fn = nullptr;
-  ((fn = (chunks == kChunks + 1) ? &Avx512Attention<kChunks + 1, KvT>::Attend : fn), ...);
-  return fn;
-}
 
 // ---- Portable --------------------------------------------------------------------------
 
@@ -788,18 +807,16 @@ void PagedAttention(const float* q, const void* k_cache, const void* v_cache,
   const int64_t* starts = first_item.data();
 
   AttendFn attend = nullptr;
-  constexpr auto kChunkCounts = std::make_integer_sequence<int, kMaxHeadDim / 16>{};
-  const int chunks = (hd + 15) / 16;
   switch (layout.element) {
     case KvElement::kF32:
-      attend = UseAvx512() ? PickAvx512<float>(chunks, kChunkCounts) : &AttendPortable<float>;
+      attend = UseAvx512() ? &Avx512Attention<float>::Attend : &AttendPortable<float>;
       break;
     case KvElement::kF16:
-      attend = UseAvx512() ? PickAvx512<uint16_t>(chunks, kChunkCounts) : &AttendPortable<uint16_t>;
+      attend = UseAvx512() ? &Avx512Attention<uint16_t>::Attend : &AttendPortable<uint16_t>;
       break;
     case KvElement::kQ8:
       QUILL_CHECK(layout.block_size % 16 == 0 && hd % 4 == 0);
-      attend = UseAvx512() ? PickAvx512<Q8>(chunks, kChunkCounts) : &AttendPortable<Q8>;
+      attend = UseAvx512() ? &Avx512Attention<Q8>::Attend : &AttendPortable<Q8>;
       break;
   }
   const int64_t row = static_cast<int64_t>(n_heads) * hd;
