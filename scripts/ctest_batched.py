@@ -9,7 +9,11 @@ discovered GoogleTest cases of each binary together through one --gtest_filter (
 of at most BATCH cases, longest binaries first), and hands every other test (fixtures,
 expected output, expected failure, fuzz corpora) back to ctest by name.
 
-  scripts/ctest_batched.py BUILD_DIR [-j N] [--timeout S] [ctest selection args...]
+  scripts/ctest_batched.py BUILD_DIR [-j N] [--timeout S] [--one-thread-except REGEX]
+                           [ctest selection args...]
+
+--one-thread-except runs every batch whose binary's name does not match REGEX with
+OMP_NUM_THREADS=1 (see scripts/sanitize.sh for why).
 
 Exit status 0 when every batch and every ctest test passed. A failed batch prints its whole
 output; each batch aborts on its first sanitizer finding, as a ctest test would.
@@ -70,9 +74,11 @@ def plan(tests):
     return batches, others
 
 
-def run_batch(batch, timeout):
+def run_batch(batch, timeout, one_thread):
     binary, cwd, env, cases = batch
     environment = dict(os.environ)
+    if one_thread:
+        environment["OMP_NUM_THREADS"] = "1"
     environment.update(item.split("=", 1) for item in env)
     start = time.monotonic()
     with tempfile.TemporaryFile(mode="w+") as log:
@@ -99,6 +105,8 @@ def main():
     parser.add_argument("build_dir")
     parser.add_argument("-j", "--jobs", type=int, default=2)
     parser.add_argument("--timeout", type=int, default=900, help="seconds per batch")
+    parser.add_argument("--one-thread-except", metavar="REGEX",
+                        help="run batches of other binaries with OMP_NUM_THREADS=1")
     args, ctest_args = parser.parse_known_args()
 
     batches, others = plan(selected_tests(args.build_dir, ctest_args))
@@ -108,7 +116,10 @@ def main():
     start = time.monotonic()
     failed = []
     with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
-        futures = {pool.submit(run_batch, b, args.timeout): b for b in batches}
+        keep_threads = re.compile(args.one_thread_except or ".*")
+        futures = {pool.submit(run_batch, b, args.timeout,
+                               not keep_threads.search(os.path.basename(b[0]))): b
+                   for b in batches}
         for future in concurrent.futures.as_completed(futures):
             binary, _, _, batch_cases = futures[future]
             ok, status, ran, seconds, output = future.result()
