@@ -89,8 +89,8 @@ absl::StatusOr<engine::GenerationRequest> RequestGateway::PrepareChat(
     return serving;
   }
   return FinishPrepare(
-      LetAThoughtPrecedeJson(ToEngineChatRequest(request, limits_, *chat_prompter_, tool_calls)),
-      deadline, api, tenant);
+      MarkTheThought(ToEngineChatRequest(request, limits_, *chat_prompter_, tool_calls)), deadline,
+      api, tenant);
 }
 
 absl::StatusOr<engine::GenerationRequest> RequestGateway::PrepareChat(
@@ -102,8 +102,8 @@ absl::StatusOr<engine::GenerationRequest> RequestGateway::PrepareChat(
     RecordRejected(api, tenant.name);
     return serving;
   }
-  return FinishPrepare(LetAThoughtPrecedeJson(ToEngineChatRequest(
-                           messages, options, limits_, *chat_prompter_, template_variables)),
+  return FinishPrepare(MarkTheThought(ToEngineChatRequest(messages, options, limits_,
+                                                          *chat_prompter_, template_variables)),
                        deadline, api, tenant);
 }
 
@@ -116,25 +116,22 @@ bool RequestGateway::PromptOpensThought(const engine::GenerationRequest& request
       IdsToText(ids.subspan(ids.size() - tail), engine()->model().tokenizer()));
 }
 
-absl::StatusOr<engine::GenerationRequest> RequestGateway::LetAThoughtPrecedeJson(
+absl::StatusOr<engine::GenerationRequest> RequestGateway::MarkTheThought(
     absl::StatusOr<engine::GenerationRequest> request) const {
   // thought_tags() exists only for a template that thinks.
-  if (!request.ok() || !request->json_object || !chat_prompter_->thought_tags().has_value()) {
-    return request;
-  }
+  if (!request.ok() || !chat_prompter_->thought_tags().has_value()) return request;
   const engine::chat::ThoughtTags& tags = *chat_prompter_->thought_tags();
-  request->thought_before_json =
-      engine::ThoughtBeforeJson{tags.open, tags.close, PromptOpensThought(*request)};
+  request->thought = engine::ThoughtTokens{tags.open, tags.close, PromptOpensThought(*request)};
   return request;
 }
 
 engine::chat::ReasoningSplit RequestGateway::ReasoningSplitOf(
     const engine::GenerationRequest& request) const {
   engine::chat::ReasoningSplit split;
-  split.split = chat_thinks() && (!request.json_object || request.thought_before_json);
+  split.split = chat_thinks() && (!request.json_object || request.thought.has_value());
   if (!split.split) return split;
-  split.thought_open = request.thought_before_json ? request.thought_before_json->opened
-                                                   : PromptOpensThought(request);
+  split.thought_open =
+      request.thought.has_value() ? request.thought->opened : PromptOpensThought(request);
   return split;
 }
 

@@ -67,8 +67,8 @@ class RequestGateway {
   bool chat_thinks() const { return chat_prompter_.has_value() && chat_prompter_->thinks(); }
   // How the answer to `request` (from PrepareChat) is split into thought and content: not
   // at all without a reasoning model's template, or under JSON mode (a forced call
-  // included) unless a thought may precede the object (LetAThoughtPrecedeJson); else
-  // whether its prompt opened the thought.
+  // included) unless a thought may precede the object (MarkTheThought); else whether its
+  // prompt opened the thought.
   engine::chat::ReasoningSplit ReasoningSplitOf(const engine::GenerationRequest& request) const;
 
   // CheckServing, then request_codec's validation and conversion; fills in a request id
@@ -123,10 +123,11 @@ class RequestGateway {
   std::string NewRequestId();
   // Whether `request`'s prompt leaves the model inside a thought.
   bool PromptOpensThought(const engine::GenerationRequest& request) const;
-  // A chat in JSON mode with a reasoning model's template whose tags are single tokens:
-  // the model thinks first, and the mask starts after the thought (as vLLM does), so that
-  // JSON mode does not take the thought away.
-  absl::StatusOr<engine::GenerationRequest> LetAThoughtPrecedeJson(
+  // A chat with a reasoning model's template whose tags are single tokens: the engine is
+  // told them (GenerationRequest::thought), so that it counts the thought's tokens and, in
+  // JSON mode, lets the model think first and starts the mask after the thought (as vLLM
+  // does) rather than take the thought away.
+  absl::StatusOr<engine::GenerationRequest> MarkTheThought(
       absl::StatusOr<engine::GenerationRequest> request) const;
   // Counts and logs a refused request; fills in id, deadline and front end otherwise.
   absl::StatusOr<engine::GenerationRequest> FinishPrepare(

@@ -164,9 +164,14 @@ absl::StatusOr<quill::v1::ChatMessage> Answer(client::QuillClient& client,
   }
   std::cout << std::flush;
   if (f.stats) {
-    std::cerr << absl::StrFormat("[finish_reason: %s] usage: %d prompt + %d completion tokens\n",
-                                 client::FinishReasonName(last.finish_reason()),
-                                 last.usage().prompt_tokens(), last.usage().completion_tokens());
+    const quill::v1::Usage& usage = last.usage();
+    std::cerr << absl::StrFormat(
+        "[finish_reason: %s] usage: %d prompt + %d completion tokens%s\n",
+        client::FinishReasonName(last.finish_reason()), usage.prompt_tokens(),
+        usage.completion_tokens(),
+        usage.has_reasoning_tokens()
+            ? absl::StrFormat(" (%d of them thought)", usage.reasoning_tokens())
+            : "");
   }
   return turn;
 }

@@ -381,12 +381,11 @@ absl::Status Engine::Impl::Validate(const GenerationRequest& r) const {
   if (r.json_schema != nullptr && !r.json_object) {
     return absl::InvalidArgumentError("json_schema needs json_object (the schema's object)");
   }
-  if (r.thought_before_json.has_value()) {
-    const ThoughtBeforeJson& t = *r.thought_before_json;
+  if (r.thought.has_value()) {
+    const ThoughtTokens& t = *r.thought;
     const auto valid = [&](TokenId id) { return id >= 0 && id < vocab_size_; };
-    if (!r.json_object || !valid(t.close) || (!t.opened && !valid(t.open))) {
-      return absl::InvalidArgumentError(
-          "thought_before_json needs json_object and its tags' token ids in the vocabulary");
+    if (!valid(t.close) || (!t.opened && !valid(t.open))) {
+      return absl::InvalidArgumentError("thought needs its tags' token ids in the vocabulary");
     }
   }
   if (r.json_object && r.ignore_eos) {
@@ -1089,6 +1088,7 @@ int Engine::Impl::EndMarked(absl::Time now) {
     info.prompt_tokens = seq.prompt_tokens();
     info.completion_tokens = seq.completion_tokens();
     info.cached_prompt_tokens = seq.cached_prompt_tokens();
+    if (seq.request().thought.has_value()) info.reasoning_tokens = seq.reasoning_tokens();
     info.timings = seq.Timings(now);
     info.frontend = seq.request().frontend;
     info.tenant = seq.request().tenant;

@@ -749,12 +749,13 @@ TEST_F(EngineTest, JsonObjectAfterAThought) {
     SCOPED_TRACE(opened ? "opened by the prompt" : "opened by the answer");
     GenerationRequest r = Request(opened ? "opened" : "may-think", kPrompts[1], 40);
     r.json_object = true;
-    r.thought_before_json = ThoughtBeforeJson{opened ? -1 : greedy[0], greedy[k], opened};
+    r.thought = ThoughtTokens{opened ? -1 : greedy[0], greedy[k], opened};
     const auto sink = RunAlone(r);
     const std::vector<TokenId> ids = sink->ids();
     ASSERT_GT(ids.size(), k + 1);
     EXPECT_EQ(std::vector<TokenId>(ids.begin(), ids.begin() + k + 1),
               std::vector<TokenId>(greedy.begin(), greedy.begin() + k + 1));
+    EXPECT_EQ(sink->info().reasoning_tokens, static_cast<int>(k) + 1);
     const std::string text = sink->text();
     ASSERT_TRUE(absl::StartsWith(text, thought)) << text;
     EXPECT_TRUE(IsJsonObjectOrItsStart(text.substr(thought.size()))) << text;
@@ -762,11 +763,52 @@ TEST_F(EngineTest, JsonObjectAfterAThought) {
   GenerationRequest json = Request("json", kPrompts[1], 40);
   json.json_object = true;
   const std::vector<TokenId> json_ids = RunAlone(json)->ids();
-  json.thought_before_json = ThoughtBeforeJson{/*open=*/0, greedy[k], false};  // <unk>
-  EXPECT_EQ(RunAlone(json)->ids(), json_ids);
-  json.json_object = false;
+  EXPECT_EQ(RunAlone(json)->info().reasoning_tokens, std::nullopt);
+  json.thought = ThoughtTokens{/*open=*/0, greedy[k], false};  // <unk>
+  const auto unopened = RunAlone(json);
+  EXPECT_EQ(unopened->ids(), json_ids);
+  EXPECT_EQ(unopened->info().reasoning_tokens, 0);
+  json.thought->close = 1 << 30;
   EXPECT_EQ(engine_->Submit(json, std::make_shared<RecordingSink>()).code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// Without JSON mode the thought's tags change nothing but the count of its tokens: from
+// the answer's opening tag (or its start, when the prompt opened the thought) to the first
+// closing tag, tags included; all of them when it never closes; none without a thought.
+TEST_F(EngineTest, ReasoningTokensCountTheThought) {
+  Start();
+  GenerationRequest plain = Request("plain", kPrompts[2], 24);
+  plain.ignore_eos = true;
+  const std::vector<TokenId> greedy = RunAlone(plain)->ids();
+  ASSERT_EQ(greedy.size(), 24u);
+  const auto first_at = [&](TokenId id) {
+    return static_cast<int>(std::find(greedy.begin(), greedy.end(), id) - greedy.begin());
+  };
+  const TokenId close = greedy[9];
+  const TokenId absent = 0;  // <unk>, which greedy kjv-1m never writes
+  ASSERT_EQ(first_at(absent), 24);
+  struct Case {
+    const char* name;
+    ThoughtTokens thought;
+    int want;
+  };
+  const Case cases[] = {
+      {"opened by the answer", {greedy[0], close, false}, first_at(close) + 1},
+      {"opened by the prompt", {-1, close, true}, first_at(close) + 1},
+      {"never closed", {-1, absent, true}, 24},
+      {"never opened", {absent, close, false}, 0},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    GenerationRequest r = plain;
+    r.request_id = c.name;
+    r.thought = c.thought;
+    const auto sink = RunAlone(r);
+    EXPECT_EQ(sink->ids(), greedy);
+    EXPECT_EQ(sink->info().completion_tokens, 24);
+    EXPECT_EQ(sink->info().reasoning_tokens, c.want);
+  }
 }
 
 // Structured output on kjv-1m, which writes scripture: the mask alone makes each finished

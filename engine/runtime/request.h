@@ -39,11 +39,13 @@ absl::string_view FinishReasonName(FinishReason reason);
 // end up in log lines and responses, where a newline could forge a line.
 absl::Status CheckPrintableAscii(absl::string_view field, absl::string_view value);
 
-// JSON mode for a reasoning model's chat: the object follows a thought, which the mask
-// leaves free. The thought's tags are single tokens: `close` ends it; when the prompt did
-// not open it (`opened` false), the first token may be `open`, beside what begins the
-// object. An answer that never closes its thought holds no object.
-struct ThoughtBeforeJson {
+// A reasoning model's chat whose thought tags are single tokens: the answer's thought runs
+// from its start when the prompt opened it (`opened`), or from an answer's first token that
+// is `open`, to the first `close` (tags included). The engine counts its tokens
+// (FinishInfo::reasoning_tokens); in JSON mode the mask leaves the thought free and the
+// object follows it (at the first token, `open` may come instead of what begins the
+// object). An answer that never closes its thought is all thought, and holds no object.
+struct ThoughtTokens {
   TokenId open = -1;
   TokenId close = -1;
   bool opened = false;  // the prompt opened the thought (DeepSeek R1's templates do)
@@ -75,8 +77,8 @@ struct GenerationRequest {
   // With json_object: the object also satisfies this schema (OpenAI's response_format
   // json_schema), kept by the same mask.
   std::shared_ptr<const JsonSchema> json_schema;
-  // With json_object: a thought may come before the object.
-  std::optional<ThoughtBeforeJson> thought_before_json;
+  // A reasoning model's thought, when its tags are single tokens (ThoughtTokens).
+  std::optional<ThoughtTokens> thought;
   absl::Time deadline = absl::InfiniteFuture();
   // Opaque to the engine: copied into FinishInfo so that its observer can tell front ends
   // apart (the server's metrics label requests "grpc" or "http").
@@ -129,6 +131,8 @@ struct FinishInfo {
   int prompt_tokens = 0;
   int completion_tokens = 0;
   int cached_prompt_tokens = 0;  // prompt tokens whose K/V came from the prefix cache
+  // With GenerationRequest::thought: of completion_tokens, those of the thought.
+  std::optional<int> reasoning_tokens;
   RequestTimings timings;
   std::string frontend;  // GenerationRequest::frontend
   std::string tenant;    // GenerationRequest::tenant

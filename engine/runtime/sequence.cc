@@ -39,10 +39,9 @@ Sequence::Sequence(KvCache::SeqId kv_id, GenerationRequest request, std::shared_
                 static_cast<int>(token_table->bytes.size()) == vocab_size);
     json_.emplace(*token_table, request_.json_schema);
     masked_logits_.assign(vocab_size, 0.0f);
-    if (request_.thought_before_json.has_value()) {
-      json_phase_ =
-          request_.thought_before_json->opened ? JsonPhase::kThinking : JsonPhase::kMayThink;
-    }
+  }
+  if (request_.thought.has_value()) {
+    thought_phase_ = request_.thought->opened ? ThoughtPhase::kThinking : ThoughtPhase::kMayOpen;
   }
   tokens_.reserve(request_.prompt_ids.size() + request_.max_tokens);
   tokens_.assign(request_.prompt_ids.begin(), request_.prompt_ids.end());
@@ -135,13 +134,13 @@ GeneratedToken Sequence::SampleNext(absl::Span<const float> logits) {
   GeneratedToken token;
   const absl::Span<const TokenId> tokens = tokens_;
   absl::Span<const float> candidates = logits;
-  if (json_.has_value() && json_phase_ != JsonPhase::kThinking) {
+  if (json_.has_value() && thought_phase_ != ThoughtPhase::kThinking) {
     std::copy(logits.begin(), logits.end(), masked_logits_.begin());
     candidates = masked_logits_;
     const int allowed = json_->Mask(absl::MakeSpan(masked_logits_));
-    if (json_phase_ == JsonPhase::kMayThink) {
+    if (thought_phase_ == ThoughtPhase::kMayOpen) {
       // The answer may open a thought instead of the object.
-      const TokenId open = request_.thought_before_json->open;
+      const TokenId open = request_.thought->open;
       masked_logits_[open] = logits[open];
     } else if (allowed == 0) {
       // The vocabulary cannot continue the object (it lacks the bytes): end the answer.
@@ -162,27 +161,28 @@ bool Sequence::AcceptToken(TokenId id, std::string* text) {
   QUILL_DCHECK(tokens_.size() < tokens_.capacity());
   tokens_.push_back(id);
   ++completion_tokens_;
-  if (json_.has_value()) AdvanceJson(id);
+  if (AdvanceThought(id) && json_.has_value()) json_->Advance(id);
   return stop_matcher_.Push(detokenizer_.Push(id), text);
 }
 
-void Sequence::AdvanceJson(TokenId id) {
-  switch (json_phase_) {
-    case JsonPhase::kObject:
-      json_->Advance(id);
-      break;
-    case JsonPhase::kMayThink:
-      if (id == request_.thought_before_json->open) {
-        json_phase_ = JsonPhase::kThinking;
-      } else {
-        json_phase_ = JsonPhase::kObject;
-        json_->Advance(id);
+bool Sequence::AdvanceThought(TokenId id) {
+  switch (thought_phase_) {
+    case ThoughtPhase::kAfter:
+      return true;
+    case ThoughtPhase::kMayOpen:
+      if (id != request_.thought->open) {
+        thought_phase_ = ThoughtPhase::kAfter;
+        return true;
       }
-      break;
-    case JsonPhase::kThinking:
-      if (id == request_.thought_before_json->close) json_phase_ = JsonPhase::kObject;
-      break;
+      thought_phase_ = ThoughtPhase::kThinking;
+      ++reasoning_tokens_;
+      return false;
+    case ThoughtPhase::kThinking:
+      ++reasoning_tokens_;
+      if (id == request_.thought->close) thought_phase_ = ThoughtPhase::kAfter;
+      return false;
   }
+  return true;
 }
 
 bool Sequence::FlushText(std::string* text) {

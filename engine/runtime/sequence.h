@@ -52,6 +52,8 @@ class Sequence {
   int prefilled_tokens() const { return prefilled_tokens_; }
   void AddPrefilled(int n) { prefilled_tokens_ += n; }
   int completion_tokens() const { return completion_tokens_; }
+  // Of completion_tokens, those of the thought (request().thought; 0 without one).
+  int reasoning_tokens() const { return reasoning_tokens_; }
 
   // Prefix caching. Chained hashes of the full blocks of tokens() whose K/V is written
   // (of the whole prompt's full blocks before admission); capacity reserved up front.
@@ -141,14 +143,16 @@ class Sequence {
   StopStringMatcher stop_matcher_;
   std::vector<TokenId> tokens_;
   std::vector<TokenLogprob> top_scratch_;
-  // Where a JSON-mode answer is (request.thought_before_json): in the object, at its start
-  // (a thought may open instead), or in a thought, which the mask leaves free.
-  enum class JsonPhase { kObject, kMayThink, kThinking };
+  // Where the answer is with respect to its thought (request.thought): at its first token
+  // (which may open one), in it, or past it (or without one).
+  enum class ThoughtPhase { kMayOpen, kThinking, kAfter };
+  ThoughtPhase thought_phase_ = ThoughtPhase::kAfter;
+  int reasoning_tokens_ = 0;
   // JSON mode: the object so far, and the logits it masks (sized once).
   std::optional<JsonConstraint> json_;
-  JsonPhase json_phase_ = JsonPhase::kObject;
-  // JSON mode: the accepted token `id` moves the answer through its thought or object.
-  void AdvanceJson(TokenId id);
+  // The accepted token `id` moves the answer through its thought; returns whether `id` is
+  // part of the answer after the thought.
+  bool AdvanceThought(TokenId id);
   std::vector<float> masked_logits_;
   std::vector<GeneratedToken> prompt_logprobs_;  // capacity reserved up front
   int vocab_size_ = 0;

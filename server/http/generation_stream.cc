@@ -200,6 +200,9 @@ engine::FinishInfo GenerationStream::UsageLocked() const {
         continue;
       }
       usage.completion_tokens += c.finish->completion_tokens;
+      if (c.finish->reasoning_tokens.has_value()) {
+        usage.reasoning_tokens = usage.reasoning_tokens.value_or(0) + *c.finish->reasoning_tokens;
+      }
       cached =
           std::min(cached.value_or(c.finish->cached_prompt_tokens), c.finish->cached_prompt_tokens);
     }

@@ -25,10 +25,15 @@ json Usage(int prompt_tokens, int completion_tokens) {
           {"total_tokens", prompt_tokens + completion_tokens}};
 }
 
-// The final usage, with OpenAI's prompt_tokens_details.cached_tokens (prefix cache hits).
+// The final usage, with OpenAI's prompt_tokens_details.cached_tokens (prefix cache hits)
+// and, for a reasoning model whose thought the engine counted, its
+// completion_tokens_details.reasoning_tokens.
 json Usage(const engine::FinishInfo& info) {
   json usage = Usage(info.prompt_tokens, info.completion_tokens);
   usage["prompt_tokens_details"] = {{"cached_tokens", info.cached_prompt_tokens}};
+  if (info.reasoning_tokens.has_value()) {
+    usage["completion_tokens_details"] = {{"reasoning_tokens", *info.reasoning_tokens}};
+  }
   return usage;
 }
 

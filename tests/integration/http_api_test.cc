@@ -1560,6 +1560,8 @@ TEST_F(HttpReasoningTest, TheThoughtComesBackAsReasoningContent) {
   const json message = json::parse(reply.body)["choices"][0]["message"];
   EXPECT_EQ(message.value("reasoning_content", json()), expected.text) << reply.body;
   EXPECT_EQ(message["content"], "") << reply.body;
+  // kjv-1m's vocabulary spells the tags in several tokens: the thought is not counted.
+  EXPECT_FALSE(json::parse(reply.body)["usage"].contains("completion_tokens_details"));
 
   body["stream"] = true;
   const SseResult streamed = ParseStream(Post(body));
@@ -1620,6 +1622,79 @@ TEST_F(HttpReasoningTest, GrpcChatSendsTheThoughtAsReasoning) {
   EXPECT_EQ(constrained.reasoning, "");
   EXPECT_TRUE(absl::StartsWith(absl::StripLeadingAsciiWhitespace(constrained.text), "{"))
       << constrained.text;
+}
+
+// The same template on qwen2-tiny, whose vocabulary has <think> and </think> as single
+// tokens: usage counts the thought's tokens (the opening tag is the prompt's here, so they
+// run from the answer's start to its first </think>), as OpenAI's
+// completion_tokens_details.reasoning_tokens and gRPC's Usage.reasoning_tokens.
+class HttpReasoningTokensTest : public SharedServerTest<HttpReasoningTokensTest> {
+ protected:
+  static constexpr int kClose = 151668;  // </think>
+  static void SetUpTestSuite() {
+    if (SharedModelPath("qwen2-tiny.gguf").empty()) return;
+    server::ServerOptions options = TestOptions();
+    options.model_path = SharedModelPath("qwen2-tiny.gguf");
+    options.chat_template_path =
+        WriteScratchFile("reasoning_tokens.jinja", HttpReasoningTest::kTemplate);
+    StartSharedServer(options);
+  }
+  void SetUp() override {
+    if (SharedModelPath("qwen2-tiny.gguf").empty()) {
+      GTEST_SKIP() << "shared assets not found (QUILL_SHARED_DIR)";
+    }
+    ASSERT_NE(server_, nullptr);
+  }
+};
+
+TEST_F(HttpReasoningTokensTest, UsageCountsTheThoughtsTokens) {
+  constexpr int kMaxTokens = 12;
+  for (const bool forced_close : {false, true}) {
+    SCOPED_TRACE(forced_close ? "</think> forced" : "sampled");
+    // The tokens that answer, from Generate on the prompt the template writes.
+    v1::GenerateRequest expected_request =
+        TextRequest("<user>Where<assistant><think>\n", kMaxTokens);
+    SetSampling(&expected_request, 0.8f, 1.0f, 5);
+    if (forced_close) (*expected_request.mutable_sampling()->mutable_logit_bias())[kClose] = 100;
+    const Stream expected = Collect(*client_, expected_request);
+    ASSERT_TRUE(expected.status.ok()) << expected.status;
+    ASSERT_EQ(expected.ids.size(), static_cast<size_t>(kMaxTokens));
+    const auto close = std::find(expected.ids.begin(), expected.ids.end(), kClose);
+    const int thought =
+        static_cast<int>(close - expected.ids.begin()) + (close != expected.ids.end());
+    if (forced_close) {
+      ASSERT_EQ(thought, 1);
+    }
+
+    json body = {{"messages", json::array({{{"role", "user"}, {"content", "Where"}}})},
+                 {"max_tokens", kMaxTokens},
+                 {"temperature", 0.8},
+                 {"seed", 5}};
+    if (forced_close) body["logit_bias"] = {{std::to_string(kClose), 100}};
+    const HttpReply reply = PostChat(server_->http_port(), body);
+    ASSERT_EQ(reply.status, 200) << reply.body;
+    const json usage = json::parse(reply.body)["usage"];
+    EXPECT_EQ(usage["completion_tokens"], kMaxTokens) << reply.body;
+    EXPECT_EQ(usage["completion_tokens_details"]["reasoning_tokens"], thought) << reply.body;
+
+    body["stream"] = true;
+    body["stream_options"] = {{"include_usage", true}};
+    const SseResult streamed = ParseStream(PostChat(server_->http_port(), body));
+    ASSERT_EQ(streamed.status, 200);
+    ASSERT_FALSE(streamed.chunks.empty());
+    EXPECT_EQ(streamed.chunks.back()["usage"]["completion_tokens_details"]["reasoning_tokens"],
+              thought)
+        << streamed.chunks.back();
+
+    v1::ChatRequest request = ChatRequestOf({{"user", "Where"}}, kMaxTokens);
+    SetSampling(request.mutable_sampling(), 0.8f, 1.0f, 5);
+    if (forced_close) (*request.mutable_sampling()->mutable_logit_bias())[kClose] = 100;
+    const Stream chat = CollectChat(*client_, request);
+    ASSERT_TRUE(chat.status.ok()) << chat.status;
+    EXPECT_EQ(chat.ids, expected.ids);
+    ASSERT_TRUE(chat.last.usage().has_reasoning_tokens());
+    EXPECT_EQ(chat.last.usage().reasoning_tokens(), thought);
+  }
 }
 
 // A server of its own: a KV pool that holds one long request and a queue of 2.
