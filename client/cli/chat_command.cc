@@ -169,7 +169,7 @@ absl::StatusOr<quill::v1::ChatMessage> Answer(client::QuillClient& client,
         "[finish_reason: %s] usage: %d prompt + %d completion tokens%s\n",
         client::FinishReasonName(last.finish_reason()), usage.prompt_tokens(),
         usage.completion_tokens(),
-        usage.has_reasoning_tokens()
+        usage.reasoning_tokens() > 0
             ? absl::StrFormat(" (%d of them thought)", usage.reasoning_tokens())
             : "");
   }
