@@ -1694,6 +1694,22 @@ TEST_F(HttpReasoningTokensTest, UsageCountsTheThoughtsTokens) {
     EXPECT_EQ(chat.ids, expected.ids);
     EXPECT_EQ(chat.last.usage().reasoning_tokens(), thought);
   }
+
+  // JSON mode, live: the model thinks first (here one token, the forced </think>, which
+  // the mask then keeps out of the object) and the object is the content.
+  json body = {{"messages", json::array({{{"role", "user"}, {"content", "Where"}}})},
+               {"max_tokens", kMaxTokens},
+               {"temperature", 0.8},
+               {"seed", 5},
+               {"logit_bias", {{std::to_string(kClose), 100}}},
+               {"response_format", {{"type", "json_object"}}}};
+  const HttpReply constrained = PostChat(server_->http_port(), body);
+  ASSERT_EQ(constrained.status, 200) << constrained.body;
+  const json reply = json::parse(constrained.body);
+  EXPECT_EQ(reply["usage"]["completion_tokens_details"]["reasoning_tokens"], 1);
+  const json message = reply["choices"][0]["message"];
+  EXPECT_EQ(message.value("reasoning_content", ""), "") << constrained.body;
+  EXPECT_TRUE(absl::StartsWith(message.value("content", ""), "{")) << constrained.body;
 }
 
 // A server of its own: a KV pool that holds one long request and a queue of 2.
