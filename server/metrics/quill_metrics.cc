@@ -157,6 +157,9 @@ QuillMetrics::QuillMetrics(bool per_tenant)
                            "Prompt tokens of requests the engine finished (any outcome).");
   generated_tokens_ = counter("quill_generated_tokens_total",
                               "Tokens generated and sent to clients (EOS is not counted).");
+  reasoning_tokens_ = counter("quill_reasoning_tokens_total",
+                              "Of the generated tokens, those of a reasoning model's thought "
+                              "(chats whose template's thought tags are single tokens).");
   prefix_cache_query_tokens_ =
       counter("quill_prefix_cache_query_tokens_total",
               "Prompt tokens of admitted requests looked up in the prefix cache.");
@@ -310,6 +313,7 @@ void QuillMetrics::OnRequestFinished(const engine::FinishInfo& info) {
   }
   prompt_tokens_->Increment(info.prompt_tokens);
   generated_tokens_->Increment(info.completion_tokens);
+  reasoning_tokens_->Increment(info.reasoning_tokens.value_or(0));
   request_duration_->Observe(absl::ToDoubleSeconds(info.timings.total));
   // A request that ended while still queued has no admission, prefill or first token.
   const bool admitted = info.completion_tokens > 0 || info.timings.prefill > absl::ZeroDuration();

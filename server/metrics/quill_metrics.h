@@ -126,6 +126,7 @@ class QuillMetrics final : public engine::EngineObserver {
   OutcomeCounters requests_[kNumApis];
   prometheus::Counter* prompt_tokens_;
   prometheus::Counter* generated_tokens_;
+  prometheus::Counter* reasoning_tokens_;
   prometheus::Counter* prefix_cache_query_tokens_;
   prometheus::Counter* prefix_cache_hit_tokens_;
   prometheus::Counter* prefix_cache_waited_requests_;

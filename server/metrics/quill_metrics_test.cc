@@ -36,6 +36,7 @@ TEST(QuillMetricsTest, ExportsEveryFamilyWithTypeAndHelp) {
       {"quill_requests_total", "counter"},
       {"quill_prompt_tokens_total", "counter"},
       {"quill_generated_tokens_total", "counter"},
+      {"quill_reasoning_tokens_total", "counter"},
       {"quill_prefix_cache_query_tokens_total", "counter"},
       {"quill_prefix_cache_hit_tokens_total", "counter"},
       {"quill_spec_draft_tokens_total", "counter"},
@@ -86,7 +87,9 @@ TEST(QuillMetricsTest, RequestsCountByOutcomeWithTokensAndLatencies) {
   done.timings.total = absl::Milliseconds(46);
   metrics.OnRequestFinished(done);
   done.reason = engine::FinishReason::kEos;
+  done.reasoning_tokens = 3;  // a reasoning model's chat: 3 of its 5 tokens thought
   metrics.OnRequestFinished(done);
+  done.reasoning_tokens.reset();
 
   // Cancelled while still queued: no admission, no first token.
   engine::FinishInfo queued;
@@ -121,6 +124,7 @@ TEST(QuillMetricsTest, RequestsCountByOutcomeWithTokensAndLatencies) {
   EXPECT_EQ(text.Value("quill_requests_total", http("length")), 0.0);
   EXPECT_EQ(text.Value("quill_prompt_tokens_total"), 25.0);
   EXPECT_EQ(text.Value("quill_generated_tokens_total"), 15.0);
+  EXPECT_EQ(text.Value("quill_reasoning_tokens_total"), 3.0);
   EXPECT_EQ(text.HistogramCount("quill_request_duration_seconds"), 4.0);
   EXPECT_EQ(text.HistogramCount("quill_time_to_first_token_seconds"), 3.0);
   EXPECT_EQ(text.HistogramCount("quill_queue_wait_seconds"), 3.0);

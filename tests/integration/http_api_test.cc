@@ -1649,6 +1649,7 @@ class HttpReasoningTokensTest : public SharedServerTest<HttpReasoningTokensTest>
 
 TEST_F(HttpReasoningTokensTest, UsageCountsTheThoughtsTokens) {
   constexpr int kMaxTokens = 12;
+  int counted = 0;  // what the chats below report, which the metric must add up to
   for (const bool forced_close : {false, true}) {
     SCOPED_TRACE(forced_close ? "</think> forced" : "sampled");
     // The tokens that answer, from Generate on the prompt the template writes.
@@ -1693,6 +1694,7 @@ TEST_F(HttpReasoningTokensTest, UsageCountsTheThoughtsTokens) {
     ASSERT_TRUE(chat.status.ok()) << chat.status;
     EXPECT_EQ(chat.ids, expected.ids);
     EXPECT_EQ(chat.last.usage().reasoning_tokens(), thought);
+    counted += 3 * thought;
   }
 
   // JSON mode, live: the model thinks first (here one token, the forced </think>, which
@@ -1710,6 +1712,13 @@ TEST_F(HttpReasoningTokensTest, UsageCountsTheThoughtsTokens) {
   const json message = reply["choices"][0]["message"];
   EXPECT_EQ(message.value("reasoning_content", ""), "") << constrained.body;
   EXPECT_TRUE(absl::StartsWith(message.value("content", ""), "{")) << constrained.body;
+  counted += 1;
+
+  // Every request above has finished (each reply came after its usage): the scrape sees
+  // them all. Generate's requests are no chats: none of their tokens is counted.
+  absl::StatusOr<PromText> metrics = ScrapeMetrics(server_->metrics_port());
+  ASSERT_TRUE(metrics.ok()) << metrics.status();
+  EXPECT_EQ(metrics->Value("quill_reasoning_tokens_total"), counted);
 }
 
 // A server of its own: a KV pool that holds one long request and a queue of 2.
