@@ -736,9 +736,7 @@ void SetFinalFields(const engine::FinishInfo& info, v1::GenerateResponse* respon
   response->mutable_usage()->set_prompt_tokens(info.prompt_tokens);
   response->mutable_usage()->set_completion_tokens(info.completion_tokens);
   response->mutable_usage()->set_cached_prompt_tokens(info.cached_prompt_tokens);
-  if (info.reasoning_tokens.has_value()) {
-    response->mutable_usage()->set_reasoning_tokens(*info.reasoning_tokens);
-  }
+  response->mutable_usage()->set_reasoning_tokens(info.reasoning_tokens.value_or(0));
   v1::Timings* t = response->mutable_timings();
   t->set_queue_seconds(absl::ToDoubleSeconds(info.timings.queue_wait));
   t->set_time_to_first_token_seconds(absl::ToDoubleSeconds(info.timings.time_to_first_token));

@@ -200,9 +200,6 @@ nlohmann::json ToJson(const quill::v1::GenerateResponse& response) {
     out["usage"] = {{"prompt_tokens", response.usage().prompt_tokens()},
                     {"completion_tokens", response.usage().completion_tokens()},
                     {"cached_prompt_tokens", response.usage().cached_prompt_tokens()}};
-    if (response.usage().reasoning_tokens() > 0) {
-      out["usage"]["reasoning_tokens"] = response.usage().reasoning_tokens();
-    }
   }
   if (response.has_timings()) {
     const quill::v1::Timings& t = response.timings();
