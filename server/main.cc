@@ -89,10 +89,12 @@ ABSL_FLAG(std::string, precision, "fast",
           "'exact' (f32 throughout; outputs are reproducible bit for bit).");
 ABSL_FLAG(std::string, kv_cache_type, "auto",
           "What the KV cache stores: 'auto' (f32 with --precision=exact, f16 with fast), "
-          "'f16', or 'q8' (fast only): 8-bit keys and values with a scale per token and head, "
-          "about half of f16's memory per token and faster attention over long contexts, at "
-          "an accuracy cost (on the built-in model the logits move by up to 0.5% of their "
-          "range and greedy output stays the same). q8 needs --kv-block-size a multiple of 16.");
+          "'f16', 'bf16' (fast only): f16's memory, attention in bf16 dot products (faster "
+          "over long contexts; logits move ~10x more than with f16), or 'q8' (fast only): "
+          "8-bit keys and values with a scale per token and head, about half of f16's memory "
+          "per token and the fastest attention over long contexts, at a larger accuracy cost "
+          "(on the built-in model the logits move by up to 0.5% of their range and greedy "
+          "output stays the same). bf16 and q8 need --kv-block-size a multiple of 16.");
 ABSL_FLAG(quill::server::ByteSizeFlag, kv_cache_bytes,
           quill::server::ByteSizeFlag{kEngineDefaults.kv_cache_bytes},
           "Memory for the paged KV cache, allocated at startup; bounds how many tokens "

@@ -103,7 +103,7 @@ absl::StatusOr<std::optional<engine::kernels::KvElement>> ParseKvCacheType(absl:
   engine::kernels::KvElement element;
   if (engine::kernels::KvElementFromName(s, &element)) return element;
   return absl::InvalidArgumentError(
-      absl::StrCat("kv cache type must be 'auto', 'f32', 'f16' or 'q8', got '", text, "'"));
+      absl::StrCat("kv cache type must be 'auto', 'f32', 'f16', 'bf16' or 'q8', got '", text, "'"));
 }
 
 absl::string_view PrecisionName(engine::kernels::Precision precision) {

@@ -89,7 +89,7 @@ std::string HumanBytes(int64_t bytes);
 absl::StatusOr<engine::kernels::Precision> ParsePrecision(absl::string_view text);
 absl::string_view PrecisionName(engine::kernels::Precision precision);
 
-// --kv-cache-type: "auto" (nullopt: the precision's own), "f32", "f16" or "q8". Whether the
+// --kv-cache-type: "auto" (nullopt: the precision's own), "f32", "f16", "bf16" or "q8". Whether the
 // element suits the precision and the model is Model::Load's to say.
 absl::StatusOr<std::optional<engine::kernels::KvElement>> ParseKvCacheType(absl::string_view text);
 

@@ -77,6 +77,7 @@ TEST(KvCacheTypeTest, ParsesAutoAndEachElement) {
   EXPECT_EQ(*ParseKvCacheType("f32"), engine::kernels::KvElement::kF32);
   EXPECT_EQ(*ParseKvCacheType("F16"), engine::kernels::KvElement::kF16);
   EXPECT_EQ(*ParseKvCacheType("q8"), engine::kernels::KvElement::kQ8);
+  EXPECT_EQ(*ParseKvCacheType("BF16"), engine::kernels::KvElement::kBf16);
   EXPECT_EQ(ParseKvCacheType("q4").status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(ParseKvCacheType("").status().code(), absl::StatusCode::kInvalidArgument);
 }

@@ -60,18 +60,33 @@ struct Item {
 using Q8 = int8_t;
 template <typename KvT>
 constexpr bool kIsQ8 = std::is_same_v<KvT, Q8>;
+// A bf16 cache's element: the bits of a bfloat16 (uint16_t already names f16 bits).
+enum class Bf16 : uint16_t {};
+template <typename KvT>
+constexpr bool kIsBf16 = std::is_same_v<KvT, Bf16>;
 
-// An item's query heads quantized as q8 rows, for scores against a q8 cache: head h's
-// codes, 4 to a word (one VNNI step's broadcast), and what turns its integer dot with a
-// stored key (codes + 128) into a score.
-struct QueryQ8 {
-  alignas(64) int32_t words[kMaxHeadsPerItem * kMaxHeadDim / 4];  // head h at h * head_dim / 4
-  int32_t bias[kMaxHeadsPerItem];  // 128 * the sum of the codes: the keys' +128 adds that
-  float factor[kMaxHeadsPerItem];  // the query's scale * the score scale
+// An item's query heads packed for a cache that computes in narrow dot products, 32 bits to
+// a word (one dot-product step's broadcast): for q8, head h's codes, 4 to a word, and what
+// turns its integer dot with a stored key (codes + 128) into a score; for bf16, head h's
+// dimensions rounded to bf16, 2 to a word.
+struct PackedQuery {
+  // Head h at h * head_dim / 4 (q8) or h * head_dim / 2 (bf16).
+  alignas(64) int32_t words[kMaxHeadsPerItem * kMaxHeadDim / 2];
+  int32_t bias[kMaxHeadsPerItem];  // q8: 128 * the sum of the codes: the keys' +128 adds that
+  float factor[kMaxHeadsPerItem];  // q8: the query's scale * the score scale
 };
 
+// Rounds heads [0, n) of the query row q to bf16 pairs in pq (dimension 2e in the low half
+// of word e, as a bf16 key stores its pairs).
+void RoundQueryBf16(const float* q, int n, int head_dim, PackedQuery* pq) {
+  for (int64_t i = 0; i < int64_t{n} * head_dim; i += 2) {
+    pq->words[i / 2] =
+        static_cast<int32_t>(uint32_t{FloatToBf16(q[i])} | uint32_t{FloatToBf16(q[i + 1])} << 16);
+  }
+}
+
 // Quantizes heads [0, n) of the query row q into qq.
-void QuantizeQuery(const float* q, int n, int head_dim, float scale, QueryQ8* qq) {
+void QuantizeQuery(const float* q, int n, int head_dim, float scale, PackedQuery* qq) {
   for (int h = 0; h < n; ++h) {
     int8_t* codes = reinterpret_cast<int8_t*>(qq->words + h * head_dim / 4);
     const float q_scale = QuantizeRowQ8(q + static_cast<int64_t>(h) * head_dim, head_dim, codes);
@@ -111,8 +126,9 @@ template <typename KvT>
 void TileSlots(const Item& it, int t0, int count, const KvT** keys, const KvT** values) {
   const int bs = it.layout.block_size;
   const int hd = it.layout.head_dim;
-  // A q8 key's 4 dimensions sit side by side, so its next slot's are 4 bytes on.
-  constexpr int kKeyStep = kIsQ8<KvT> ? 4 : 1;
+  // A q8 key's 4 dimensions sit side by side, so its next slot's are 4 bytes on; a bf16
+  // key's 2 dimensions, 2 elements on.
+  constexpr int kKeyStep = kIsQ8<KvT> ? 4 : kIsBf16<KvT> ? 2 : 1;
   for (int i = 0; i < count;) {
     const int pos = t0 + i;
     const int in_block = pos % bs;
@@ -123,7 +139,13 @@ void TileSlots(const Item& it, int t0, int count, const KvT** keys, const KvT** 
       keys[i] = key;
       key += kKeyStep;
       values[i] = value;
-      value += hd;
+      if constexpr (kIsBf16<KvT>) {
+        // An even slot's value is the first of a pair, its odd neighbour's the next element
+        // (the block size is even, so a slot's parity is its position's).
+        value += (t0 + i) % 2 == 0 ? 1 : 2 * hd - 1;
+      } else {
+        value += hd;
+      }
     }
   }
 }
@@ -156,6 +178,7 @@ inline float RescaleFactor(float old_max, float new_max) {
 inline float KvToFloat(float v) { return v; }
 inline float KvToFloat(uint16_t h) { return Fp16ToFloat(h); }
 inline float KvToFloat(Q8 code) { return code; }  // a q8 value's code: its scale comes apart
+inline float KvToFloat(Bf16 b) { return Bf16ToFloat(static_cast<uint16_t>(b)); }
 
 // 16 cached values (lanes outside `m` zero) widened to f32.
 QUILL_AVX512_TARGET inline __m512 LoadKv16(const float* p, __mmask16 m) {
@@ -166,6 +189,13 @@ QUILL_AVX512_TARGET inline __m512 LoadKv16(const uint16_t* p, __mmask16 m) {
 }
 QUILL_AVX512_TARGET inline __m512 LoadKv16(const Q8* p, __mmask16 m) {
   return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, p)));
+}
+
+// x rounded to bf16 (to nearest even) and widened back: a weight a bf16 P.V step takes
+// exactly.
+QUILL_AVX512_TARGET inline __m512 RoundToBf16(__m512 x) {
+  const __m256i b = (__m256i)_mm512_cvtneps_pbh(x);
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16));
 }
 
 // ---- AVX-512 ---------------------------------------------------------------------------
@@ -203,8 +233,9 @@ struct DotVector<true> {
 template <typename KvT>
 struct KeyScores {
   static constexpr bool kQ8 = kIsQ8<KvT>;
-  // A query head's row as the loops read it: f32, or q8 codes 4 to a word.
-  using Query = std::conditional_t<kQ8, int32_t, float>;
+  static constexpr bool kBf16 = kIsBf16<KvT>;
+  // A query head's row as the loops read it: f32, or packed words (PackedQuery).
+  using Query = std::conditional_t<kQ8 || kBf16, int32_t, float>;
   using Dots = typename DotVector<kQ8>::type;
 
   // Heads [0, kHeads) x groups [g0, g0 + kGroups). Prefetches column d of next_cols[g0,
@@ -236,6 +267,20 @@ struct KeyScores {
         for (int h = 0; h < kHeads; ++h) {
           const __m512i qe = _mm512_set1_epi32(q[h * words + e]);
           for (int g = 0; g < kGroups; ++g) acc[h][g] = _mm512_dpbusd_epi32(acc[h][g], k[g], qe);
+        }
+      }
+    } else if constexpr (kBf16) {
+      // Group g's dimensions 2e, 2e+1 are one 64-byte line at cols[g] + e * 2 * stride.
+      const int words = head_dim / 2;
+      for (int e = 0; e < words; ++e) {
+        for (int g = 0; g < kGroups; ++g) PrefetchIntoL1(prefetch[g] + e * 2 * stride);
+        __m512bh k[kGroups];
+        for (int g = 0; g < kGroups; ++g) {
+          k[g] = (__m512bh)_mm512_loadu_si512(cols[g0 + g] + e * 2 * stride);
+        }
+        for (int h = 0; h < kHeads; ++h) {
+          const __m512bh qe = (__m512bh)_mm512_set1_epi32(q[h * words + e]);
+          for (int g = 0; g < kGroups; ++g) acc[h][g] = _mm512_dpbf16_ps(acc[h][g], k[g], qe);
         }
       }
     } else {
@@ -294,10 +339,10 @@ struct KeyScores {
                          Tanh512(_mm512_mul_ps(s, _mm512_set1_ps(1.0f / softcap))));
   }
 
-  // scores[h][0, 16 * groups) for `num_heads` heads starting at q (for q8: qq's heads from
-  // `first`): scaled (and capped) dots for keys [skip, count), -inf elsewhere. The first 8
-  // heads' passes prefetch the same columns of next_cols[0, next_groups).
-  QUILL_AVX512_TARGET static void Scores(const float* q, const QueryQ8* qq, int first,
+  // scores[h][0, 16 * groups) for `num_heads` heads starting at q (for q8 and bf16: qq's
+  // heads from `first`): scaled (and capped) dots for keys [skip, count), -inf elsewhere.
+  // The first 8 heads' passes prefetch the same columns of next_cols[0, next_groups).
+  QUILL_AVX512_TARGET static void Scores(const float* q, const PackedQuery* qq, int first,
                                          int num_heads, int head_dim, const KvT* const* cols,
                                          int64_t stride, int skip, int count, int groups,
                                          const KvT* const* next_cols, int next_groups,
@@ -309,6 +354,8 @@ struct KeyScores {
       const Query* qh;
       if constexpr (kQ8) {
         qh = qq->words + (first + h) * head_dim / 4;
+      } else if constexpr (kBf16) {
+        qh = qq->words + (first + h) * head_dim / 2;
       } else {
         qh = q + static_cast<int64_t>(h) * head_dim;
       }
@@ -394,9 +441,12 @@ struct Avx512Attention {
       if (j < n) {
         const __m512 vmax = _mm512_set1_ps(new_max[j]);
         for (int g = 0; g < padded; g += 16) {
-          const __m512 p =
+          __m512 p =
               _mm512_maskz_mov_ps(LaneRange(skip - g, count - g),
                                   Exp512(_mm512_sub_ps(_mm512_load_ps(scores[j] + g), vmax)));
+          // A bf16 cache weighs its values by bf16 weights: the sum is of those, so that
+          // the output stays a weighted mean.
+          if constexpr (kIsBf16<KvT>) p = RoundToBf16(p);
           _mm512_store_ps(scores[j] + g, p);
           sum = _mm512_add_ps(sum, p);
         }
@@ -445,6 +495,52 @@ struct Avx512Attention {
     }
   }
 
+  // The bf16 cache's P.V: acc[h] = acc[h] * alpha[h] + sum over the key pairs of the tile of
+  // (weight, weight') . (value, value') over chunks [c0, c0 + kChunksPerPass) (16 dimensions
+  // of a pair: one 64-byte line at pair_rows[2j] + offset + 32 * chunk), the last chunk
+  // masked by `last` (lanes of both keys) if kMaskLast. weights[h][j] holds the bits of pair
+  // j of bf16 weights (HeadTile packs them); keys outside [skip, count) weigh 0, and the value
+  // of a last key's missing partner (count odd: a slot not written yet, maybe NaN) is read
+  // as 0. Prefetches as WeightedValues does, a pair's line at a time.
+  template <int kHeads, int kChunksPerPass, bool kMaskLast>
+  [[gnu::always_inline]] QUILL_AVX512_TARGET static void WeightedPairs(
+      const KvT* const* pair_rows, int64_t offset, int c0, int skip, int count, __mmask32 last,
+      float (*weights)[kTile], const float* alpha, HeadAcc* acc, const KvT* const* next_rows,
+      int next_count) {
+    constexpr int kBytes = kChunksPerPass * 64;
+    __m512 o[kHeads][kChunksPerPass];
+    for (int h = 0; h < kHeads; ++h) {
+      const __m512 a = _mm512_set1_ps(alpha[h]);
+      for (int c = 0; c < kChunksPerPass; ++c) {
+        o[h][c] = _mm512_mul_ps(_mm512_load_ps(acc[h] + 16 * (c0 + c)), a);
+      }
+    }
+    for (int j = skip / 2; 2 * j < count; ++j) {
+      // A last key of odd `count` is a pair alone: its partner's lanes load as 0.
+      const __mmask32 whole = 2 * j + 1 < count ? 0xffffffffu : 0x55555555u;
+      if (2 * j < next_count) {
+        const char* next = reinterpret_cast<const char*>(next_rows[2 * j] + offset + 32 * c0);
+        for (int b = 0; b < kBytes; b += 64) PrefetchIntoL1(next + b);
+      }
+      __m512bh p[kHeads];
+      // (A float load and broadcast keep the word's bits.)
+      for (int h = 0; h < kHeads; ++h) {
+        p[h] = (__m512bh)_mm512_castps_si512(_mm512_set1_ps(weights[h][j]));
+      }
+      const KvT* row = pair_rows[2 * j] + offset + 32 * c0;
+      for (int c = 0; c < kChunksPerPass; ++c) {
+        const __mmask32 mask = kMaskLast && c == kChunksPerPass - 1 ? whole & last : whole;
+        const __m512bh v =
+            (__m512bh)(mask == 0xffffffffu ? _mm512_loadu_si512(row + 32 * c)
+                                           : _mm512_maskz_loadu_epi16(mask, row + 32 * c));
+        for (int h = 0; h < kHeads; ++h) o[h][c] = _mm512_dpbf16_ps(o[h][c], v, p[h]);
+      }
+    }
+    for (int h = 0; h < kHeads; ++h) {
+      for (int c = 0; c < kChunksPerPass; ++c) _mm512_store_ps(acc[h] + 16 * (c0 + c), o[h][c]);
+    }
+  }
+
   // P.V of kHeads heads, in passes over the keys of as many chunks as kMaxAccumulators allow
   // (the pack kWidths counts them): each V element is loaded (and widened) once per pass.
   template <int kHeads, int... kWidths>
@@ -459,15 +555,33 @@ struct Avx512Attention {
     const int full = chunks.count - partial;
     for (int c0 = 0; c0 < full; c0 += kPass) {
       const int width = std::min(kPass, full - c0);
-      ((width == kWidths + 1 ? WeightedValues<kHeads, kWidths + 1, false>(
-                                   v_rows, offset, c0, skip, count, chunks.last, weights, alpha,
-                                   acc, next_rows, next_count)
-                             : void()),
+      ((width == kWidths + 1
+            ? ValuesPass<kHeads, kWidths + 1, false>(v_rows, offset, c0, skip, count, chunks.last,
+                                                     weights, alpha, acc, next_rows, next_count)
+            : void()),
        ...);
     }
     if (partial) {
-      WeightedValues<kHeads, 1, true>(v_rows, offset, full, skip, count, chunks.last, weights,
-                                      alpha, acc, next_rows, next_count);
+      ValuesPass<kHeads, 1, true>(v_rows, offset, full, skip, count, chunks.last, weights, alpha,
+                                  acc, next_rows, next_count);
+    }
+  }
+
+  // One P.V pass: over keys, or over key pairs for a bf16 cache (whose masks cover both
+  // keys' lanes of each dimension).
+  template <int kHeads, int kChunksPerPass, bool kMaskLast>
+  [[gnu::always_inline]] QUILL_AVX512_TARGET static void ValuesPass(
+      const KvT* const* v_rows, int64_t offset, int c0, int skip, int count, __mmask16 last,
+      float (*weights)[kTile], const float* alpha, HeadAcc* acc, const KvT* const* next_rows,
+      int next_count) {
+    if constexpr (kIsBf16<KvT>) {
+      const int lanes = __builtin_popcount(last);  // `last` is a run of low lanes
+      const __mmask32 pair_last = lanes >= 16 ? 0xffffffffu : (1u << (2 * lanes)) - 1;
+      WeightedPairs<kHeads, kChunksPerPass, kMaskLast>(v_rows, offset, c0, skip, count, pair_last,
+                                                       weights, alpha, acc, next_rows, next_count);
+    } else {
+      WeightedValues<kHeads, kChunksPerPass, kMaskLast>(v_rows, offset, c0, skip, count, last,
+                                                        weights, alpha, acc, next_rows, next_count);
     }
   }
 
@@ -491,8 +605,9 @@ struct Avx512Attention {
   // key_cols[g] + d * key_stride (group g of 16 keys), its value rows at v_rows[i] + offset.
   // The passes of the first 8 heads prefetch the next tile's keys and values, next_cols[g]
   // (its (next_count + 15) / 16 groups) and next_rows[i] + offset (i < next_count).
-  // For a q8 cache, qq holds the item's quantized heads and t0 is the tile's first position.
-  QUILL_AVX512_TARGET static void HeadTile(const float* q, const QueryQ8* qq, int t0, int first,
+  // For a q8 or bf16 cache, qq holds the item's packed heads; t0 is the tile's first
+  // position.
+  QUILL_AVX512_TARGET static void HeadTile(const float* q, const PackedQuery* qq, int t0, int first,
                                            int n, const KvT* const* key_cols, int64_t key_stride,
                                            const KvT* const* v_rows, int64_t offset, int skip,
                                            int count, int padded, HeadChunks chunks, const Item& it,
@@ -516,6 +631,18 @@ struct Avx512Attention {
         for (int j = first; j < first + n; ++j) {
           _mm512_store_ps(scores[j] + 16 * g,
                           _mm512_mul_ps(_mm512_load_ps(scores[j] + 16 * g), value_scales));
+        }
+      }
+    }
+    if constexpr (kIsBf16<KvT>) {
+      // P.V takes each pair of (already bf16) weights as one word: packed in place, word j
+      // of row h from weights 2j and 2j + 1, each 64-byte store after the loads it covers.
+      for (int j = first; j < first + n; ++j) {
+        for (int g = 0; g < padded; g += 32) {
+          const __m512 lo = _mm512_load_ps(scores[j] + g);
+          const __m512 hi =
+              g + 16 < padded ? _mm512_load_ps(scores[j] + g + 16) : _mm512_setzero_ps();
+          _mm512_store_si512(scores[j] + g / 2, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
         }
       }
     }
@@ -586,10 +713,12 @@ struct Avx512Attention {
       running_sum[h] = 0.0f;
       for (int c = 0; c < chunks.count; ++c) _mm512_store_ps(acc[h] + 16 * c, _mm512_setzero_ps());
     }
-    QueryQ8 query_q8;
+    PackedQuery packed_query;
     if constexpr (kIsQ8<KvT>) {
       QuantizeQuery(it.q + static_cast<int64_t>(it.head_begin) * hd, num_heads, hd, it.scale,
-                    &query_q8);
+                    &packed_query);
+    } else if constexpr (kIsBf16<KvT>) {
+      RoundQueryBf16(it.q + static_cast<int64_t>(it.head_begin) * hd, num_heads, hd, &packed_query);
     }
     const int first_tile = FirstTile(it.first_key);
     TileSlots(it, first_tile, std::min(kTile, it.num_keys - first_tile), keys, v_rows);
@@ -623,10 +752,10 @@ struct Avx512Attention {
               PrefetchIntoL1(ValueScalesQ8(next_v_rows[16 * g] + offset, it.layout, r));
             }
           }
-          HeadTile(q, &query_q8, t0, first, n, head_cols, bs, v_rows, offset, skip, count, padded,
-                   chunks, it, next_head_cols, next_v_rows, prefetch_keys, scores, alpha,
+          HeadTile(q, &packed_query, t0, first, n, head_cols, bs, v_rows, offset, skip, count,
+                   padded, chunks, it, next_head_cols, next_v_rows, prefetch_keys, scores, alpha,
                    running_max, running_sum, acc);
-        } else if constexpr (!kIsQ8<KvT>) {  // q8 needs blocks of 16k slots (PagedAttention)
+        } else if constexpr (!kIsQ8<KvT> && !kIsBf16<KvT>) {  // both need blocks of 16k slots
           GatherKeys(keys, bs, offset, hd, groups, count, wide_k);
           WidenRows(v_rows, offset, skip, count, chunks, wide_v);
           Wide::HeadTile(q, nullptr, t0, first, n, wide_cols, kTile, wide_v_rows, 0, skip, count,
@@ -657,7 +786,8 @@ using AttendFn = void (*)(const Item&);
 // The same tiles and online softmax in scalar code; each dot product and output sum runs in
 // a fixed order, so it too is batch-invariant. Its scores are the AVX-512 path's bits (the
 // same FMA chain over head_dim, or for q8 the same integer dot and scalings); exp and tanh
-// differ.
+// differ. For bf16 it rounds the query and the weights as the AVX-512 path does, but sums
+// in its own order (one product at a time).
 template <typename KvT>
 void AttendPortable(const Item& it) {
   float scores[kTile];
@@ -665,6 +795,7 @@ void AttendPortable(const Item& it) {
   const KvT* v_rows[kTile];
   float acc[kMaxHeadDim];
   int8_t q_codes[kMaxHeadDim];
+  float q_bf16[kMaxHeadDim];
   const int hd = it.layout.head_dim;
   const int bs = it.layout.block_size;
   for (int h = it.head_begin; h < it.head_end; ++h) {
@@ -672,6 +803,10 @@ void AttendPortable(const Item& it) {
     const int64_t offset = h / it.group * it.layout.head_stride();
     float q_factor = 0.0f;  // q8: the query's scale * the score scale
     if constexpr (kIsQ8<KvT>) q_factor = QuantizeRowQ8(q, hd, q_codes) * it.scale;
+    if constexpr (kIsBf16<KvT>) {
+      for (int d = 0; d < hd; ++d) q_bf16[d] = Bf16ToFloat(FloatToBf16(q[d]));
+      q = q_bf16;
+    }
     float running_max = kNegInf;
     float running_sum = 0.0f;
     std::fill(acc, acc + hd, 0.0f);
@@ -690,6 +825,12 @@ void AttendPortable(const Item& it) {
           float key_scale;
           std::memcpy(&key_scale, k + int64_t{bs} * hd, sizeof key_scale);
           scores[i] = static_cast<float>(dot) * key_scale * q_factor;
+        } else if constexpr (kIsBf16<KvT>) {
+          float dot = 0.0f;
+          for (int d = 0; d < hd; ++d) {
+            dot = std::fma(q[d], KvToFloat(k[d / 2 * 2 * bs + d % 2]), dot);
+          }
+          scores[i] = dot * it.scale;
         } else {
           float dot = 0.0f;
           for (int d = 0; d < hd; ++d) dot = std::fma(q[d], KvToFloat(k[d * bs]), dot);
@@ -704,6 +845,7 @@ void AttendPortable(const Item& it) {
       float sum = 0.0f;
       for (int i = skip; i < count; ++i) {
         scores[i] = std::exp(scores[i] - new_max);
+        if constexpr (kIsBf16<KvT>) scores[i] = Bf16ToFloat(FloatToBf16(scores[i]));
         sum += scores[i];
       }
       running_sum = std::fma(running_sum, alpha, sum);
@@ -715,7 +857,9 @@ void AttendPortable(const Item& it) {
           const int r = (t0 + i) % bs;
           weight *= *ValueScalesQ8(v, it.layout, r);
         }
-        for (int d = 0; d < hd; ++d) acc[d] = std::fma(weight, KvToFloat(v[d]), acc[d]);
+        // A bf16 value's dimensions are 2 apart (beside its pair partner's).
+        constexpr int kStep = kIsBf16<KvT> ? 2 : 1;
+        for (int d = 0; d < hd; ++d) acc[d] = std::fma(weight, KvToFloat(v[d * kStep]), acc[d]);
       }
     }
     float* out = it.out + static_cast<int64_t>(h) * hd;
@@ -817,6 +961,10 @@ void PagedAttention(const float* q, const void* k_cache, const void* v_cache,
     case KvElement::kQ8:
       QUILL_CHECK(layout.block_size % 16 == 0 && hd % 4 == 0);
       attend = UseAvx512() ? &Avx512Attention<Q8>::Attend : &AttendPortable<Q8>;
+      break;
+    case KvElement::kBf16:
+      QUILL_CHECK(layout.block_size % 16 == 0 && hd % 2 == 0);
+      attend = UseAvx512() ? &Avx512Attention<Bf16>::Attend : &AttendPortable<Bf16>;
       break;
   }
   const int64_t row = static_cast<int64_t>(n_heads) * hd;

@@ -1,8 +1,8 @@
 // Microbenchmark of PagedAttention at TinyLlama's shape (32 query heads, 4 KV heads,
 // head_dim 64, 16-token blocks): decode batches at 512 tokens of context, and one prefill.
-// Each case runs on an f32, an f16 and a q8 cache (exact mode's KV element, fast mode's
-// default and its opt-in), rounds of the three interleaved so that the host's drift hits
-// all alike.
+// Each case runs on an f32, an f16, a q8 and a bf16 cache (exact mode's KV element, fast
+// mode's default and its two opt-ins), rounds of the four interleaved so that the host's
+// drift hits all alike.
 // Usage: quill-attention-bench [--iters=N] [--cases=...]. Prints microseconds per call and a
 // hash of the output bits, equal across builds whose kernels compute the same bits.
 #include <omp.h>
@@ -77,8 +77,9 @@ struct Timing {
   uint64_t output_hash;  // of the last call's output bits: equal across builds that agree
 };
 
-constexpr KvElement kElements[] = {KvElement::kF32, KvElement::kF16, KvElement::kQ8};
-constexpr int kNumElements = 3;
+constexpr KvElement kElements[] = {KvElement::kF32, KvElement::kF16, KvElement::kQ8,
+                                   KvElement::kBf16};
+constexpr int kNumElements = 4;
 
 // One cache of each element type holding the same values (as each element stores them).
 struct Caches {
@@ -208,8 +209,9 @@ int main(int argc, char** argv) {
                   t.wall_us, t.cpu_us, gflops, static_cast<unsigned long long>(t.output_hash));
     }
     if (timings[0].wall_us > 0 && timings[1].wall_us > 0) {
-      std::printf("  %-27s f16/f32 time %.2fx, q8/f16 %.2fx\n", c.name,
-                  timings[1].wall_us / timings[0].wall_us, timings[2].wall_us / timings[1].wall_us);
+      std::printf("  %-27s f16/f32 time %.2fx, q8/f16 %.2fx, bf16/f16 %.2fx\n", c.name,
+                  timings[1].wall_us / timings[0].wall_us, timings[2].wall_us / timings[1].wall_us,
+                  timings[3].wall_us / timings[1].wall_us);
     }
   }
   return 0;

@@ -602,8 +602,9 @@ TEST_P(AttentionTest, Q8StaysCloseToF16) {
 // The same query gives the same bits alone, inside a batch with other sequences' decode
 // rows and a prefill, in a whole and in a chunked prefill, and on one thread; and the
 // block size (any multiple of 16) never changes them. Unowned slots hold NaN rows, which
-// lanes past a sequence's last key read and must not leak.
-TEST_P(AttentionTest, Q8BatchInvariantBitForBit) {
+// lanes past a sequence's last key read and must not leak (nor, for bf16, the NaN partner
+// of a last key at an odd count: the positions tried are odd and even).
+void ExpectStoredCacheBatchInvariant(KvElement element) {
   for (const Shape& s : {Shape{64, 32, 4}, Shape{128, 4, 2}, Shape{8, 4, 2}}) {
     SCOPED_TRACE(ShapeName(s));
     const std::vector<int> lengths = {300, 1, 17, 100};
@@ -612,18 +613,18 @@ TEST_P(AttentionTest, Q8BatchInvariantBitForBit) {
     const float scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
     const std::vector<float> q0 = RandomVector(300 * row, 52, -2, 2);
     const PagedCache c = Relayout(base, lengths, 16);
-    const StoredCache q8 = Store(c, KvElement::kQ8);
+    const StoredCache stored = Store(c, element);
     const AttentionParams params{scale};
 
     const std::vector<AttentionSequence> whole = {{c.tables[0].data(), 0, 300, 0}};
-    const std::vector<float> ref = RunStored(q8, q0, whole, s.n_heads, params);
+    const std::vector<float> ref = RunStored(stored, q0, whole, s.n_heads, params);
     for (const float x : ref) ASSERT_FALSE(std::isnan(x));
 
     std::vector<float> chunked(q0.size());
     for (auto [begin, end] : {std::pair{0, 100}, std::pair{100, 163}, std::pair{163, 300}}) {
       const std::vector<float> qc(q0.begin() + begin * row, q0.begin() + end * row);
       const std::vector<AttentionSequence> chunk = {{c.tables[0].data(), 0, end - begin, begin}};
-      const std::vector<float> out = RunStored(q8, qc, chunk, s.n_heads, params);
+      const std::vector<float> out = RunStored(stored, qc, chunk, s.n_heads, params);
       std::copy(out.begin(), out.end(), chunked.begin() + begin * row);
     }
     EXPECT_EQ(std::memcmp(chunked.data(), ref.data(), ref.size() * 4), 0) << "chunked";
@@ -631,7 +632,7 @@ TEST_P(AttentionTest, Q8BatchInvariantBitForBit) {
     for (int pos : {0, 15, 16, 64, 65, 299}) {
       const std::vector<float> qp(q0.begin() + pos * row, q0.begin() + (pos + 1) * row);
       const std::vector<AttentionSequence> alone = {{c.tables[0].data(), 0, 1, pos}};
-      const std::vector<float> one = RunStored(q8, qp, alone, s.n_heads, params);
+      const std::vector<float> one = RunStored(stored, qp, alone, s.n_heads, params);
       EXPECT_EQ(std::memcmp(one.data(), ref.data() + pos * row, row * 4), 0) << "alone " << pos;
 
       const std::vector<AttentionSequence> batch = {{c.tables[1].data(), 0, 1, 0},
@@ -640,26 +641,96 @@ TEST_P(AttentionTest, Q8BatchInvariantBitForBit) {
                                                     {c.tables[2].data(), 102, 1, 16}};
       std::vector<float> qb = RandomVector(103 * row, 53 + pos, -2, 2);
       std::copy(qp.begin(), qp.end(), qb.begin() + row);
-      const std::vector<float> batched = RunStored(q8, qb, batch, s.n_heads, params);
+      const std::vector<float> batched = RunStored(stored, qb, batch, s.n_heads, params);
       EXPECT_EQ(std::memcmp(batched.data() + row, ref.data() + pos * row, row * 4), 0)
           << "in batch " << pos;
     }
 
     const int threads = omp_get_max_threads();
     omp_set_num_threads(1);
-    const std::vector<float> single = RunStored(q8, q0, whole, s.n_heads, params);
+    const std::vector<float> single = RunStored(stored, q0, whole, s.n_heads, params);
     omp_set_num_threads(threads);
     EXPECT_EQ(std::memcmp(single.data(), ref.data(), ref.size() * 4), 0) << "one thread";
 
     for (int block_size : {32, 48}) {
       const PagedCache other = Relayout(base, lengths, block_size);
-      const StoredCache other_q8 = Store(other, KvElement::kQ8);
+      const StoredCache other_stored = Store(other, element);
       const std::vector<AttentionSequence> seqs = {{other.tables[0].data(), 0, 300, 0}};
-      const std::vector<float> got = RunStored(other_q8, q0, seqs, s.n_heads, params);
+      const std::vector<float> got = RunStored(other_stored, q0, seqs, s.n_heads, params);
       EXPECT_EQ(std::memcmp(got.data(), ref.data(), ref.size() * 4), 0)
           << "blocks of " << block_size;
     }
   }
+}
+
+TEST_P(AttentionTest, Q8BatchInvariantBitForBit) {
+  ExpectStoredCacheBatchInvariant(KvElement::kQ8);
+}
+
+// ---- bf16 cache ----
+
+TEST_P(AttentionTest, Bf16BatchInvariantBitForBit) {
+  ExpectStoredCacheBatchInvariant(KvElement::kBf16);
+}
+
+// c's K and V as a bf16 cache holds them (each value rounded to bf16), in c's own layout.
+PagedCache RoundedToBf16(const PagedCache& c) {
+  PagedCache r = c;
+  for (float& x : r.k) x = Bf16ToFloat(FloatToBf16(x));
+  for (float& x : r.v) x = Bf16ToFloat(FloatToBf16(x));
+  return r;
+}
+
+// A bf16 cache computes attention over the values it holds, with the query rounded to bf16
+// as well: the reference (in double) over the rounded keys, values and queries agrees to
+// within what rounding the softmax weights to bf16 can move a weighted mean of values in
+// [-1, 1] (weights w_i (1 + e_i) / (1 + sum w e), |e_i| <= 2^-9, move it by at most
+// 2 * 2^-9 / (1 - 2^-9) < 4e-3; measured up to 1.7e-3), with soft-caps and windows (odd and
+// even first keys), for decode rows, whole prefills and chunks, GQA, MQA and MHA, and
+// ragged head sizes.
+TEST_P(AttentionTest, Bf16MatchesReferenceOnItsRoundedValues) {
+  const std::vector<int> lengths = {1, 15, 16, 17, 100, 300};
+  for (const Shape& s :
+       {Shape{64, 32, 4}, Shape{32, 4, 2}, Shape{128, 4, 2}, Shape{64, 8, 1}, Shape{64, 4, 4},
+        Shape{8, 4, 2}, Shape{4, 2, 2}, Shape{24, 6, 3}, Shape{256, 2, 1}}) {
+    SCOPED_TRACE(ShapeName(s));
+    // Unowned slots NaN: the partner of a last key at an odd count (1, 15, 17) is one.
+    const PagedCache c = Relayout(
+        MakeCache(lengths, s.n_kv, s.head_dim, s.head_dim * 17 + s.n_heads), lengths, kBlockSize);
+    const StoredCache bf16 = Store(c, KvElement::kBf16);
+    const PagedCache rounded = RoundedToBf16(c);
+    int rows = 0;
+    const std::vector<AttentionSequence> seqs = MixedBatch(c, lengths, &rows);
+    std::vector<float> q = RandomVector(int64_t{rows} * s.n_heads * s.head_dim, 79, -2, 2);
+    std::vector<float> q_rounded = q;
+    for (float& x : q_rounded) x = Bf16ToFloat(FloatToBf16(x));
+    for (const AttentionParams params :
+         {AttentionParams{0.125f}, AttentionParams{0.25f, 10.0f, 0},
+          AttentionParams{0.25f, 0.0f, 5}, AttentionParams{0.2f, 30.0f, 70}}) {
+      SCOPED_TRACE("softcap " + std::to_string(params.softcap) + " window " +
+                   std::to_string(params.window));
+      const std::vector<float> got = RunStored(bf16, q, seqs, s.n_heads, params);
+      const std::vector<float> want =
+          RunAttention(true, rounded, q_rounded, seqs, s.n_heads, params);
+      EXPECT_LT(MaxAbsDiff(got, want), 4e-3);
+    }
+  }
+}
+
+// Rounding to bf16 is the difference from the f16 cache: on the same random K, V and
+// queries the outputs differ by little, and not by nothing.
+TEST_P(AttentionTest, Bf16StaysCloseToF16) {
+  const Shape s{64, 32, 4};
+  const std::vector<int> lengths = {1000};
+  const PagedCache c = MakeCache(lengths, s.n_kv, s.head_dim, 7);
+  const std::vector<AttentionSequence> seqs = {{c.tables[0].data(), 0, 1, 999}};
+  const std::vector<float> q = RandomVector(int64_t{s.n_heads} * s.head_dim, 8, -2, 2);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
+  const std::vector<float> want = RunStored(Store(c, KvElement::kF16), q, seqs, s.n_heads, {scale});
+  const std::vector<float> got = RunStored(Store(c, KvElement::kBf16), q, seqs, s.n_heads, {scale});
+  const double diff = MaxAbsDiff(got, want);
+  EXPECT_LT(diff, 2e-3);
+  EXPECT_GT(diff, 0.0);  // it did round
 }
 
 INSTANTIATE_TEST_SUITE_P(Paths, AttentionTest, ::testing::Values(Path::kAvx512, Path::kPortable),

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -32,9 +33,13 @@ inline double RelativeL2(const std::vector<float>& got, const std::vector<float>
   return norm > 0 ? std::sqrt(diff / norm) : std::sqrt(diff);
 }
 
+// The largest |got - want|; infinite where exactly one of the two is NaN (std::max would
+// skip a NaN difference, and a NaN that leaked into an output would pass any bound).
 inline double MaxAbsDiff(const std::vector<float>& got, const std::vector<float>& want) {
   double worst = 0.0;
   for (size_t i = 0; i < want.size(); ++i) {
+    if (std::isnan(got[i]) != std::isnan(want[i])) return std::numeric_limits<double>::infinity();
+    if (std::isnan(got[i])) continue;
     worst = std::max(worst, std::fabs(static_cast<double>(got[i]) - want[i]));
   }
   return worst;

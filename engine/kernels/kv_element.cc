@@ -23,6 +23,32 @@ inline uint16_t ToF16(float x) {
   return FloatToFp16(x != x ? x : std::clamp(x, -kF16Max, kF16Max));
 }
 
+// bf16's largest finite value (0x7f7f): a float beyond it would round to infinity.
+constexpr float kBf16Max = 3.38953139e38f;
+
+inline uint16_t ToBf16(float x) {
+  return FloatToBf16(x != x ? x : std::clamp(x, -kBf16Max, kBf16Max));
+}
+
+// A bf16 cache's key and value rows (KvLayout): a key's dimension pairs are one 32-bit word
+// each, block_size words apart; a value's dimensions are 2 elements apart, beside the value
+// of the pair's other slot. A few dozen scalar conversions per token and KV head.
+void StoreKeyBf16(const float* row, const KvLayout& layout, void* k_arena, int64_t slot, int kv) {
+  QUILL_CHECK(layout.head_dim % 2 == 0 && layout.block_size % 2 == 0);
+  uint16_t* key = static_cast<uint16_t*>(k_arena) + layout.KeyIndex(slot, kv, 0);
+  for (int d = 0; d < layout.head_dim; d += 2) {
+    key[0] = ToBf16(row[d]);
+    key[1] = ToBf16(row[d + 1]);
+    key += int64_t{layout.block_size} * 2;
+  }
+}
+
+void StoreValueBf16(const float* row, const KvLayout& layout, void* v_arena, int64_t slot, int kv) {
+  QUILL_CHECK(layout.head_dim % 2 == 0 && layout.block_size % 2 == 0);
+  uint16_t* value = static_cast<uint16_t*>(v_arena) + layout.ValueIndex(slot, kv, 0);
+  for (int d = 0; d < layout.head_dim; ++d) value[2 * d] = ToBf16(row[d]);
+}
+
 QUILL_AVX512_TARGET void StoreF16Avx512(const float* row, int64_t n, uint16_t* out) {
   const __m512 lo = _mm512_set1_ps(-kF16Max), hi = _mm512_set1_ps(kF16Max);
   for (int64_t i = 0; i < n; i += 16) {
@@ -87,6 +113,10 @@ float QuantizeRowQ8(const float* x, int64_t n, int8_t* codes) {
 
 void StoreKey(const float* row, const KvLayout& layout, void* k_arena, int64_t slot, int kv) {
   const int hd = layout.head_dim;
+  if (layout.element == KvElement::kBf16) {
+    StoreKeyBf16(row, layout, k_arena, slot, kv);
+    return;
+  }
   if (layout.element != KvElement::kQ8) {
     StoreKvStrided(row, hd, layout.element, k_arena, layout.KeyIndex(slot, kv, 0),
                    layout.block_size);
@@ -106,6 +136,10 @@ void StoreKey(const float* row, const KvLayout& layout, void* k_arena, int64_t s
 }
 
 void StoreValue(const float* row, const KvLayout& layout, void* v_arena, int64_t slot, int kv) {
+  if (layout.element == KvElement::kBf16) {
+    StoreValueBf16(row, layout, v_arena, slot, kv);
+    return;
+  }
   if (layout.element != KvElement::kQ8) {
     StoreKvRow(row, layout.head_dim, layout.element, v_arena, layout.ValueIndex(slot, kv, 0));
     return;
@@ -117,7 +151,7 @@ void StoreValue(const float* row, const KvLayout& layout, void* v_arena, int64_t
 }
 
 void StoreKvRow(const float* row, int64_t n, KvElement element, void* arena, int64_t offset) {
-  QUILL_CHECK(element != KvElement::kQ8);
+  QUILL_CHECK(element == KvElement::kF32 || element == KvElement::kF16);
   if (element == KvElement::kF32) {
     std::memcpy(static_cast<float*>(arena) + offset, row, n * sizeof(float));
     return;
@@ -132,7 +166,7 @@ void StoreKvRow(const float* row, int64_t n, KvElement element, void* arena, int
 
 void StoreKvStrided(const float* row, int64_t n, KvElement element, void* arena, int64_t offset,
                     int64_t stride) {
-  QUILL_CHECK(element != KvElement::kQ8);
+  QUILL_CHECK(element == KvElement::kF32 || element == KvElement::kF16);
   if (element == KvElement::kF32) {
     float* out = static_cast<float*>(arena) + offset;
     for (int64_t i = 0; i < n; ++i) out[i * stride] = row[i];

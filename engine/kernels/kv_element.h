@@ -11,22 +11,45 @@ namespace quill::engine::kernels {
 // more than the weights of a 1B model in Q4). kQ8 (fast mode, opt-in) halves them again:
 // each key and value row of a KV head is stored as int8 codes with one f32 scale (the
 // row's largest magnitude / 127, codes rounded to nearest), and attention quantizes each
-// query head the same way to form its scores with integer dot products.
-enum class KvElement : uint8_t { kF32, kF16, kQ8 };
+// query head the same way to form its scores with integer dot products. kBf16 (fast mode,
+// opt-in) takes f16's bytes but bfloat16's 8-bit mantissa, and in exchange attention
+// computes in bf16 dot products (vdpbf16ps: two multiply-adds per lane and instruction, no
+// widening): the query and the softmax weights are rounded to bf16 too, as fast mode's
+// matmuls round their activations.
+enum class KvElement : uint8_t { kF32, kF16, kQ8, kBf16 };
 
 // The widest head a q8 row (and attention) handles.
 inline constexpr int kMaxKvHeadDim = 256;
 
 // Bytes of one stored value (a q8 row's scale comes on top: KvRowBytes).
 inline int KvElementBytes(KvElement e) {
-  return e == KvElement::kF32 ? 4 : e == KvElement::kF16 ? 2 : 1;
+  switch (e) {
+    case KvElement::kF32:
+      return 4;
+    case KvElement::kF16:
+    case KvElement::kBf16:
+      return 2;
+    case KvElement::kQ8:
+      break;
+  }
+  return 1;
 }
 inline const char* KvElementName(KvElement e) {
-  return e == KvElement::kF32 ? "f32" : e == KvElement::kF16 ? "f16" : "q8";
+  switch (e) {
+    case KvElement::kF32:
+      return "f32";
+    case KvElement::kF16:
+      return "f16";
+    case KvElement::kBf16:
+      return "bf16";
+    case KvElement::kQ8:
+      break;
+  }
+  return "q8";
 }
-// The element KvElementName calls `name` ("f32", "f16", "q8"); false for any other name.
+// The element KvElementName calls `name` ("f32", "f16", "q8", "bf16"); false for any other.
 inline bool KvElementFromName(std::string_view name, KvElement* out) {
-  for (KvElement e : {KvElement::kF32, KvElement::kF16, KvElement::kQ8}) {
+  for (KvElement e : {KvElement::kF32, KvElement::kF16, KvElement::kQ8, KvElement::kBf16}) {
     if (name == KvElementName(e)) {
       *out = e;
       return true;
@@ -64,6 +87,10 @@ inline int64_t KvRowBytes(KvElement e, int head_dim) {
 //    side by side: one VNNI dot-product step, with 16 keys in one 64-byte line), stored
 //    offset by +128 as unsigned bytes; V is signed bytes as above. Each head's part ends
 //    with its block_size f32 scales, slot order (needs head_dim % 4 == 0).
+//  - bf16: K is [head_dim / 2][block_size][2] in each head's part (a key's dimensions 2e and
+//    2e+1 side by side: one vdpbf16ps step, with 16 keys in one 64-byte line), and V is
+//    [block_size / 2][head_dim][2]: the values of two neighbouring slots side by side, so
+//    that one step weighs a pair of keys (needs head_dim % 2 == 0 and an even block size).
 struct KvLayout {
   int block_size = 16;
   int num_kv_heads = 0;
@@ -81,12 +108,19 @@ struct KvLayout {
     if (element == KvElement::kQ8) {
       return part + int64_t{d / 4} * block_size * 4 + slot % block_size * 4 + d % 4;
     }
+    if (element == KvElement::kBf16) {
+      return part + int64_t{d / 2} * block_size * 2 + slot % block_size * 2 + d % 2;
+    }
     return part + int64_t{d} * block_size + slot % block_size;
   }
   // Element index of dimension d of KV head `kv`'s value in `slot`.
   int64_t ValueIndex(int64_t slot, int kv, int d) const {
-    return slot / block_size * block_size * row() + kv * head_stride() +
-           slot % block_size * head_dim + d;
+    const int64_t part = slot / block_size * block_size * row() + kv * head_stride();
+    if (element == KvElement::kBf16) {
+      const int in_block = static_cast<int>(slot % block_size);
+      return part + int64_t{in_block / 2} * head_dim * 2 + d * 2 + in_block % 2;
+    }
+    return part + slot % block_size * head_dim + d;
   }
   // Element index of the f32 scale of KV head `kv`'s key or value in `slot` (q8 only; the
   // same in K and V).
@@ -104,11 +138,14 @@ struct KvLayout {
 //  - q8: values clamped to +-65504 as for f16, then codes round(x * 127 / max|x|) and the
 //    scale max|x| / 127 (a row with max|x| < 1e-30, zeros included: codes and scale 0). A
 //    NaN makes the scale NaN.
+//  - bf16: rounded to nearest even, values beyond the bf16 range saturated to its largest
+//    finite value (+-3.3895e38) for the same reason as f16's. NaN stays NaN.
 void StoreKey(const float* row, const KvLayout& layout, void* k_arena, int64_t slot, int kv);
 void StoreValue(const float* row, const KvLayout& layout, void* v_arena, int64_t slot, int kv);
 
-// Stores n floats at element `offset` of an arena of f32 or f16 elements (not q8) (as StoreValue
-// does); the benches and tests fill whole arenas with it.
+// Stores n floats at element `offset` of an arena of f32 or f16 elements (not q8 or bf16,
+// whose layouts are not element-wise) (as StoreValue does); the benches and tests fill whole
+// arenas with it.
 void StoreKvRow(const float* row, int64_t n, KvElement element, void* arena, int64_t offset);
 
 // The same conversion, storing value i at element offset + i * stride: a key's column in

@@ -33,6 +33,16 @@ TEST(KvElementBytesTest, SizesAndNames) {
   EXPECT_EQ(KvRowBytes(KvElement::kF32, 64), 256);
   EXPECT_EQ(KvRowBytes(KvElement::kF16, 64), 128);
   EXPECT_EQ(KvRowBytes(KvElement::kQ8, 64), 68);  // 64 codes and an f32 scale
+  EXPECT_EQ(KvElementBytes(KvElement::kBf16), 2);
+  EXPECT_STREQ(KvElementName(KvElement::kBf16), "bf16");
+  EXPECT_EQ(KvRowBytes(KvElement::kBf16, 64), 128);
+  for (const char* name : {"f32", "f16", "q8", "bf16"}) {
+    KvElement e;
+    ASSERT_TRUE(KvElementFromName(name, &e)) << name;
+    EXPECT_STREQ(KvElementName(e), name);
+  }
+  KvElement e;
+  EXPECT_FALSE(KvElementFromName("bf8", &e));
 }
 
 // Values the f16 encoding treats differently: a tie (1 + 2^-11 rounds to even), the largest
@@ -223,6 +233,107 @@ TEST(KvLayoutQ8Test, EachKvHeadsPartHoldsItsCodesThenItsScales) {
         }
       }
       EXPECT_EQ(std::count(seen.begin(), seen.end(), 1), static_cast<int64_t>(seen.size()));
+    }
+  }
+}
+
+// The bf16 layout: in each KV head's part of a block, keys are [head_dim / 2][block_size][2]
+// (a slot's dimensions 2e and 2e+1 side by side, consecutive slots 2 elements apart) and
+// values [block_size / 2][head_dim][2] (the values of slots 2j and 2j+1 interleaved,
+// dimension by dimension); each fills its part exactly once.
+TEST(KvLayoutBf16Test, KeysPairDimensionsAndValuesPairSlots) {
+  for (const KvLayout& layout :
+       {KvLayout{16, 4, 64, KvElement::kBf16}, KvLayout{32, 2, 8, KvElement::kBf16},
+        KvLayout{16, 1, 2, KvElement::kBf16}, KvLayout{16, 3, 24, KvElement::kBf16}}) {
+    const int bs = layout.block_size, hd = layout.head_dim;
+    ASSERT_EQ(layout.head_stride(), int64_t{bs} * hd);
+    const int64_t block = 2;
+    const int64_t block_begin = block * bs * layout.row();
+    for (bool keys : {true, false}) {
+      SCOPED_TRACE(std::string(keys ? "K" : "V") + " block_size " + std::to_string(bs) +
+                   " head_dim " + std::to_string(hd));
+      std::vector<int> seen(bs * layout.row(), 0);
+      for (int kv = 0; kv < layout.num_kv_heads; ++kv) {
+        const int64_t part = block_begin + kv * layout.head_stride();
+        for (int i = 0; i < bs; ++i) {
+          const int64_t slot = block * bs + i;
+          for (int d = 0; d < hd; ++d) {
+            const int64_t at = keys ? layout.KeyIndex(slot, kv, d) : layout.ValueIndex(slot, kv, d);
+            ASSERT_GE(at, part);
+            ASSERT_LT(at, part + int64_t{bs} * hd);
+            ++seen[at - block_begin];
+            if (keys) {
+              if (d % 2 == 1) {
+                EXPECT_EQ(at - layout.KeyIndex(slot, kv, d - 1), 1);
+              }
+              if (i > 0) {
+                EXPECT_EQ(at - layout.KeyIndex(slot - 1, kv, d), 2);
+              }
+              if (d >= 2) {
+                EXPECT_EQ(at - layout.KeyIndex(slot, kv, d - 2), 2 * bs);
+              }
+            } else {
+              if (i % 2 == 1) {
+                EXPECT_EQ(at - layout.ValueIndex(slot - 1, kv, d), 1);
+              }
+              if (d > 0) {
+                EXPECT_EQ(at - layout.ValueIndex(slot, kv, d - 1), 2);
+              }
+              if (i >= 2) {
+                EXPECT_EQ(at - layout.ValueIndex(slot - 2, kv, d), 2 * hd);
+              }
+            }
+          }
+        }
+      }
+      EXPECT_EQ(std::count(seen.begin(), seen.end(), 1), static_cast<int64_t>(seen.size()));
+    }
+  }
+}
+
+// StoreKey / StoreValue write a bf16 row where the layout puts it and nothing else, rounded
+// to nearest even, NaN kept, and values past bf16's range saturated at its largest finite
+// value (an infinite key would make every later softmax over it NaN).
+TEST(KvElementBf16Test, StoreRoundsToNearestEvenSaturatesAndWritesOnlyItsSlot) {
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  const float nan = std::nanf("");
+  std::vector<float> row = {
+      1.0f + 1.0f / 256, 1.0f + 3.0f / 256, -1.0f / 3, 3.4e38f, -kInf, kInf, nan, 0.0f};
+  const std::vector<float> random = RandomVector(16, 32, -3.0f, 3.0f);
+  row.insert(row.end(), random.begin(), random.end());
+  const int hd = static_cast<int>(row.size());
+  const KvLayout layout{16, 3, hd, KvElement::kBf16};
+  const int64_t elements = 4 * 16 * layout.row();
+  for (const int64_t slot : {int64_t{36}, int64_t{37}}) {  // both halves of a value pair
+    std::vector<uint16_t> k(elements, 0xABCD), v(elements, 0xABCD);
+    StoreKey(row.data(), layout, k.data(), slot, 2);
+    StoreValue(row.data(), layout, v.data(), slot, 2);
+    std::vector<bool> key_written(elements, false), value_written(elements, false);
+    for (int d = 0; d < hd; ++d) {
+      SCOPED_TRACE("slot " + std::to_string(slot) + " d " + std::to_string(d));
+      const uint16_t got_k = k[layout.KeyIndex(slot, 2, d)];
+      const uint16_t got_v = v[layout.ValueIndex(slot, 2, d)];
+      EXPECT_EQ(got_k, got_v);
+      key_written[layout.KeyIndex(slot, 2, d)] = true;
+      value_written[layout.ValueIndex(slot, 2, d)] = true;
+      if (std::isnan(row[d])) {
+        EXPECT_TRUE(std::isnan(Bf16ToFloat(got_k)));
+        continue;
+      }
+      const float clamped = std::fmin(std::fmax(row[d], -3.38953139e38f), 3.38953139e38f);
+      EXPECT_EQ(got_k, FloatToBf16(clamped));
+      EXPECT_TRUE(std::isfinite(Bf16ToFloat(got_k)));
+    }
+    // 1 + 2^-8 is a tie between 1 and 1 + 2^-7: to even (1); 1 + 3 * 2^-8 up to 1 + 2^-6.
+    EXPECT_EQ(Bf16ToFloat(k[layout.KeyIndex(slot, 2, 0)]), 1.0f);
+    EXPECT_EQ(Bf16ToFloat(k[layout.KeyIndex(slot, 2, 1)]), 1.0f + 1.0f / 64);
+    for (int64_t e = 0; e < elements; ++e) {
+      if (!key_written[e]) {
+        ASSERT_EQ(k[e], 0xABCD) << "K element " << e;
+      }
+      if (!value_written[e]) {
+        ASSERT_EQ(v[e], 0xABCD) << "V element " << e;
+      }
     }
   }
 }

@@ -45,6 +45,15 @@ absl::StatusOr<std::unique_ptr<KvCache>> KvCache::Create(const KvCacheOptions& o
         kernels::kMaxKvHeadDim, "): block_size_tokens=", options.block_size_tokens,
         " head_dim=", options.head_dim));
   }
+  if (options.element == kernels::KvElement::kBf16 &&
+      (options.block_size_tokens % 16 != 0 || options.head_dim % 2 != 0 ||
+       options.head_dim > kernels::kMaxKvHeadDim)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a bf16 kv cache needs blocks of a multiple of 16 tokens and an even head size (at "
+        "most ",
+        kernels::kMaxKvHeadDim, "): block_size_tokens=", options.block_size_tokens,
+        " head_dim=", options.head_dim));
+  }
   // Everything in int64: layers * heads * head_dim * block size can exceed int32.
   const int64_t block_bytes = options.bytes_per_token() * options.block_size_tokens;
   if (options.budget_bytes < block_bytes) {

@@ -93,6 +93,27 @@ TEST(KvCacheTest, Q8RowsAreCodesAndAScale) {
   }
 }
 
+// bf16: f16's bytes; blocks of 16k slots and even heads only (its V pairs slots, its K
+// pairs dimensions).
+TEST(KvCacheTest, Bf16RowsAreTwoBytesPerValue) {
+  KvCacheOptions o = SmallOptions(10);
+  o.element = kernels::KvElement::kBf16;
+  auto cache = KvCache::Create(o);
+  ASSERT_TRUE(cache.ok()) << cache.status();
+  EXPECT_EQ((*cache)->bytes_per_token(), 2 * 3 * 2 * 8 * 2);
+  EXPECT_EQ((*cache)->layout().element, kernels::KvElement::kBf16);
+  for (const auto& [block_size, head_dim] :
+       {std::pair{8, 8}, std::pair{24, 8}, std::pair{16, 7}, std::pair{16, 258}}) {
+    KvCacheOptions bad = o;
+    bad.block_size_tokens = block_size;
+    bad.head_dim = head_dim;
+    bad.budget_bytes = int64_t{1} << 24;
+    const auto refused = KvCache::Create(bad);
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument)
+        << block_size << " " << head_dim;
+  }
+}
+
 TEST(KvCacheTest, BlocksForTokens) {
   auto cache = MakeCache(4);
   ASSERT_NE(cache, nullptr);

@@ -407,34 +407,39 @@ TEST_F(BatchInvarianceTest, FastF16KvKeepsTheGreedyTokensOfAnF32Kv) {
   }
 }
 
-// The opt-in q8 cache (8-bit K/V and queries) on the trained model: against an f32 cache
-// fed the same tokens, every greedy choice the f32 run decides by a clear margin stays the
-// same; and batched with the other sequences it picks the tokens it picks alone.
-TEST_F(BatchInvarianceTest, FastQ8KvKjvKeepsTheGreedyTokens) {
+// The opt-in caches on the trained model, q8 (8-bit K/V and queries) and bf16 (K/V,
+// queries and softmax weights rounded to bf16): against an f32 cache fed the same tokens,
+// every greedy choice the f32 run decides by a clear margin stays the same; and batched
+// with the other sequences each picks the tokens it picks alone.
+TEST_F(BatchInvarianceTest, FastOptInKvKjvKeepsTheGreedyTokens) {
   Load("kjv-1m.gguf", Precision::kFast);
   if (IsSkipped()) return;
   const int steps = 24;
   kv_element_ = kernels::KvElement::kF32;
   const RunResult f32 = RunTogether(steps, nullptr);
-  kv_element_ = kernels::KvElement::kQ8;
-  const RunResult q8 = RunTogether(steps, &f32);
-  int near_tie_flips = 0;
-  const int mismatches = DecidedArgmaxMismatches(f32, q8, &near_tie_flips);
-  const double diff = MaxDiffAll(f32, q8);
+  for (const kernels::KvElement element : {kernels::KvElement::kQ8, kernels::KvElement::kBf16}) {
+    const char* name = kernels::KvElementName(element);
+    SCOPED_TRACE(name);
+    kv_element_ = element;
+    const RunResult rounded = RunTogether(steps, &f32);
+    int near_tie_flips = 0;
+    const int mismatches = DecidedArgmaxMismatches(f32, rounded, &near_tie_flips);
+    const double diff = MaxDiffAll(f32, rounded);
 
-  const RunResult together = RunTogether(steps, nullptr);
-  const RunResult alone = RunAlone(steps, 0, nullptr);
-  kv_element_.reset();
-  for (int s = 0; s < num_seqs_; ++s) {
-    EXPECT_EQ(together.tokens[s], alone.tokens[s]) << "seq " << s;
+    const RunResult together = RunTogether(steps, nullptr);
+    const RunResult alone = RunAlone(steps, 0, nullptr);
+    for (int s = 0; s < num_seqs_; ++s) {
+      EXPECT_EQ(together.tokens[s], alone.tokens[s]) << "seq " << s;
+    }
+    const double batch_diff = MaxDiffAll(together, alone);
+    std::cout << absl::StrFormat(
+        "[kv-%s] kjv-1m fast: %s against f32 K/V, max|d| logits %.3g, argmax mismatches %d of "
+        "%d (and %d near ties flipped); batched against alone max|d| %.3g\n",
+        name, name, diff, mismatches, num_seqs_ * (steps + 1), near_tie_flips, batch_diff);
+    EXPECT_EQ(mismatches, 0);
+    EXPECT_GT(diff, 0.0) << "the cache should round K/V";
   }
-  const double batch_diff = MaxDiffAll(together, alone);
-  std::cout << absl::StrFormat(
-      "[kv-q8] kjv-1m fast: q8 against f32 K/V, max|d| logits %.3g, argmax mismatches %d of "
-      "%d (and %d near ties flipped); batched against alone max|d| %.3g\n",
-      diff, mismatches, num_seqs_ * (steps + 1), near_tie_flips, batch_diff);
-  EXPECT_EQ(mismatches, 0);
-  EXPECT_GT(diff, 0.0) << "the q8 cache should round K/V";
+  kv_element_.reset();
 }
 
 TEST_F(BatchInvarianceTest, FastMiniBf16SameArgmax) {

@@ -9,7 +9,8 @@
 //               greedy_ids, and elsewhere max|d| <= 0.1 * max(1, max|logit|). The
 //               random-weight fixtures' tiny heads and flat logits turn the 8-bit keys' and
 //               values' rounding into top-1 flips (gpt2-tiny: one of 6), so top-1 is
-//               reported there (greedy prefix match), not required.
+//               reported there (greedy prefix match), not required;
+//   fast mode with a bf16 KV cache (--kv-cache-type=bf16): fast mode's contract.
 // The forward pass is fed the golden prompt_ids, so the logits check does not depend on
 // the tokenizer; the tokenizer is checked against prompt_ids separately.
 
@@ -19,6 +20,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -63,7 +65,9 @@ TokenId Argmax(const std::vector<float>& x) {
 struct GoldenCase {
   const char* file;
   Precision precision;
-  bool kv_q8 = false;  // fast mode with a q8 KV cache
+  // Fast mode with this KV cache element instead of its own (f16).
+  std::optional<kernels::KvElement> kv = std::nullopt;
+  bool kv_q8() const { return kv == kernels::KvElement::kQ8; }
 };
 
 std::string CaseName(const ::testing::TestParamInfo<GoldenCase>& info) {
@@ -72,7 +76,7 @@ std::string CaseName(const ::testing::TestParamInfo<GoldenCase>& info) {
     if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
   }
   return name + (info.param.precision == Precision::kExact ? "_exact" : "_fast") +
-         (info.param.kv_q8 ? "_kvq8" : "");
+         (info.param.kv ? std::string("_kv") + kernels::KvElementName(*info.param.kv) : "");
 }
 
 class GoldenTest : public ::testing::TestWithParam<GoldenCase> {};
@@ -94,7 +98,7 @@ TEST_P(GoldenTest, MatchesReference) {
   ModelOptions options;
   options.path = (fs::path(shared) / "models" / model_name).string();
   options.precision = precision;
-  if (GetParam().kv_q8) options.kv_element = kernels::KvElement::kQ8;
+  options.kv_element = GetParam().kv;
   options.max_batch_tokens = 64;
   auto model_or = Model::Load(options);
   ASSERT_TRUE(model_or.ok()) << model_or.status();
@@ -151,7 +155,7 @@ TEST_P(GoldenTest, MatchesReference) {
       worst_rel = std::max(worst_rel, max_diff / max_ref);
       if (exact) {
         EXPECT_LE(max_diff, 1e-3 * max_ref) << "last_logits differ";
-      } else if (GetParam().kv_q8) {
+      } else if (GetParam().kv_q8()) {
         EXPECT_LE(max_diff, 0.1 * max_ref) << "last_logits differ";
       } else {
         EXPECT_EQ(Argmax(logits), Argmax(ref)) << "top-1 differs (max|d| " << max_diff << ")";
@@ -175,7 +179,10 @@ TEST_P(GoldenTest, MatchesReference) {
     cache.Release(seq);
   }
 
-  const std::string mode = exact ? "exact" : GetParam().kv_q8 ? "fast, kv q8" : "fast";
+  const std::string mode = exact ? "exact"
+                           : GetParam().kv
+                               ? std::string("fast, kv ") + kernels::KvElementName(*GetParam().kv)
+                               : "fast";
   const std::string tag = absl::StrFormat("%s_%s", model_name, mode);
   RecordProperty(tag + "_max_abs_diff", absl::StrFormat("%.3g", worst_abs));
   RecordProperty(tag + "_max_rel_diff", absl::StrFormat("%.3g", worst_rel));
@@ -192,7 +199,9 @@ std::vector<GoldenCase> AllCases() {
   for (Precision p : {Precision::kExact, Precision::kFast}) {
     for (const char* file : kGoldenFiles) cases.push_back({file, p});
   }
-  for (const char* file : kGoldenFiles) cases.push_back({file, Precision::kFast, true});
+  for (kernels::KvElement kv : {kernels::KvElement::kQ8, kernels::KvElement::kBf16}) {
+    for (const char* file : kGoldenFiles) cases.push_back({file, Precision::kFast, kv});
+  }
   return cases;
 }
 

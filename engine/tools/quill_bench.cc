@@ -545,7 +545,8 @@ int Main(int argc, char** argv) {
   }
   std::vector<kernels::KvElement> kv_elements;
   if (!ParseKvElements(absl::GetFlag(FLAGS_kv), &kv_elements)) {
-    std::fprintf(stderr, "quill-bench: --kv takes f32, f16 and q8 (comma-separated), not \"%s\"\n",
+    std::fprintf(stderr,
+                 "quill-bench: --kv takes f32, f16, bf16 and q8 (comma-separated), not \"%s\"\n",
                  absl::GetFlag(FLAGS_kv).c_str());
     return kUsage;
   }

@@ -252,7 +252,7 @@ int RunInfo(const std::string& path) {
   std::printf("  per block          %s\n", Commas(f32.params_per_block).c_str());
   std::printf("FLOPs per token      %s (at context %ld)\n", Commas(f32.flops_per_token).c_str(),
               static_cast<long>(context));
-  std::printf("KV bytes per token   %s (f32, exact mode); %s (f16, fast mode); %s (q8)\n",
+  std::printf("KV bytes per token   %s (f32, exact mode); %s (f16 or bf16, fast mode); %s (q8)\n",
               Commas(f32.kv_bytes_per_token).c_str(), Commas(f16.kv_bytes_per_token).c_str(),
               Commas(q8.kv_bytes_per_token).c_str());
   return kOk;

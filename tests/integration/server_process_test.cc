@@ -343,14 +343,14 @@ TEST_F(ServerProcessTest, LoadingLeavesNoOpenMpThreadsBehind) {
   ASSERT_TRUE(code.ok()) << code.status();
 }
 
-// --kv-cache-type=q8 (here from the environment): the log, ModelInfo and the
+// --kv-cache-type=q8 or bf16 (here from the environment): the log, ModelInfo and the
 // quill_kv_cache_info metric name the element, ModelInfo its size per token (4 layers x 2
-// KV heads x (32 codes + a 4-byte scale), K and V), and a generation streams; the greedy
-// tokens equal an f16 server's on this model (the golden test holds q8 to kjv-1m's greedy
-// continuations).
-TEST_F(ServerProcessTest, Q8KvCacheServesAndReportsItsSize) {
+// KV heads x (32 codes + a 4-byte scale) for q8, 32 two-byte values for f16 and bf16, K and
+// V), and a generation streams; the greedy tokens equal an f16 server's on this model (the
+// golden test holds both to kjv-1m's greedy continuations).
+TEST_F(ServerProcessTest, OptInKvCachesServeAndReportTheirSize) {
   std::vector<std::vector<int>> tokens;
-  for (const char* type : {"f16", "q8"}) {
+  for (const char* type : {"f16", "q8", "bf16"}) {
     SCOPED_TRACE(type);
     absl::StatusOr<std::unique_ptr<Subprocess>> process =
         Subprocess::Start({binary_, "--model", model_, "--host", "127.0.0.1", "--port", "0",
@@ -384,9 +384,10 @@ TEST_F(ServerProcessTest, Q8KvCacheServesAndReportsItsSize) {
     server.Signal(SIGTERM);
     ASSERT_TRUE(server.Wait(absl::Seconds(30)).ok());
   }
-  ASSERT_EQ(tokens.size(), 2u);
+  ASSERT_EQ(tokens.size(), 3u);
   EXPECT_EQ(tokens[0].size(), 24u);
-  EXPECT_EQ(tokens[1], tokens[0]);
+  EXPECT_EQ(tokens[1], tokens[0]) << "q8";
+  EXPECT_EQ(tokens[2], tokens[0]) << "bf16";
 }
 
 // Packing a large model takes a while; the log says how far it has come (at debug level
@@ -409,22 +410,25 @@ TEST_F(ServerProcessTest, DebugLogShowsEachLayerAsItIsPacked) {
   ASSERT_TRUE(server.Wait(absl::Seconds(30)).ok());
 }
 
-// q8 where it cannot work stops the server with the reason: exact precision (bit-exact
-// logits need f32) and blocks that are not a multiple of 16 tokens.
-TEST_F(ServerProcessTest, Q8KvCacheItCannotUseExitsNonZeroWithTheReason) {
-  for (const auto& [flag, reason] :
-       {std::pair<std::string, std::string>{"--precision=exact",
-                                            "exact precision keeps the KV cache in f32"},
-        std::pair<std::string, std::string>{"--kv-block-size=8", "multiple of 16 tokens"}}) {
-    int code = 0;
-    absl::StatusOr<std::string> out =
-        RunAndCapture({binary_, "--model", model_, "--kv-cache-type=q8", flag, "--port", "0",
-                       "--metrics-port", "0", "--http-port", "-1"},
-                      &code);
-    ASSERT_TRUE(out.ok()) << out.status();
-    EXPECT_NE(code, 0) << flag;
-    EXPECT_THAT(*out, HasSubstr(reason)) << flag;
-    EXPECT_THAT(*out, ::testing::Not(HasSubstr("serving quill.v1.Generator"))) << flag;
+// q8 or bf16 where it cannot work stops the server with the reason: exact precision
+// (bit-exact logits need f32) and blocks that are not a multiple of 16 tokens.
+TEST_F(ServerProcessTest, OptInKvCacheItCannotUseExitsNonZeroWithTheReason) {
+  for (const std::string type : {"q8", "bf16"}) {
+    for (const auto& [flag, reason] :
+         {std::pair<std::string, std::string>{"--precision=exact",
+                                              "exact precision keeps the KV cache in f32"},
+          std::pair<std::string, std::string>{"--kv-block-size=8", "multiple of 16 tokens"}}) {
+      SCOPED_TRACE(type + " " + flag);
+      int code = 0;
+      absl::StatusOr<std::string> out =
+          RunAndCapture({binary_, "--model", model_, "--kv-cache-type=" + type, flag, "--port", "0",
+                         "--metrics-port", "0", "--http-port", "-1"},
+                        &code);
+      ASSERT_TRUE(out.ok()) << out.status();
+      EXPECT_NE(code, 0);
+      EXPECT_THAT(*out, HasSubstr(reason));
+      EXPECT_THAT(*out, ::testing::Not(HasSubstr("serving quill.v1.Generator")));
+    }
   }
 }
 
