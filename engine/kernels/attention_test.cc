@@ -686,13 +686,12 @@ PagedCache RoundedToBf16(const PagedCache& c) {
 // within what rounding the softmax weights to bf16 can move a weighted mean of values in
 // [-1, 1] (weights w_i (1 + e_i) / (1 + sum w e), |e_i| <= 2^-9, move it by at most
 // 2 * 2^-9 / (1 - 2^-9) < 4e-3; measured up to 1.7e-3), with soft-caps and windows (odd and
-// even first keys), for decode rows, whole prefills and chunks, GQA, MQA and MHA, and
-// ragged head sizes.
+// even first keys), for decode rows, whole prefills and chunks, GQA, MQA and MHA, and head
+// sizes of whole, partial (24) and lone partial (4) 16-lane chunks.
 TEST_P(AttentionTest, Bf16MatchesReferenceOnItsRoundedValues) {
   const std::vector<int> lengths = {1, 15, 16, 17, 100, 300};
-  for (const Shape& s :
-       {Shape{64, 32, 4}, Shape{32, 4, 2}, Shape{128, 4, 2}, Shape{64, 8, 1}, Shape{64, 4, 4},
-        Shape{8, 4, 2}, Shape{4, 2, 2}, Shape{24, 6, 3}, Shape{256, 2, 1}}) {
+  for (const Shape& s : {Shape{64, 32, 4}, Shape{128, 4, 2}, Shape{64, 8, 1}, Shape{64, 4, 4},
+                         Shape{4, 2, 2}, Shape{24, 6, 3}, Shape{256, 2, 1}}) {
     SCOPED_TRACE(ShapeName(s));
     // Unowned slots NaN: the partner of a last key at an odd count (1, 15, 17) is one.
     const PagedCache c = Relayout(
@@ -710,8 +709,12 @@ TEST_P(AttentionTest, Bf16MatchesReferenceOnItsRoundedValues) {
       SCOPED_TRACE("softcap " + std::to_string(params.softcap) + " window " +
                    std::to_string(params.window));
       const std::vector<float> got = RunStored(bf16, q, seqs, s.n_heads, params);
-      const std::vector<float> want =
-          RunAttention(true, rounded, q_rounded, seqs, s.n_heads, params);
+      // The reference is slow; both path instances share its result.
+      static std::map<std::string, std::vector<float>>* cache =
+          new std::map<std::string, std::vector<float>>();
+      std::vector<float>& want = (*cache)[ShapeName(s) + "/" + std::to_string(params.softcap) +
+                                          "/" + std::to_string(params.window)];
+      if (want.empty()) want = RunAttention(true, rounded, q_rounded, seqs, s.n_heads, params);
       EXPECT_LT(MaxAbsDiff(got, want), 4e-3);
     }
   }
