@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <numeric>
 #include <random>
@@ -548,37 +549,57 @@ std::vector<float> RunStored(const StoredCache& c, const std::vector<float>& q,
   return out;
 }
 
-// A q8 cache computes attention over the values it holds: the reference (in double) over
-// the dequantized keys, values and queries agrees to rounding, with soft-caps and windows,
-// for decode rows, whole prefills and chunks, GQA, MQA and MHA.
-TEST_P(AttentionTest, Q8MatchesReferenceOnItsDequantizedValues) {
+// What a cache of some element holds, in c's layout and as floats: its K and V (from the
+// stored cache; unowned slots may be NaN) and a query as its scores take it.
+struct HeldValues {
+  std::function<PagedCache(const PagedCache& c, const StoredCache& stored)> cache;
+  std::function<std::vector<float>(const std::vector<float>& q, int head_dim)> queries;
+};
+
+// `element`'s cache computes attention over the values it holds: the reference (in double)
+// over the held keys, values and queries agrees within `tolerance`, for every shape, with
+// soft-caps and windows (odd and even first keys), for decode rows, whole prefills and
+// chunks. The cache's unowned slots are NaN (a bf16 pair reads one beside a last key at an
+// odd count: lengths 1, 15, 17).
+void ExpectMatchesReferenceOnHeldValues(KvElement element, const std::vector<Shape>& shapes,
+                                        const HeldValues& held, double tolerance) {
   const std::vector<int> lengths = {1, 15, 16, 17, 100, 300};
-  for (const Shape& s :
-       {Shape{64, 32, 4}, Shape{32, 4, 2}, Shape{128, 4, 2}, Shape{64, 8, 1}, Shape{64, 4, 4},
-        Shape{8, 4, 2}, Shape{4, 2, 2}, Shape{24, 6, 3}, Shape{256, 2, 1}}) {
+  for (const Shape& s : shapes) {
     SCOPED_TRACE(ShapeName(s));
-    const PagedCache c = MakeCache(lengths, s.n_kv, s.head_dim, s.head_dim * 13 + s.n_heads);
-    const StoredCache q8 = Store(c, KvElement::kQ8);
-    const PagedCache dequantized = Dequantized(c, q8);
+    const PagedCache c = Relayout(
+        MakeCache(lengths, s.n_kv, s.head_dim, s.head_dim * 13 + s.n_heads), lengths, kBlockSize);
+    const StoredCache stored = Store(c, element);
+    const PagedCache held_cache = held.cache(c, stored);
     int rows = 0;
     const std::vector<AttentionSequence> seqs = MixedBatch(c, lengths, &rows);
     const std::vector<float> q = RandomVector(int64_t{rows} * s.n_heads * s.head_dim, 78, -2, 2);
-    const std::vector<float> q_values = DequantizedQueries(q, s.head_dim);
+    const std::vector<float> held_q = held.queries(q, s.head_dim);
     for (const AttentionParams params :
          {AttentionParams{0.125f}, AttentionParams{0.25f, 10.0f, 0},
           AttentionParams{0.25f, 0.0f, 5}, AttentionParams{0.2f, 30.0f, 70}}) {
       SCOPED_TRACE("softcap " + std::to_string(params.softcap) + " window " +
                    std::to_string(params.window));
-      const std::vector<float> got = RunStored(q8, q, seqs, s.n_heads, params);
+      const std::vector<float> got = RunStored(stored, q, seqs, s.n_heads, params);
       // The reference is slow; both path instances share its result.
       static std::map<std::string, std::vector<float>>* cache =
           new std::map<std::string, std::vector<float>>();
-      std::vector<float>& want = (*cache)[ShapeName(s) + "/" + std::to_string(params.softcap) +
-                                          "/" + std::to_string(params.window)];
-      if (want.empty()) want = RunAttention(true, dequantized, q_values, seqs, s.n_heads, params);
-      EXPECT_LT(MaxAbsDiff(got, want), 1e-5);
+      std::vector<float>& want =
+          (*cache)[std::string(KvElementName(element)) + "/" + ShapeName(s) + "/" +
+                   std::to_string(params.softcap) + "/" + std::to_string(params.window)];
+      if (want.empty()) want = RunAttention(true, held_cache, held_q, seqs, s.n_heads, params);
+      EXPECT_LT(MaxAbsDiff(got, want), tolerance);
     }
   }
+}
+
+// A q8 cache agrees to rounding with the reference over the dequantized keys, values and
+// queries, for GQA, MQA and MHA.
+TEST_P(AttentionTest, Q8MatchesReferenceOnItsDequantizedValues) {
+  ExpectMatchesReferenceOnHeldValues(
+      KvElement::kQ8,
+      {Shape{64, 32, 4}, Shape{32, 4, 2}, Shape{128, 4, 2}, Shape{64, 8, 1}, Shape{64, 4, 4},
+       Shape{8, 4, 2}, Shape{4, 2, 2}, Shape{24, 6, 3}, Shape{256, 2, 1}},
+      {Dequantized, DequantizedQueries}, 1e-5);
 }
 
 // Quantizing is the only difference from the f16 cache: on the same random K, V and queries
@@ -673,51 +694,29 @@ TEST_P(AttentionTest, Bf16BatchInvariantBitForBit) {
   ExpectStoredCacheBatchInvariant(KvElement::kBf16);
 }
 
-// c's K and V as a bf16 cache holds them (each value rounded to bf16), in c's own layout.
-PagedCache RoundedToBf16(const PagedCache& c) {
-  PagedCache r = c;
-  for (float& x : r.k) x = Bf16ToFloat(FloatToBf16(x));
-  for (float& x : r.v) x = Bf16ToFloat(FloatToBf16(x));
-  return r;
-}
-
 // A bf16 cache computes attention over the values it holds, with the query rounded to bf16
 // as well: the reference (in double) over the rounded keys, values and queries agrees to
 // within what rounding the softmax weights to bf16 can move a weighted mean of values in
 // [-1, 1] (weights w_i (1 + e_i) / (1 + sum w e), |e_i| <= 2^-9, move it by at most
-// 2 * 2^-9 / (1 - 2^-9) < 4e-3; measured up to 1.7e-3), with soft-caps and windows (odd and
-// even first keys), for decode rows, whole prefills and chunks, GQA, MQA and MHA, and head
-// sizes of whole, partial (24) and lone partial (4) 16-lane chunks.
+// 2 * 2^-9 / (1 - 2^-9) < 4e-3; measured up to 1.7e-3), for GQA, MQA and MHA and head sizes
+// of whole, partial (24) and lone partial (4) 16-lane chunks.
 TEST_P(AttentionTest, Bf16MatchesReferenceOnItsRoundedValues) {
-  const std::vector<int> lengths = {1, 15, 16, 17, 100, 300};
-  for (const Shape& s : {Shape{64, 32, 4}, Shape{128, 4, 2}, Shape{64, 8, 1}, Shape{64, 4, 4},
-                         Shape{4, 2, 2}, Shape{24, 6, 3}, Shape{256, 2, 1}}) {
-    SCOPED_TRACE(ShapeName(s));
-    // Unowned slots NaN: the partner of a last key at an odd count (1, 15, 17) is one.
-    const PagedCache c = Relayout(
-        MakeCache(lengths, s.n_kv, s.head_dim, s.head_dim * 17 + s.n_heads), lengths, kBlockSize);
-    const StoredCache bf16 = Store(c, KvElement::kBf16);
-    const PagedCache rounded = RoundedToBf16(c);
-    int rows = 0;
-    const std::vector<AttentionSequence> seqs = MixedBatch(c, lengths, &rows);
-    std::vector<float> q = RandomVector(int64_t{rows} * s.n_heads * s.head_dim, 79, -2, 2);
-    std::vector<float> q_rounded = q;
-    for (float& x : q_rounded) x = Bf16ToFloat(FloatToBf16(x));
-    for (const AttentionParams params :
-         {AttentionParams{0.125f}, AttentionParams{0.25f, 10.0f, 0},
-          AttentionParams{0.25f, 0.0f, 5}, AttentionParams{0.2f, 30.0f, 70}}) {
-      SCOPED_TRACE("softcap " + std::to_string(params.softcap) + " window " +
-                   std::to_string(params.window));
-      const std::vector<float> got = RunStored(bf16, q, seqs, s.n_heads, params);
-      // The reference is slow; both path instances share its result.
-      static std::map<std::string, std::vector<float>>* cache =
-          new std::map<std::string, std::vector<float>>();
-      std::vector<float>& want = (*cache)[ShapeName(s) + "/" + std::to_string(params.softcap) +
-                                          "/" + std::to_string(params.window)];
-      if (want.empty()) want = RunAttention(true, rounded, q_rounded, seqs, s.n_heads, params);
-      EXPECT_LT(MaxAbsDiff(got, want), 4e-3);
-    }
-  }
+  const auto rounded = [](std::vector<float> x) {
+    for (float& v : x) v = Bf16ToFloat(FloatToBf16(v));
+    return x;
+  };
+  const HeldValues held{[&](const PagedCache& c, const StoredCache&) {
+                          PagedCache r = c;
+                          r.k = rounded(c.k);
+                          r.v = rounded(c.v);
+                          return r;
+                        },
+                        [&](const std::vector<float>& q, int) { return rounded(q); }};
+  ExpectMatchesReferenceOnHeldValues(
+      KvElement::kBf16,
+      {Shape{64, 32, 4}, Shape{128, 4, 2}, Shape{64, 8, 1}, Shape{64, 4, 4}, Shape{4, 2, 2},
+       Shape{24, 6, 3}, Shape{256, 2, 1}},
+      held, 4e-3);
 }
 
 // Rounding to bf16 is the difference from the f16 cache: on the same random K, V and

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <string>
 #include <vector>
@@ -196,6 +197,38 @@ TEST(KvElementQ8Test, PathsAgreeBitForBit) {
   }
 }
 
+constexpr int64_t kBlock = 2;  // the block the layout tests walk
+
+// Walks block kBlock of `layout`'s K (keys) or V: every index of KV head kv's dimension d in
+// the block's slot i lies in that head's part of the block (its head_dim x block_size
+// values), and check(kv, i, d, at) looks at it. Returns how many indices landed on each
+// element of the block.
+std::vector<int> WalkBlock(const KvLayout& layout, bool keys,
+                           const std::function<void(int kv, int i, int d, int64_t at)>& check) {
+  const int bs = layout.block_size;
+  const int64_t block_begin = kBlock * bs * layout.row();
+  std::vector<int> seen(bs * layout.row(), 0);
+  for (int kv = 0; kv < layout.num_kv_heads; ++kv) {
+    const int64_t part = block_begin + kv * layout.head_stride();
+    for (int i = 0; i < bs; ++i) {
+      const int64_t slot = kBlock * bs + i;
+      for (int d = 0; d < layout.head_dim; ++d) {
+        const int64_t at = keys ? layout.KeyIndex(slot, kv, d) : layout.ValueIndex(slot, kv, d);
+        EXPECT_GE(at, part);
+        EXPECT_LT(at, part + int64_t{bs} * layout.head_dim);
+        if (at < block_begin || at >= block_begin + static_cast<int64_t>(seen.size())) continue;
+        ++seen[at - block_begin];
+        check(kv, i, d, at);
+      }
+    }
+  }
+  return seen;
+}
+
+bool EachOnce(const std::vector<int>& seen) {
+  return std::count(seen.begin(), seen.end(), 1) == static_cast<int64_t>(seen.size());
+}
+
 // The q8 layout: in each KV head's part of a block, keys are [head_dim / 4][block_size][4]
 // (a slot's 4 dimensions side by side, consecutive slots 4 bytes apart), values
 // [block_size][head_dim], then the part's block_size f32 scales; together they fill the
@@ -206,33 +239,26 @@ TEST(KvLayoutQ8Test, EachKvHeadsPartHoldsItsCodesThenItsScales) {
         KvLayout{16, 1, 4, KvElement::kQ8}}) {
     const int bs = layout.block_size, hd = layout.head_dim;
     ASSERT_EQ(layout.head_stride(), int64_t{bs} * (hd + 4));
-    const int64_t block = 2;
-    const int64_t block_begin = block * bs * layout.row();
     for (bool keys : {true, false}) {
       SCOPED_TRACE(std::string(keys ? "K" : "V") + " block_size " + std::to_string(bs));
-      std::vector<int> seen(bs * layout.row(), 0);
+      std::vector<int> seen = WalkBlock(layout, keys, [&](int kv, int i, int d, int64_t at) {
+        const int64_t slot = kBlock * bs + i;
+        if (keys && d % 4 > 0) {
+          EXPECT_EQ(at - layout.KeyIndex(slot, kv, d - 1), 1);
+        }
+        if (keys && i > 0) {
+          EXPECT_EQ(at - layout.KeyIndex(slot - 1, kv, d), 4);
+        }
+      });
       for (int kv = 0; kv < layout.num_kv_heads; ++kv) {
-        const int64_t part = block_begin + kv * layout.head_stride();
+        const int64_t part = kBlock * bs * layout.row() + kv * layout.head_stride();
         for (int i = 0; i < bs; ++i) {
-          const int64_t slot = block * bs + i;
-          for (int d = 0; d < hd; ++d) {
-            const int64_t at = keys ? layout.KeyIndex(slot, kv, d) : layout.ValueIndex(slot, kv, d);
-            ASSERT_GE(at, part);
-            ASSERT_LT(at, part + int64_t{bs} * hd);
-            ++seen[at - block_begin];
-            if (keys && d % 4 > 0) {
-              EXPECT_EQ(at - layout.KeyIndex(slot, kv, d - 1), 1);
-            }
-            if (keys && i > 0) {
-              EXPECT_EQ(at - layout.KeyIndex(slot - 1, kv, d), 4);
-            }
-          }
-          const int64_t scale = layout.ScaleIndex(slot, kv);
+          const int64_t scale = layout.ScaleIndex(kBlock * bs + i, kv);
           EXPECT_EQ(scale, part + int64_t{bs} * hd + 4 * i);
-          for (int b = 0; b < 4; ++b) ++seen[scale + b - block_begin];
+          for (int b = 0; b < 4; ++b) ++seen[scale + b - kBlock * bs * layout.row()];
         }
       }
-      EXPECT_EQ(std::count(seen.begin(), seen.end(), 1), static_cast<int64_t>(seen.size()));
+      EXPECT_TRUE(EachOnce(seen));
     }
   }
 }
@@ -247,46 +273,34 @@ TEST(KvLayoutBf16Test, KeysPairDimensionsAndValuesPairSlots) {
         KvLayout{16, 1, 2, KvElement::kBf16}, KvLayout{16, 3, 24, KvElement::kBf16}}) {
     const int bs = layout.block_size, hd = layout.head_dim;
     ASSERT_EQ(layout.head_stride(), int64_t{bs} * hd);
-    const int64_t block = 2;
-    const int64_t block_begin = block * bs * layout.row();
     for (bool keys : {true, false}) {
       SCOPED_TRACE(std::string(keys ? "K" : "V") + " block_size " + std::to_string(bs) +
                    " head_dim " + std::to_string(hd));
-      std::vector<int> seen(bs * layout.row(), 0);
-      for (int kv = 0; kv < layout.num_kv_heads; ++kv) {
-        const int64_t part = block_begin + kv * layout.head_stride();
-        for (int i = 0; i < bs; ++i) {
-          const int64_t slot = block * bs + i;
-          for (int d = 0; d < hd; ++d) {
-            const int64_t at = keys ? layout.KeyIndex(slot, kv, d) : layout.ValueIndex(slot, kv, d);
-            ASSERT_GE(at, part);
-            ASSERT_LT(at, part + int64_t{bs} * hd);
-            ++seen[at - block_begin];
-            if (keys) {
-              if (d % 2 == 1) {
-                EXPECT_EQ(at - layout.KeyIndex(slot, kv, d - 1), 1);
-              }
-              if (i > 0) {
-                EXPECT_EQ(at - layout.KeyIndex(slot - 1, kv, d), 2);
-              }
-              if (d >= 2) {
-                EXPECT_EQ(at - layout.KeyIndex(slot, kv, d - 2), 2 * bs);
-              }
-            } else {
-              if (i % 2 == 1) {
-                EXPECT_EQ(at - layout.ValueIndex(slot - 1, kv, d), 1);
-              }
-              if (d > 0) {
-                EXPECT_EQ(at - layout.ValueIndex(slot, kv, d - 1), 2);
-              }
-              if (i >= 2) {
-                EXPECT_EQ(at - layout.ValueIndex(slot - 2, kv, d), 2 * hd);
-              }
-            }
+      const std::vector<int> seen = WalkBlock(layout, keys, [&](int kv, int i, int d, int64_t at) {
+        const int64_t slot = kBlock * bs + i;
+        if (keys) {
+          if (d % 2 == 1) {
+            EXPECT_EQ(at - layout.KeyIndex(slot, kv, d - 1), 1);
+          }
+          if (i > 0) {
+            EXPECT_EQ(at - layout.KeyIndex(slot - 1, kv, d), 2);
+          }
+          if (d >= 2) {
+            EXPECT_EQ(at - layout.KeyIndex(slot, kv, d - 2), 2 * bs);
+          }
+        } else {
+          if (i % 2 == 1) {
+            EXPECT_EQ(at - layout.ValueIndex(slot - 1, kv, d), 1);
+          }
+          if (d > 0) {
+            EXPECT_EQ(at - layout.ValueIndex(slot, kv, d - 1), 2);
+          }
+          if (i >= 2) {
+            EXPECT_EQ(at - layout.ValueIndex(slot - 2, kv, d), 2 * hd);
           }
         }
-      }
-      EXPECT_EQ(std::count(seen.begin(), seen.end(), 1), static_cast<int64_t>(seen.size()));
+      });
+      EXPECT_TRUE(EachOnce(seen));
     }
   }
 }

@@ -36,23 +36,20 @@ absl::StatusOr<std::unique_ptr<KvCache>> KvCache::Create(const KvCacheOptions& o
                      " num_kv_heads=", options.num_kv_heads, " head_dim=", options.head_dim,
                      " block_size_tokens=", options.block_size_tokens));
   }
-  if (options.element == kernels::KvElement::kQ8 &&
-      (options.block_size_tokens % 16 != 0 || options.head_dim % 4 != 0 ||
+  // q8 and bf16 attention reads 16 keys of a block as one line, and packs 4 (q8) or 2
+  // (bf16) dimensions of a key side by side.
+  const int packed_dims = options.element == kernels::KvElement::kQ8     ? 4
+                          : options.element == kernels::KvElement::kBf16 ? 2
+                                                                         : 0;
+  if (packed_dims > 0 &&
+      (options.block_size_tokens % 16 != 0 || options.head_dim % packed_dims != 0 ||
        options.head_dim > kernels::kMaxKvHeadDim)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "a q8 kv cache needs blocks of a multiple of 16 tokens and a head size that is a "
-        "multiple of 4 (at most ",
-        kernels::kMaxKvHeadDim, "): block_size_tokens=", options.block_size_tokens,
-        " head_dim=", options.head_dim));
-  }
-  if (options.element == kernels::KvElement::kBf16 &&
-      (options.block_size_tokens % 16 != 0 || options.head_dim % 2 != 0 ||
-       options.head_dim > kernels::kMaxKvHeadDim)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "a bf16 kv cache needs blocks of a multiple of 16 tokens and an even head size (at "
-        "most ",
-        kernels::kMaxKvHeadDim, "): block_size_tokens=", options.block_size_tokens,
-        " head_dim=", options.head_dim));
+        "a ", kernels::KvElementName(options.element),
+        " kv cache needs blocks of a multiple of 16 tokens and a head size that is a multiple "
+        "of ",
+        packed_dims, " (at most ", kernels::kMaxKvHeadDim,
+        "): block_size_tokens=", options.block_size_tokens, " head_dim=", options.head_dim));
   }
   // Everything in int64: layers * heads * head_dim * block size can exceed int32.
   const int64_t block_bytes = options.bytes_per_token() * options.block_size_tokens;

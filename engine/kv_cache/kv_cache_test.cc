@@ -1,10 +1,12 @@
 #include "engine/kv_cache/kv_cache.h"
 
 #include <cstdint>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <random>
 #include <set>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -67,6 +69,19 @@ TEST(KvCacheTest, F16ElementsHalveTheBytesAndDoubleTheBlocks) {
   static_cast<uint16_t*>((*cache)->v_data(2))[elements - 1] = 0x3c00;
 }
 
+// Options `o` with each (block size, head size) of `shapes` are refused as invalid.
+void ExpectRefused(const KvCacheOptions& o, std::initializer_list<std::pair<int, int>> shapes) {
+  for (const auto& [block_size, head_dim] : shapes) {
+    KvCacheOptions bad = o;
+    bad.block_size_tokens = block_size;
+    bad.head_dim = head_dim;
+    bad.budget_bytes = int64_t{1} << 24;
+    const auto refused = KvCache::Create(bad);
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument)
+        << kernels::KvElementName(o.element) << " " << block_size << " " << head_dim;
+  }
+}
+
 // q8: head_dim codes and a 4-byte scale per head row; blocks of 16k slots and heads of a
 // multiple of 4 only.
 TEST(KvCacheTest, Q8RowsAreCodesAndAScale) {
@@ -81,16 +96,7 @@ TEST(KvCacheTest, Q8RowsAreCodesAndAScale) {
   static_cast<uint8_t*>((*cache)->k_data(2))[bytes - 1] = 1;
   static_cast<uint8_t*>((*cache)->v_data(2))[bytes - 1] = 1;
 
-  for (const auto& [block_size, head_dim] :
-       {std::pair{8, 8}, std::pair{24, 8}, std::pair{16, 6}, std::pair{16, 260}}) {
-    KvCacheOptions bad = o;
-    bad.block_size_tokens = block_size;
-    bad.head_dim = head_dim;
-    bad.budget_bytes = int64_t{1} << 24;
-    const auto refused = KvCache::Create(bad);
-    EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument)
-        << block_size << " " << head_dim;
-  }
+  ExpectRefused(o, {{8, 8}, {24, 8}, {16, 6}, {16, 260}});
 }
 
 // bf16: f16's bytes; blocks of 16k slots and even heads only (its V pairs slots, its K
@@ -102,16 +108,7 @@ TEST(KvCacheTest, Bf16RowsAreTwoBytesPerValue) {
   ASSERT_TRUE(cache.ok()) << cache.status();
   EXPECT_EQ((*cache)->bytes_per_token(), 2 * 3 * 2 * 8 * 2);
   EXPECT_EQ((*cache)->layout().element, kernels::KvElement::kBf16);
-  for (const auto& [block_size, head_dim] :
-       {std::pair{8, 8}, std::pair{24, 8}, std::pair{16, 7}, std::pair{16, 258}}) {
-    KvCacheOptions bad = o;
-    bad.block_size_tokens = block_size;
-    bad.head_dim = head_dim;
-    bad.budget_bytes = int64_t{1} << 24;
-    const auto refused = KvCache::Create(bad);
-    EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument)
-        << block_size << " " << head_dim;
-  }
+  ExpectRefused(o, {{8, 8}, {24, 8}, {16, 7}, {16, 258}});
 }
 
 TEST(KvCacheTest, BlocksForTokens) {
