@@ -89,8 +89,8 @@ std::string HumanBytes(int64_t bytes);
 absl::StatusOr<engine::kernels::Precision> ParsePrecision(absl::string_view text);
 absl::string_view PrecisionName(engine::kernels::Precision precision);
 
-// --kv-cache-type: "auto" (nullopt: the precision's own), "f32", "f16", "bf16" or "q8". Whether the
-// element suits the precision and the model is Model::Load's to say.
+// --kv-cache-type: "auto" (nullopt: the precision's own), "f32", "f16", "bf16" or "q8".
+// Whether the element suits the precision and the model is Model::Load's to say.
 absl::StatusOr<std::optional<engine::kernels::KvElement>> ParseKvCacheType(absl::string_view text);
 
 // The candidates for the built-in model when --model is not given, in order:

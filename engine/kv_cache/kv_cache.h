@@ -17,13 +17,13 @@ struct KvCacheOptions {
   int num_kv_heads = 0;
   int head_dim = 0;
   int block_size_tokens = 16;
-  // f16 in fast mode, or q8 there on request (kv_element.h); q8 needs block_size_tokens
-  // % 16 == 0 and head_dim % 4 == 0.
+  // f16 in fast mode, or q8 or bf16 there on request (kv_element.h); both need
+  // block_size_tokens % 16 == 0, and head_dim % 4 == 0 (q8) or % 2 == 0 (bf16).
   kernels::KvElement element = kernels::KvElement::kF32;
   int64_t budget_bytes = 0;  // K and V of all layers; num_blocks = budget / block_bytes
 
   // 2 (K and V) * layers * kv_heads * a head's row (head_dim * 4 bytes for f32, * 2 for
-  // f16, head_dim + a 4-byte scale for q8).
+  // f16 and bf16, head_dim + a 4-byte scale for q8).
   int64_t bytes_per_token() const {
     return int64_t{2} * num_layers * num_kv_heads * kernels::KvRowBytes(element, head_dim);
   }

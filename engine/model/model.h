@@ -32,7 +32,7 @@ struct ModelOptions {
   kernels::Precision precision = kernels::Precision::kFast;
   int max_batch_tokens = 512;  // most tokens one Forward() may carry (sizes all scratch)
   // What the KV cache stores; unset: f32 in exact mode, f16 in fast mode. Exact mode takes
-  // only f32 (its logits are bit-exact); whether the model's heads suit q8 is
+  // only f32 (its logits are bit-exact); whether the model's heads suit q8 or bf16 is
   // KvCache::Create's to say.
   std::optional<kernels::KvElement> kv_element;
   // Called on the loading thread after each transformer layer's weights are packed; may be

@@ -205,7 +205,7 @@ QuillMetrics::QuillMetrics(bool per_tenant)
   kv_info_family_ = &prometheus::BuildGauge()
                          .Name("quill_kv_cache_info")
                          .Help(
-                             "Always 1: the KV cache's element type (type: f32, f16 or q8) "
+                             "Always 1: the KV cache's element type (type: f32, f16, bf16 or q8) "
                              "and its block size in tokens, as labels.")
                          .Register(r);
 
